@@ -1,0 +1,166 @@
+"""A test configuration (one network + one set of inputs) and the arrays it stands for.
+
+``RNNConfig`` is plain data: it round-trips through JSON and through a command line, so every failure
+(Hypothesis example, report row) can be re-run from what it prints. ``make_case`` turns it into arrays,
+drawn from ``seed`` in float64 and rounded once to the config's dtype; the float64 ground truth runs on
+those same rounded values, so a peer is judged only on its arithmetic, never on its input rounding.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import NamedTuple
+
+import numpy as np
+
+import reference
+
+MODE_NAMES = ("relu", "tanh", "lstm", "gru", "classic_gru")
+DTYPE_NAMES = ("float16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long."""
+
+    mode: str
+    num_layers: int = 1
+    num_units: int = 4
+    input_size: int = 3
+    direction: str = "unidirectional"
+    input_mode: str = "linear_input"
+    num_proj: int | None = None
+    seq_len: int = 4
+    batch: int = 2
+    lengths: tuple[int, ...] | None = None
+    time_major: bool = True
+    dtype: str = "float64"
+    weight_scale: float = 1.0
+    initial_state: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODE_NAMES:
+            raise ValueError(f"mode must be one of {MODE_NAMES}, got {self.mode!r}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
+        if self.lengths is not None:
+            object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
+            if len(self.lengths) != self.batch:
+                raise ValueError(f"lengths must have batch={self.batch} entries, got {self.lengths}")
+
+    @property
+    def num_dirs(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+    @property
+    def state_width(self) -> int:
+        return self.num_proj or self.num_units
+
+    @property
+    def has_cell_state(self) -> bool:
+        return self.mode == "lstm"
+
+    def with_(self, **changes: object) -> "RNNConfig":
+        return replace(self, **changes)
+
+    def model(self, dtype: str | None = None, dropout: float = 0.0, seed: int = 0) -> reference.model._CudnnRNN:
+        """The reference model of this config (in ``dtype``, default the config's)."""
+        cls = reference.MODELS[self.mode]
+        extra = {"num_proj": self.num_proj} if self.mode == "lstm" else {}
+        return cls(self.num_layers, self.num_units, self.input_size, self.input_mode, self.direction,
+                   np.dtype(dtype or self.dtype), dropout, seed, **extra)
+
+    # ---- reproduction -----------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RNNConfig":
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown RNNConfig fields: {sorted(unknown)}")
+        if data.get("lengths") is not None:
+            data["lengths"] = tuple(data["lengths"])
+        return cls(**data)
+
+    def short(self) -> str:
+        """A compact human-readable label."""
+        parts = [self.mode, f"L{self.num_layers}", f"H{self.num_units}", f"I{self.input_size}",
+                 "bi" if self.num_dirs == 2 else "uni", f"T{self.seq_len}", f"B{self.batch}", self.dtype]
+        if self.input_mode != "linear_input":
+            parts.append(self.input_mode)
+        if self.num_proj:
+            parts.append(f"P{self.num_proj}")
+        if self.lengths is not None:
+            parts.append("len=" + "/".join(map(str, self.lengths)))
+        if not self.time_major:
+            parts.append("batch-major")
+        return " ".join(parts)
+
+
+class Case(NamedTuple):
+    """The arrays of a config, in the config's dtype and layout (``h0``/``c0`` may be ``None``)."""
+
+    weights: list[np.ndarray]
+    biases: list[np.ndarray]
+    x: np.ndarray
+    h0: np.ndarray | None
+    c0: np.ndarray | None
+    lengths: np.ndarray | None
+
+    def astype(self, dtype: object) -> "Case":
+        """The same values in another float dtype (exact when widening)."""
+        cast = (lambda a: None if a is None else a.astype(dtype))
+        return Case([cast(w) for w in self.weights], [cast(b) for b in self.biases], cast(self.x),
+                    cast(self.h0), cast(self.c0), self.lengths)
+
+
+def make_case(cfg: RNNConfig) -> Case:
+    """Weights ~ U(-s, s) with s = weight_scale / sqrt(num_units) (PyTorch's init at scale 1), inputs and
+    initial states ~ U(-1, 1); all drawn from ``cfg.seed`` and rounded to ``cfg.dtype``."""
+    rng = np.random.default_rng(cfg.seed)
+    dtype = np.dtype(cfg.dtype)
+    model = cfg.model("float64")
+    w_shapes, b_shapes = model.canonical_shapes()
+    s = cfg.weight_scale / np.sqrt(cfg.num_units)
+    weights = [rng.uniform(-s, s, shape).astype(dtype) for shape in w_shapes]
+    biases = [rng.uniform(-s, s, shape).astype(dtype) for shape in b_shapes]
+    T, B, LD = cfg.seq_len, cfg.batch, cfg.num_layers * cfg.num_dirs
+    lead = (T, B) if cfg.time_major else (B, T)
+    state_lead = (LD, B) if cfg.time_major else (B, LD)
+    x = rng.uniform(-1, 1, (*lead, cfg.input_size)).astype(dtype)
+    h0 = c0 = None
+    if cfg.initial_state:
+        h0 = rng.uniform(-1, 1, (*state_lead, cfg.state_width)).astype(dtype)
+        if cfg.has_cell_state:
+            c0 = rng.uniform(-1, 1, (*state_lead, cfg.num_units)).astype(dtype)
+    lengths = None if cfg.lengths is None else np.array(cfg.lengths, dtype=np.int64)
+    return Case(weights, biases, x, h0, c0, lengths)
+
+
+class Outputs(NamedTuple):
+    """What a forward pass returns, as NumPy arrays in the config's layout (``output_c`` None unless LSTM)."""
+
+    output: np.ndarray
+    output_h: np.ndarray
+    output_c: np.ndarray | None
+
+
+def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:
+    """The reference forward pass of ``case`` in ``dtype`` (default the config's); inference mode."""
+    model = cfg.model(dtype)
+    case = case.astype(model.dtype)
+    params = model.canonical_to_params(case.weights, case.biases)
+    result = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=False,
+                           sequence_lengths=case.lengths, time_major=cfg.time_major)
+    return Outputs(result.output, result.output_h, result.output_c)
+
+
+def ground_truth(cfg: RNNConfig, case: Case) -> Outputs:
+    """The float64 reference on the case's exact values: what every peer is measured against."""
+    return run_reference(cfg, case, "float64")

@@ -1,0 +1,67 @@
+"""Suite configuration: Hypothesis profiles and which peers run.
+
+Profiles (``pytest --hypothesis-profile NAME`` or ``rnn-compat test --profile NAME``):
+``ci`` (derandomized, bounded so ``make test`` stays well under 15 minutes on 2 cores), ``dev`` (the
+default: more examples, fresh randomness each run), ``thorough`` (a long hunt before a release).
+Peers: ``--peers torch-cpu,onnxruntime`` (or ``RNN_COMPAT_PEERS``) limits the peer suites; a selected
+peer that is not installed skips with its reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from compat_tests.peers import PEERS
+
+_common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
+settings.register_profile("dev", max_examples=300, **_common)
+settings.register_profile("thorough", max_examples=2000, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Declared here rather than in pyproject.toml so `rnn-compat test` works from any directory.
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU with cuDNN 9; skipped elsewhere with the reason "
+                                       "from cudnn_backend.available()")
+    config.addinivalue_line("filterwarnings", "error::RuntimeWarning")
+    config.addinivalue_line("filterwarnings", "ignore:LSTM with projections is not supported with oneDNN:UserWarning")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--peers", default=os.environ.get("RNN_COMPAT_PEERS", ""),
+                     help="comma-separated peers to test (default: every registered peer)")
+
+
+def selected_peers(config: pytest.Config) -> list[str]:
+    chosen = [p for p in config.getoption("--peers").split(",") if p]
+    unknown = set(chosen) - set(PEERS)
+    if unknown:
+        raise pytest.UsageError(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
+    return chosen or list(PEERS)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "peer_name" in metafunc.fixturenames:
+        metafunc.parametrize("peer_name", selected_peers(metafunc.config))
+
+
+@pytest.fixture
+def peer(peer_name: str):
+    """The selected peer, skipped with its reason when it is not available here."""
+    chosen = PEERS[peer_name]
+    ok, why = chosen.available()
+    if not ok:
+        pytest.skip(f"{peer_name}: {why}")
+    return chosen
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for name in selected_peers(config):
+        ok, why = PEERS[name].available()
+        lines.append(f"peer {name}: {'available, ' + why if ok else 'SKIPPED, ' + why}")
+    return lines

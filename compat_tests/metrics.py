@@ -1,0 +1,81 @@
+"""Error metrics of one quantity (an output, a state, later a gradient) against the float64 truth.
+
+``scale = max(1, max|expected|)`` over the finite expected values: errors are relative to the tensor's
+magnitude, and absolute for tensors smaller than 1 (an all-zero relu output must not divide by zero).
+``max_eps`` and ``rms_eps`` are in units of the tested dtype's machine epsilon times that scale (the
+MIOpen-style normalisation); ``max_ulp`` counts representable numbers between the result and the truth
+rounded to the tested dtype.
+
+Values past the dtype's range are an outcome, not an error: where the truth overflows the tested dtype
+the result must be non-finite, and where the truth is finite and representable it must be finite; every
+disagreement counts in ``nonfinite_mismatch`` and is excluded from the other metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    max_abs: float
+    max_rel: float
+    max_eps: float
+    rms_eps: float
+    max_ulp: float
+    scale: float
+    nonfinite_mismatch: int
+    count: int
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+_SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _ordered(a: np.ndarray) -> np.ndarray:
+    """Map floats to int64 so that the order is kept and neighbouring floats differ by 1 (-0 == +0)."""
+    width = _SIGNED[a.dtype.itemsize]
+    ints = np.ascontiguousarray(a).view(width).astype(np.int64)
+    return np.where(ints < 0, np.iinfo(width).min - ints, ints)
+
+
+def ulp_distance(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Per-element count of ``actual.dtype`` values between ``actual`` and ``expected`` rounded to it."""
+    with np.errstate(over="ignore"):
+        rounded = expected.astype(actual.dtype)
+    return np.abs(_ordered(actual) - _ordered(rounded)).astype(np.float64)
+
+
+def error_stats(actual: np.ndarray, expected: np.ndarray) -> ErrorStats:
+    """Compare ``actual`` (the tested dtype) with ``expected`` (float64 truth) of the same shape."""
+    if actual.shape != expected.shape:
+        raise ValueError(f"shape mismatch: actual {actual.shape}, expected {expected.shape}")
+    finfo = np.finfo(actual.dtype)
+    expected = expected.astype(np.float64)
+    representable = np.isfinite(expected) & (np.abs(expected) <= finfo.max)
+    finite = np.isfinite(actual)
+    both = representable & finite
+    mismatch = int(np.count_nonzero(representable != finite))
+    if not both.any():
+        return ErrorStats(0.0, 0.0, 0.0, 0.0, 0.0, 1.0, mismatch, 0)
+    a = actual[both].astype(np.float64)
+    e = expected[both]
+    diff = np.abs(a - e)
+    with np.errstate(over="ignore"):  # a relative error near a zero of the truth may overflow
+        max_rel = float((diff / np.maximum(np.abs(e), float(finfo.tiny))).max())
+    scale = max(1.0, float(np.abs(e).max()))
+    eps = float(finfo.eps)
+    return ErrorStats(
+        max_abs=float(diff.max()),
+        max_rel=max_rel,
+        max_eps=float(diff.max() / (eps * scale)),
+        rms_eps=float(np.sqrt(np.mean(diff**2)) / (eps * scale)),
+        max_ulp=float(ulp_distance(actual[both], e).max()),
+        scale=scale,
+        nonfinite_mismatch=mismatch,
+        count=int(both.sum()),
+    )

@@ -1,0 +1,61 @@
+"""What every peer adapter offers: availability, a declared feature set, and a forward pass.
+
+Peers receive canonical weights (the common currency, see ``compat_tests.config.Case``) and convert
+them to their own format at the edge. A peer declares what it supports in :class:`Capabilities`; the
+Hypothesis strategies draw only supported configs, and :meth:`Peer.unsupported` explains the rest.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from ..config import DTYPE_NAMES, MODE_NAMES, Case, Outputs, RNNConfig
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The configurations a peer can run; every ``reason_*`` says why a feature is missing."""
+
+    modes: tuple[str, ...] = MODE_NAMES
+    dtypes: tuple[str, ...] = DTYPE_NAMES
+    skip_input: bool = True
+    projection: bool = True
+    lengths: bool = True
+    batch_major: bool = True
+    notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
+
+    def unsupported(self, cfg: RNNConfig) -> str | None:
+        """``None`` if ``cfg`` can run here, else the reason it cannot."""
+        why = dict(self.notes)
+        if cfg.mode not in self.modes:
+            return why.get("mode", f"mode {cfg.mode!r} not supported")
+        if cfg.dtype not in self.dtypes:
+            return why.get("dtype", f"dtype {cfg.dtype} not supported")
+        if cfg.input_mode == "skip_input" and not self.skip_input:
+            return why.get("skip_input", "skip_input not supported")
+        if cfg.num_proj is not None and not self.projection:
+            return why.get("projection", "LSTM projection not supported")
+        if cfg.lengths is not None and not self.lengths:
+            return why.get("lengths", "sequence lengths not supported")
+        if not cfg.time_major and not self.batch_major:
+            return why.get("batch_major", "batch-major layout not supported")
+        return None
+
+
+class Peer(ABC):
+    """One implementation under test."""
+
+    name: str
+    capabilities: Capabilities
+
+    @abstractmethod
+    def available(self) -> tuple[bool, str]:
+        """``(True, version)`` or ``(False, why)``; never raises."""
+
+    def unsupported(self, cfg: RNNConfig) -> str | None:
+        return self.capabilities.unsupported(cfg)
+
+    @abstractmethod
+    def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
+        """Inference forward pass of ``case`` (config's dtype and layout); NumPy results."""

@@ -1,0 +1,22 @@
+"""The NumPy reference itself, in the config's dtype (float64 is the ground truth of every comparison)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Case, Outputs, RNNConfig, run_reference
+from .base import Capabilities, Peer
+
+
+class ReferencePeer(Peer):
+    name = "reference"
+    capabilities = Capabilities(
+        dtypes=("float16", "float32"),
+        notes=(("dtype", "the float64 reference is the ground truth every peer is measured against"),),
+    )
+
+    def available(self) -> tuple[bool, str]:
+        return True, f"numpy {np.__version__}"
+
+    def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
+        return run_reference(cfg, case)

@@ -1,0 +1,75 @@
+"""Forward pass: the reference against every peer, judged by the tolerance policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compat_tests.compare import compare_peer
+from compat_tests.config import RNNConfig, ground_truth, make_case
+from compat_tests.known_divergences import known
+from compat_tests.metrics import error_stats
+from compat_tests.peers import PEERS
+from compat_tests.strategies import rnn_configs
+from compat_tests.tolerances import TORCH_FLOAT64_AGREEMENT
+
+
+@given(data=st.data())
+def test_peer_matches_float64_reference(peer, data):
+    cfg = data.draw(rnn_configs(peer.capabilities), label="config")
+    comparison = compare_peer(peer, cfg)
+    assert comparison.passed, comparison.explain()
+
+
+# Every feature PyTorch has, each mode it has, in float64: the issue's ~1e-12 relative agreement.
+TORCH_FEATURES = {
+    "plain": {},
+    "three_layers": {"num_layers": 3},
+    "bidirectional": {"direction": "bidirectional", "num_layers": 2},
+    "ragged_lengths": {"lengths": (7, 3, 1, 5)},
+    "ragged_bidirectional": {"lengths": (2, 7, 7, 4), "direction": "bidirectional", "num_layers": 2},
+    "batch_major": {"time_major": False, "lengths": (7, 3, 1, 5), "direction": "bidirectional"},
+    "no_initial_state": {"initial_state": False},
+    "projection": {"num_proj": 3},
+    "projection_bidirectional_ragged": {"num_proj": 3, "direction": "bidirectional", "num_layers": 2,
+                                        "lengths": (7, 3, 1, 5)},
+}
+
+
+@pytest.mark.parametrize(("mode", "feature"), [(m, f) for m in ("relu", "tanh", "lstm", "gru") for f in TORCH_FEATURES
+                                               if m == "lstm" or not f.startswith("projection")])
+def test_torch_float64_agrees_to_1e12(mode, feature):
+    peer = PEERS["torch-cpu"]
+    ok, why = peer.available()
+    if not ok:
+        pytest.skip(why)
+    cfg = RNNConfig(mode, num_units=6, input_size=5, seq_len=7, batch=4, dtype="float64", seed=11)
+    cfg = cfg.with_(**TORCH_FEATURES[feature])
+    case = make_case(cfg)
+    truth = ground_truth(cfg, case)
+    got = peer.forward(cfg, case)
+    for name, expected in truth._asdict().items():
+        if expected is not None:
+            stats = error_stats(getattr(got, name), expected)
+            assert stats.max_abs / stats.scale <= TORCH_FLOAT64_AGREEMENT, (name, stats)
+
+
+@pytest.mark.parametrize("mode", ["relu", "tanh", "lstm", "gru", "classic_gru"])
+def test_nan_input_propagates_to_its_own_sequence_only(peer, mode, request):
+    cfg = RNNConfig(mode, num_layers=2, num_units=4, input_size=3, seq_len=6, batch=3, dtype=peer.capabilities.dtypes[-1])
+    if peer.unsupported(cfg):
+        pytest.skip(peer.unsupported(cfg))
+    divergence = known(peer.name, "nan_propagation", mode)
+    if divergence:
+        request.applymarker(pytest.mark.xfail(reason=divergence.reason, strict=True))
+    case = make_case(cfg)
+    t0, b0 = 2, 1
+    case.x[t0, b0, 0] = np.nan
+    with np.errstate(all="ignore"):
+        out = peer.forward(cfg, case)
+    assert np.isnan(out.output[t0:, b0]).all(), "NaN did not reach every later output of its sequence"
+    assert np.isnan(out.output[:t0, b0]).sum() == 0, "NaN leaked backwards in time (unidirectional)"
+    assert np.isnan(out.output_h[:, b0]).all()
+    assert np.isfinite(np.delete(out.output, b0, axis=1)).all(), "NaN leaked into other sequences"

@@ -1,0 +1,178 @@
+"""Properties the reference must have whatever the weights: consistency of batching, padding, layout,
+direction and input mode, and the relation between the two GRU variants."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compat_tests.compare import assert_agree_within_policy
+from compat_tests.config import Case, Outputs, RNNConfig, ground_truth, make_case, run_reference
+from compat_tests.peers.canonical import by_pseudo_layer
+from compat_tests.strategies import rnn_configs
+
+REFERENCE_DTYPES = ("float32", "float64")
+
+
+def one_sequence(cfg: RNNConfig, case: Case, batched: Outputs, b: int, steps: int | None = None):
+    """Sequence ``b`` alone (its first ``steps`` steps, unpadded), and the matching slice of ``batched``."""
+    batch_axis, time_axis = (1, 0) if cfg.time_major else (0, 1)  # states share the batch axis
+
+    def seq(a):
+        a = np.take(a, [b], axis=batch_axis)
+        return a if steps is None else np.take(a, range(steps), axis=time_axis)
+
+    def state(a):
+        return None if a is None else np.take(a, [b], axis=batch_axis)
+
+    lengths = None if steps is not None or case.lengths is None else case.lengths[[b]]
+    one = cfg.with_(batch=1, seq_len=steps or cfg.seq_len, lengths=None if lengths is None else tuple(lengths))
+    single = Case(case.weights, case.biases, seq(case.x), state(case.h0), state(case.c0), lengths)
+    return one, single, Outputs(seq(batched.output), state(batched.output_h), state(batched.output_c))
+
+
+@given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES))
+def test_batch_equals_per_sequence_runs(cfg):
+    case = make_case(cfg)
+    whole = run_reference(cfg, case)
+    for b in range(cfg.batch):
+        one, single, expected = one_sequence(cfg, case, whole, b)
+        assert_agree_within_policy(one, single, run_reference(one, single), expected)
+
+
+@given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES), data=st.data())
+def test_padded_batch_equals_unpadded_runs(cfg, data):
+    lengths = data.draw(st.lists(st.integers(1, cfg.seq_len), min_size=cfg.batch, max_size=cfg.batch), label="lengths")
+    cfg = cfg.with_(lengths=tuple(lengths))
+    case = make_case(cfg)
+    padded = run_reference(cfg, case)
+    for b, n in enumerate(lengths):
+        one, single, expected = one_sequence(cfg, case, padded, b, steps=n)
+        past = np.take(np.take(padded.output, [b], axis=1 if cfg.time_major else 0),
+                       range(n, cfg.seq_len), axis=0 if cfg.time_major else 1)
+        assert not past.any(), "outputs past a sequence's length must be exactly zero"
+        assert_agree_within_policy(one, single, run_reference(one, single), expected)
+
+
+@given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES), data=st.data())
+def test_padding_content_never_reaches_valid_steps(cfg, data):
+    lengths = data.draw(st.lists(st.integers(1, cfg.seq_len), min_size=cfg.batch, max_size=cfg.batch), label="lengths")
+    cfg = cfg.with_(time_major=True, lengths=tuple(lengths))
+    case = make_case(cfg)
+    clean = run_reference(cfg, case)
+    x = case.x.copy()
+    for b, n in enumerate(lengths):
+        x[n:, b] = np.nan
+    with np.errstate(invalid="ignore"):
+        dirty = run_reference(cfg, case._replace(x=x))
+    for got, want in zip(dirty, clean):
+        if want is not None:
+            assert got.tobytes() == want.tobytes()
+
+
+@given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES))
+def test_time_major_equals_batch_major(cfg):
+    tm = cfg.with_(time_major=True)
+    case = make_case(tm)
+    bm_case = case._replace(**{k: None if getattr(case, k) is None else np.ascontiguousarray(getattr(case, k).transpose(1, 0, 2))
+                               for k in ("x", "h0", "c0")})
+    a = run_reference(tm, case)
+    b = run_reference(cfg.with_(time_major=False), bm_case)
+    for got, want in zip(b, a):
+        if want is not None:
+            np.testing.assert_array_equal(got.transpose(1, 0, 2), want)
+
+
+def reverse_within_lengths(x: np.ndarray, lengths) -> np.ndarray:
+    out = x.copy()
+    for b, n in enumerate(lengths):
+        out[:n, b] = x[:n, b][::-1]
+    return out
+
+
+@given(cfg=rnn_configs(dtypes_=("float64",)))
+def test_bidirectional_equals_forward_run_plus_reversed_run(cfg):
+    """Layer by layer: the backward direction is a unidirectional run over each sequence reversed within
+    its length, re-reversed; the layer output is [forward | backward]."""
+    cfg = cfg.with_(direction="bidirectional", time_major=True)
+    case = make_case(cfg)
+    got = run_reference(cfg, case)
+    lengths = cfg.lengths or (cfg.seq_len,) * cfg.batch
+    tensors = by_pseudo_layer(cfg.model(), case.weights, case.biases)
+    layer_input, h_n, c_n = case.x, [], []
+    for layer in range(cfg.num_layers):
+        outputs = []
+        for direction in (0, 1):
+            t = tensors[2 * layer + direction]
+            uni = cfg.with_(num_layers=1, direction="unidirectional", input_size=layer_input.shape[2],
+                            input_mode=cfg.input_mode if layer == 0 else "linear_input")
+            weights = (t.W or []) + t.R + ([] if t.P is None else [t.P])
+            biases = (t.b_W or []) + t.b_R
+            pl = slice(2 * layer + direction, 2 * layer + direction + 1)
+            x = layer_input if direction == 0 else reverse_within_lengths(layer_input, lengths)
+            single = Case(weights, biases, x, None if case.h0 is None else case.h0[pl],
+                          None if case.c0 is None else case.c0[pl], case.lengths)
+            out = run_reference(uni, single)
+            outputs.append(out.output if direction == 0 else reverse_within_lengths(out.output, lengths))
+            h_n.append(out.output_h)
+            c_n.append(out.output_c)
+        layer_input = np.concatenate(outputs, axis=2)
+    expected = Outputs(layer_input, np.concatenate(h_n), None if c_n[0] is None else np.concatenate(c_n))
+    assert_agree_within_policy(cfg, case, got, expected)
+
+
+@given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES))
+def test_no_initial_state_equals_zero_initial_state(cfg):
+    zero = cfg.with_(initial_state=True)
+    case = make_case(zero)
+    zeros = case._replace(h0=np.zeros_like(case.h0), c0=None if case.c0 is None else np.zeros_like(case.c0))
+    for got, want in zip(run_reference(zero, case._replace(h0=None, c0=None)), run_reference(zero, zeros)):
+        if want is not None:
+            np.testing.assert_array_equal(got, want)
+
+
+@given(cfg=rnn_configs(dtypes_=("float64",)))
+def test_skip_input_equals_linear_input_with_identity_matrices(cfg):
+    """skip_input feeds the layer input to every gate as is: linear_input with identity input matrices and
+    zero input biases (the reference's reading of cuDNN; the GPU suite checks cuDNN itself)."""
+    skip = cfg.with_(input_mode="skip_input", input_size=cfg.num_units)
+    case = make_case(skip)
+    linear = skip.with_(input_mode="linear_input")
+    skip_regions = skip.model().canonical_regions()
+    given_tensors = dict(zip([(r.kind, r.pseudo_layer, r.lin_layer_id) for r in skip_regions[0] + skip_regions[1]],
+                             case.weights + case.biases))
+    w_regions, b_regions = linear.model().canonical_regions()
+
+    def tensor(r):
+        if (r.kind, r.pseudo_layer, r.lin_layer_id) in given_tensors:
+            return given_tensors[(r.kind, r.pseudo_layer, r.lin_layer_id)]
+        return np.eye(*r.shape) if r.kind == "weight" else np.zeros(r.shape)
+
+    linear_case = case._replace(weights=[tensor(r) for r in w_regions], biases=[tensor(r) for r in b_regions])
+    assert_agree_within_policy(linear, linear_case, run_reference(linear, linear_case), ground_truth(skip, case))
+
+
+@given(cfg=rnn_configs(modes_=("gru",), dtypes_=("float64",)))
+def test_gru_variants_agree_when_the_reset_gate_is_one(cfg):
+    """With r == 1 both candidates reduce to tanh(W_h x + b_Wh + R_h h + b_Rh)."""
+    case = make_case(cfg)
+    G, H = 3, cfg.num_units
+    biases = [b.copy() for b in case.biases]
+    w_regions, b_regions = cfg.model().canonical_regions()
+    for i, r in enumerate(b_regions):
+        if r.lin_layer_id == 3:  # b_Rr (present in every input mode): sigmoid(1e4) == 1.0 exactly
+            biases[i][:] = 1e4
+    forced = case._replace(biases=biases)
+    cudnn = ground_truth(cfg, forced)
+    classic = ground_truth(cfg.with_(mode="classic_gru"), forced)
+    assert_agree_within_policy(cfg, forced, classic, cudnn)
+
+
+def test_gru_variants_differ_in_general():
+    """Same weights, different candidate: the difference is far above rounding once h != 0."""
+    cfg = RNNConfig("gru", num_layers=2, num_units=6, input_size=4, seq_len=8, batch=3, seed=5)
+    case = make_case(cfg)
+    cudnn = ground_truth(cfg, case)
+    classic = ground_truth(cfg.with_(mode="classic_gru"), case)
+    assert np.abs(cudnn.output - classic.output).max() > 1e-2

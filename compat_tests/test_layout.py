@@ -1,0 +1,140 @@
+"""Parameters: canonical shapes, the opaque layout, and round trips between them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compat_tests.strategies import rnn_configs
+from reference.layout import PROJECTION_LIN_LAYER_ID, SKIP_INPUT_HAS_LAYER0_INPUT_BIASES
+
+GATES = {"relu": 1, "tanh": 1, "lstm": 4, "gru": 3, "classic_gru": 3}
+
+
+def expected_canonical_shapes(cfg):
+    """The canonical shapes as TensorFlow's CudnnRNNParamsToCanonical(V2) documents them."""
+    G, H, D = GATES[cfg.mode], cfg.num_units, cfg.num_dirs
+    Hr = cfg.num_proj or H
+    weights, biases = [], []
+    for layer in range(cfg.num_layers):
+        in_width = cfg.input_size if layer == 0 else D * Hr
+        skipped = cfg.input_mode == "skip_input" and layer == 0
+        for _ in range(D):
+            weights += ([] if skipped else [(H, in_width)] * G) + [(H, Hr)] * G
+            if cfg.num_proj:
+                weights.append((cfg.num_proj, H))
+            biases += ([] if skipped and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES else [(H,)] * G) + [(H,)] * G
+    return weights, biases
+
+
+@given(cfg=rnn_configs())
+def test_canonical_shapes_follow_tensorflow(cfg):
+    assert cfg.model().canonical_shapes() == expected_canonical_shapes(cfg)
+
+
+@given(cfg=rnn_configs())
+def test_params_size_is_the_sum_of_canonical_sizes(cfg):
+    weights, biases = cfg.model().canonical_shapes()
+    assert cfg.model().params_size() == sum(int(np.prod(s)) for s in weights + biases)
+
+
+def random_bits(rng, shape, dtype):
+    """Arrays with every bit pattern: NaN payloads, infinities, -0, subnormals."""
+    dtype = np.dtype(dtype)
+    ints = rng.integers(0, 2 ** (8 * dtype.itemsize), size=shape, dtype=np.uint64)
+    return ints.astype({2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]).view(dtype)
+
+
+@given(cfg=rnn_configs(), seed=st.integers(0, 2**32 - 1))
+def test_canonical_to_params_to_canonical_is_bit_exact(cfg, seed):
+    model = cfg.model()
+    rng = np.random.default_rng(seed)
+    w_shapes, b_shapes = model.canonical_shapes()
+    weights = [random_bits(rng, s, model.dtype) for s in w_shapes]
+    biases = [random_bits(rng, s, model.dtype) for s in b_shapes]
+    back_w, back_b = model.params_to_canonical(model.canonical_to_params(weights, biases))
+    for got, sent in zip(back_w + back_b, weights + biases):
+        assert got.dtype == sent.dtype and got.shape == sent.shape
+        assert got.tobytes() == sent.tobytes()
+
+
+@given(cfg=rnn_configs(), seed=st.integers(0, 2**32 - 1))
+def test_params_to_canonical_to_params_is_bit_exact(cfg, seed):
+    model = cfg.model()
+    params = random_bits(np.random.default_rng(seed), model.params_size(), model.dtype)
+    again = model.canonical_to_params(*model.params_to_canonical(params))
+    assert again.tobytes() == params.tobytes()
+
+
+@given(cfg=rnn_configs())
+def test_opaque_regions_tile_the_buffer(cfg):
+    model = cfg.model()
+    regions = model.opaque_layout()
+    offset = 0
+    for r in regions:
+        assert r.offset == offset, f"gap or overlap at {r}"
+        assert len(r.shape) == (2 if r.kind == "weight" else 1)
+        offset += r.size
+    assert offset == model.params_size()
+    w_regions, b_regions = model.canonical_regions()
+    assert sorted(w_regions + b_regions, key=lambda r: r.offset) == regions
+
+
+@given(cfg=rnn_configs())
+def test_each_pseudo_layer_groups_its_input_and_recurrent_tensors(cfg):
+    """PyTorch's cuDNN path asserts this: per pseudo-layer, the input matrices (ids 0..G-1) are one
+    contiguous block in id order, the recurrent ones (G..2G-1) another, and likewise the biases."""
+    G = GATES[cfg.mode]
+    by_key = {(r.kind, r.pseudo_layer, r.lin_layer_id): r for r in cfg.model().opaque_layout()}
+    for kind in ("weight", "bias"):
+        for pl in range(cfg.num_layers * cfg.num_dirs):
+            for ids in (range(G), range(G, 2 * G)):
+                block = [by_key.get((kind, pl, i)) for i in ids]
+                if block[0] is None:
+                    assert all(r is None for r in block)
+                    continue
+                for a, b in zip(block, block[1:]):
+                    assert b.offset == a.offset + a.size
+
+
+@given(cfg=rnn_configs(), seed=st.integers(0, 2**32 - 1))
+def test_opaque_buffer_is_all_matrices_then_all_biases(cfg, seed):
+    """Keras builds a 1-layer cuDNN buffer as the weights then the biases, each flattened row-major;
+    JAX found the same for multi-layer LSTMs on cuDNN 8/9 ("through trial-and-error and testing")."""
+    model = cfg.model()
+    rng = np.random.default_rng(seed)
+    w_shapes, b_shapes = model.canonical_shapes()
+    tensors = [rng.standard_normal(s).astype(model.dtype) for s in w_shapes + b_shapes]
+    params = model.canonical_to_params(tensors[: len(w_shapes)], tensors[len(w_shapes):])
+    np.testing.assert_array_equal(params, np.concatenate([t.reshape(-1) for t in tensors]))
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+def test_projection_is_lin_layer_8_after_each_pseudo_layers_matrices(direction):
+    from compat_tests.config import RNNConfig
+
+    cfg = RNNConfig("lstm", num_layers=2, num_units=5, input_size=3, direction=direction, num_proj=2)
+    regions = cfg.model().opaque_layout()
+    for pl in range(2 * cfg.num_dirs):
+        mats = [r for r in regions if r.kind == "weight" and r.pseudo_layer == pl]
+        assert [r.lin_layer_id for r in mats] == list(range(8)) + [PROJECTION_LIN_LAYER_ID]
+        assert mats[-1].shape == (2, 5)
+        assert all(r.shape[1] == 2 for r in mats[4:8]), "recurrent matrices act on the projected state"
+
+
+def test_skip_input_has_no_layer0_input_matrices():
+    from compat_tests.config import RNNConfig
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=4, direction="bidirectional",
+                    input_mode="skip_input")
+    regions = cfg.model().opaque_layout()
+    for pl in (0, 1):
+        ids = {r.lin_layer_id for r in regions if r.kind == "weight" and r.pseudo_layer == pl}
+        assert ids == {3, 4, 5}
+        bias_ids = {r.lin_layer_id for r in regions if r.kind == "bias" and r.pseudo_layer == pl}
+        assert bias_ids == ({0, 1, 2, 3, 4, 5} if SKIP_INPUT_HAS_LAYER0_INPUT_BIASES else {3, 4, 5})
+    for pl in (2, 3):
+        ids = {r.lin_layer_id for r in regions if r.pseudo_layer == pl}
+        assert ids == set(range(6))

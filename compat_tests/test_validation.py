@@ -1,0 +1,156 @@
+"""Bad input: a clear ValueError/TypeError that names the argument, raised before any work."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import reference
+from compat_tests.config import RNNConfig, make_case
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_layers": 0}, ValueError, "num_layers"),
+        ({"num_layers": 1.0}, TypeError, "num_layers"),
+        ({"num_layers": True}, TypeError, "num_layers"),
+        ({"num_units": float("nan")}, TypeError, "num_units"),
+        ({"num_units": float("inf")}, TypeError, "num_units"),
+        ({"input_size": -3}, ValueError, "input_size"),
+        ({"input_size": "4"}, TypeError, "input_size"),
+        ({"input_mode": "skip"}, ValueError, "input_mode"),
+        ({"input_mode": "skip_input", "input_size": 3}, ValueError, "skip_input.*input_size == num_units"),
+        ({"direction": "backward"}, ValueError, "direction"),
+        ({"dtype": np.int32}, TypeError, "dtype"),
+        ({"dtype": "bfloat16"}, TypeError, "dtype"),
+        ({"dropout": 1.5}, ValueError, "dropout"),
+        ({"dropout": float("nan")}, ValueError, "dropout"),
+        ({"dropout": "0.1"}, TypeError, "dropout"),
+        ({"seed": -1}, ValueError, "seed"),
+    ],
+)
+def test_constructor_rejects(kwargs, error, match):
+    args = {"num_layers": 1, "num_units": 4, "input_size": 2, **kwargs}
+    with pytest.raises(error, match=match):
+        reference.CudnnGRU(**args)
+
+
+@pytest.mark.parametrize("num_proj", [0, 4, 5, 2.0])
+def test_lstm_rejects_bad_num_proj(num_proj):
+    with pytest.raises((ValueError, TypeError), match="num_proj"):
+        reference.CudnnLSTM(1, 4, 2, num_proj=num_proj)
+
+
+def test_only_lstm_takes_num_proj():
+    with pytest.raises(TypeError, match="num_proj"):
+        reference.CudnnGRU(1, 4, 2, num_proj=2)
+
+
+def test_auto_select_resolves_like_tensorflow():
+    assert reference.CudnnGRU(1, 4, 4, input_mode="auto_select").input_mode == "skip_input"
+    assert reference.CudnnGRU(1, 4, 3, input_mode="auto_select").input_mode == "linear_input"
+
+
+@pytest.fixture
+def lstm():
+    cfg = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional", seq_len=5,
+                    batch=2, dtype="float32")
+    model = cfg.model()
+    case = make_case(cfg)
+    return model, case, model.canonical_to_params(case.weights, case.biases)
+
+
+def call(model, case, weights_buffer, **changes):
+    args = dict(input_data=case.x, input_h=case.h0, params=weights_buffer, input_c=case.c0)
+    args.update(changes)
+    return model.forward(**args)
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"input_data": np.zeros((5, 2), F32)}, ValueError, r"input_data must be 3-D"),
+        ({"input_data": np.zeros((5, 2, 4), F32)}, ValueError, r"input_data must have shape \[T, B, input_size\]"),
+        ({"input_data": np.zeros((0, 2, 3), F32)}, ValueError, r"input_data .*T >= 1"),
+        ({"input_data": np.zeros((5, 2, 3), np.float64)}, TypeError, r"input_data must have dtype float32"),
+        ({"input_data": [[[0.0] * 3] * 2] * 5}, TypeError, r"input_data must be a numpy.ndarray"),
+        ({"input_h": np.zeros((4, 3, 4), F32)}, ValueError, r"input_h must have shape \[num_layers\*num_dirs, B, H\] = \(4, 2, 4\)"),
+        ({"input_h": np.zeros((2, 2, 4), F32)}, ValueError, r"input_h must have shape"),
+        ({"input_h": np.zeros((4, 2, 4), np.float16)}, TypeError, r"input_h must have dtype float32"),
+        ({"input_c": np.zeros((4, 2, 5), F32)}, ValueError, r"input_c must have shape"),
+        ({"params": np.zeros(7, F32)}, ValueError, r"params must have shape \[params_size\(\)\]"),
+        ({"params": np.zeros((2, 3), F32)}, ValueError, r"params must be 1-D"),
+        ({"sequence_lengths": [5, 0]}, ValueError, r"sequence_lengths must each be in 1..T = 1..5"),
+        ({"sequence_lengths": [6, 1]}, ValueError, r"sequence_lengths must each be in 1..T"),
+        ({"sequence_lengths": [5]}, ValueError, r"sequence_lengths must have shape \[B\] = \(2,\)"),
+        ({"sequence_lengths": [5.0, 2.0]}, TypeError, r"sequence_lengths must be integers"),
+        ({"sequence_lengths": [True, True]}, TypeError, r"sequence_lengths must be integers"),
+        ({"is_training": 1}, TypeError, r"is_training must be a bool"),
+        ({"time_major": "yes"}, TypeError, r"time_major must be a bool"),
+    ],
+)
+def test_forward_rejects(lstm, changes, error, match):
+    model, case, params = lstm
+    with pytest.raises(error, match=match):
+        call(model, case, params, **changes)
+
+
+def test_batch_major_errors_name_the_batch_major_shape(lstm):
+    model, case, params = lstm
+    with pytest.raises(ValueError, match=re.escape("input_h must have shape [B, num_layers*num_dirs, H] = (2, 4, 4)")):
+        call(model, case, params, input_data=np.ascontiguousarray(case.x.transpose(1, 0, 2)), time_major=False)
+
+
+def test_input_c_is_refused_without_a_cell_state():
+    model = reference.CudnnGRU(1, 4, 3)
+    x = np.zeros((2, 1, 3), F32)
+    with pytest.raises(ValueError, match="input_c must be None"):
+        model.forward(x, None, np.zeros(model.params_size(), F32), input_c=np.zeros((1, 1, 4), F32))
+
+
+def test_errors_come_before_any_work(lstm, monkeypatch):
+    """A bad last argument is reported without running a single step."""
+    model, case, params = lstm
+    import reference.model as model_module
+
+    def boom(*args, **kwargs):
+        raise AssertionError("work started before validation finished")
+
+    monkeypatch.setattr(model_module, "run_layers", boom)
+    with pytest.raises(ValueError, match="sequence_lengths"):
+        call(model, case, params, sequence_lengths=[9, 9])
+
+
+@pytest.mark.parametrize(
+    ("which", "make", "error", "match"),
+    [
+        ("weights", lambda w: w[:-1], ValueError, r"weights must hold 32 tensors .*, got 31"),
+        ("weights", lambda w: [w[0].T] + w[1:], ValueError, r"weights\[0\] \(pseudo_layer 0, lin_layer_id 0\) must have shape"),
+        ("weights", lambda w: [w[0].astype(np.float64)] + w[1:], TypeError, r"weights\[0\] .* must have dtype float32"),
+        ("weights", lambda w: np.stack([w[0], w[0]]), TypeError, r"weights must be a list"),
+        ("biases", lambda b: b + [b[0]], ValueError, r"biases must hold 32 tensors"),
+        ("biases", lambda b: b[:3] + [b[3][:-1]] + b[4:], ValueError, r"biases\[3\] \(pseudo_layer 0, lin_layer_id 3\)"),
+    ],
+)
+def test_canonical_to_params_rejects(lstm, which, make, error, match):
+    model, case, _ = lstm
+    weights, biases = list(case.weights), list(case.biases)
+    if which == "weights":
+        weights = make(weights)
+    else:
+        biases = make(biases)
+    with pytest.raises(error, match=match):
+        model.canonical_to_params(weights, biases)
+
+
+def test_params_to_canonical_rejects_wrong_size_and_dtype(lstm):
+    model, _, params = lstm
+    with pytest.raises(ValueError, match="params must have shape"):
+        model.params_to_canonical(params[:-1])
+    with pytest.raises(TypeError, match="params must have dtype float32"):
+        model.params_to_canonical(params.astype(np.float64))

@@ -1,0 +1,28 @@
+"""Pure-NumPy reference of cuDNN's recurrent networks (relu/tanh RNN, LSTM, GRU) and the textbook GRU.
+
+Imports NumPy only. The public names follow ``shared/API.md``; see ``reference.model`` for semantics.
+"""
+
+from .layout import Region
+from .model import (
+    ClassicGRU,
+    CudnnGRU,
+    CudnnLSTM,
+    CudnnRNNRelu,
+    CudnnRNNTanh,
+    ForwardResult,
+    MODELS,
+    Reserve,
+)
+
+__all__ = [
+    "ClassicGRU",
+    "CudnnGRU",
+    "CudnnLSTM",
+    "CudnnRNNRelu",
+    "CudnnRNNTanh",
+    "ForwardResult",
+    "MODELS",
+    "Region",
+    "Reserve",
+]

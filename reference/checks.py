@@ -1,0 +1,58 @@
+"""Argument checks shared by the public classes: each error names the argument and what was expected."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def int_at_least(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int; ``TypeError`` unless an integer (bools and floats, finite or not, refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+def one_of(name: str, value: object, options: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"Invalid {name}: {value!r}, expecting one of {', '.join(map(repr, options))}")
+    return value
+
+
+def flag(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def array(name: str, value: object, dtype: np.dtype, ndim: int, dims_doc: str) -> np.ndarray:
+    """A NumPy array of exactly ``dtype`` and rank ``ndim``; ``dims_doc`` names the expected axes."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of {dtype} with shape {dims_doc}, "
+                        f"got {type(value).__name__}")
+    if value.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype} (the model's dtype), got {value.dtype}")
+    if value.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D with shape {dims_doc}, got shape {value.shape}")
+    return value
+
+
+def shape(name: str, value: np.ndarray, expected: tuple[int, ...], dims_doc: str) -> None:
+    if value.shape != expected:
+        raise ValueError(f"{name} must have shape {dims_doc} = {expected}, got {value.shape}")
+
+
+def sequence_lengths(value: object, batch: int, max_time: int) -> np.ndarray:
+    """Lengths as an int64 ``[B]`` array, each in ``1..T``."""
+    lengths = np.asarray(value)
+    if lengths.dtype.kind not in "iu":
+        raise TypeError(f"sequence_lengths must be integers, got dtype {lengths.dtype}")
+    if lengths.shape != (batch,):
+        raise ValueError(f"sequence_lengths must have shape [B] = ({batch},), got {lengths.shape}")
+    if batch and (lengths.min() < 1 or lengths.max() > max_time):
+        raise ValueError(f"sequence_lengths must each be in 1..T = 1..{max_time}, "
+                         f"got values in {lengths.min()}..{lengths.max()}")
+    return lengths.astype(np.int64)

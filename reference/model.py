@@ -1,0 +1,349 @@
+"""The public classes: configuration, parameters and the forward pass, with TensorFlow's semantics.
+
+Shapes are written time-major; ``time_major=False`` swaps the first two axes of sequences *and* states
+(TensorFlow ``CudnnRNNV3``). ``H`` is num_units, ``Hr`` the recurrent state width (num_proj or num_units),
+``L`` num_layers, ``D`` num_dirs, ``G`` the gates per cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, NamedTuple, Sequence
+
+import numpy as np
+
+from . import checks, layout
+from .layout import LayoutSpec, Region
+from .modes import MODES, CellMode
+from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
+from .recurrence import PseudoLayerParams, run_layers
+
+INPUT_MODES = ("linear_input", "skip_input", "auto_select")
+DIRECTIONS = ("unidirectional", "bidirectional")
+
+_model_tokens = iter(range(1, 2**62))
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """What a forward call keeps for the backward pass (the analogue of cuDNN's reserve space).
+
+    ``dropout_masks[l]`` is the boolean keep-mask applied to layer ``l``'s output (layout of the forward
+    call: ``[T, B, D*Hr]`` time-major, ``[B, T, D*Hr]`` batch-major); empty without dropout.
+    """
+
+    model_token: int
+    is_training: bool
+    time_major: bool
+    sequence_lengths: np.ndarray | None
+    dropout_masks: tuple[np.ndarray, ...] = field(default=())
+
+
+class ForwardResult(NamedTuple):
+    """``output [T, B, D*Hr]``, ``output_h [L*D, B, Hr]``, ``output_c [L*D, B, H]`` (``None`` unless LSTM)."""
+
+    output: np.ndarray
+    output_h: np.ndarray
+    output_c: np.ndarray | None
+    reserve: Reserve
+
+
+class _CudnnRNN:
+    """A cuDNN RNN of one cell mode over an opaque parameter buffer (see the subclasses)."""
+
+    rnn_mode: ClassVar[str]
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = "linear_input",
+        direction: str = "unidirectional",
+        dtype: object = np.float32,
+        dropout: float = 0.0,
+        seed: int = 0,
+        *,
+        _num_proj: int | None = None,
+    ) -> None:
+        self.num_layers = checks.int_at_least("num_layers", num_layers, 1)
+        self.num_units = checks.int_at_least("num_units", num_units, 1)
+        self.input_size = checks.int_at_least("input_size", input_size, 1)
+        checks.one_of("input_mode", input_mode, INPUT_MODES)
+        if input_mode == "auto_select":  # TensorFlow's rule (ToRNNInputMode)
+            input_mode = "skip_input" if self.input_size == self.num_units else "linear_input"
+        if input_mode == "skip_input" and self.input_size != self.num_units:
+            raise ValueError(f"input_mode='skip_input' requires input_size == num_units, "
+                             f"got input_size={self.input_size}, num_units={self.num_units}")
+        self.input_mode = input_mode
+        self.direction = checks.one_of("direction", direction, DIRECTIONS)
+        self.num_dirs = 2 if direction == "bidirectional" else 1
+        self.dtype = storage_dtype(dtype)
+        if isinstance(dropout, (bool, np.bool_)) or not isinstance(dropout, (int, float, np.floating, np.integer)):
+            raise TypeError(f"dropout must be a float in [0, 1], got {dropout!r}")
+        if not 0.0 <= float(dropout) <= 1.0:  # also refuses NaN
+            raise ValueError(f"dropout must be in [0, 1], got {dropout}")
+        self.dropout = float(dropout)
+        self.seed = checks.int_at_least("seed", seed, 0)
+        if _num_proj is not None:
+            _num_proj = checks.int_at_least("num_proj", _num_proj, 1)
+            if _num_proj >= self.num_units:
+                raise ValueError(f"num_proj must be in 1..num_units-1 = 1..{self.num_units - 1} "
+                                 f"(cuDNN takes projSize == hiddenSize as 'no projection'), got {_num_proj}")
+        self.num_proj = _num_proj
+        self._mode: CellMode = MODES[self.rnn_mode]
+        self._spec = LayoutSpec(
+            num_gates=self._mode.num_gates, num_layers=self.num_layers, num_dirs=self.num_dirs,
+            num_units=self.num_units, input_size=self.input_size, num_proj=self.num_proj,
+            skip_input=self.input_mode == "skip_input",
+        )
+        regions = layout.canonical_layout(self._spec)
+        self._weight_regions = [r for r in regions if r.kind == "weight"]
+        self._bias_regions = [r for r in regions if r.kind == "bias"]
+        self._regions = {(r.kind, r.pseudo_layer, r.lin_layer_id): r for r in regions}
+        self._params_size = layout.params_size(self._spec)
+        self._rng = np.random.default_rng(self.seed)
+        self._token = next(_model_tokens)
+
+    def __repr__(self) -> str:
+        proj = f", num_proj={self.num_proj}" if self.num_proj is not None else ""
+        return (f"{type(self).__name__}(num_layers={self.num_layers}, num_units={self.num_units}, "
+                f"input_size={self.input_size}, input_mode={self.input_mode!r}, direction={self.direction!r}, "
+                f"dtype={self.dtype.name}, dropout={self.dropout}, seed={self.seed}{proj})")
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        """Gate names in canonical (cuDNN lin_layer_id) order: ``i f c o`` LSTM, ``r z h`` GRU, ``h`` RNN."""
+        return self._mode.gates
+
+    @property
+    def state_width(self) -> int:
+        """Hr: the width of h and of each direction's output (num_proj or num_units)."""
+        return self._spec.state_width
+
+    # ---- parameters -------------------------------------------------------------------------------
+
+    def params_size(self) -> int:
+        """Elements in the opaque parameter buffer."""
+        return self._params_size
+
+    def canonical_shapes(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        """Shapes of the canonical weights and biases, in canonical order."""
+        return [r.shape for r in self._weight_regions], [r.shape for r in self._bias_regions]
+
+    def canonical_regions(self) -> tuple[list[Region], list[Region]]:
+        """The regions of the canonical weights and biases, in canonical order (each with its offset)."""
+        return list(self._weight_regions), list(self._bias_regions)
+
+    def opaque_layout(self) -> list[Region]:
+        """Every tensor of the opaque buffer, in buffer order."""
+        return layout.opaque_layout(self._spec)
+
+    def canonical_to_params(self, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> np.ndarray:
+        """Pack canonical weights and biases (model dtype, canonical shapes) into a 1-D opaque buffer."""
+        for name, tensors, regions in (("weights", weights, self._weight_regions),
+                                       ("biases", biases, self._bias_regions)):
+            if isinstance(tensors, np.ndarray) or not isinstance(tensors, Sequence):
+                raise TypeError(f"{name} must be a list of {len(regions)} arrays, got {type(tensors).__name__}")
+            if len(tensors) != len(regions):
+                raise ValueError(f"{name} must hold {len(regions)} tensors for {self!r}, got {len(tensors)}")
+            for i, (tensor, region) in enumerate(zip(tensors, regions)):
+                what = f"{name}[{i}] (pseudo_layer {region.pseudo_layer}, lin_layer_id {region.lin_layer_id})"
+                checks.array(what, tensor, self.dtype, len(region.shape), str(list(region.shape)))
+                checks.shape(what, tensor, region.shape, str(list(region.shape)))
+        return layout.pack(self._weight_regions + self._bias_regions, list(weights) + list(biases),
+                           self._params_size, self.dtype)
+
+    def params_to_canonical(self, params: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Unpack a 1-D opaque buffer into canonical weights and biases (fresh arrays)."""
+        self._check_params(params)
+        return ([layout.view(params, r).copy() for r in self._weight_regions],
+                [layout.view(params, r).copy() for r in self._bias_regions])
+
+    def _check_params(self, params: object) -> np.ndarray:
+        params = checks.array("params", params, self.dtype, 1, "[params_size()]")
+        checks.shape("params", params, (self._params_size,), "[params_size()]")
+        return params
+
+    def _pseudo_layers(self, params: np.ndarray) -> list[PseudoLayerParams]:
+        """Per pseudo-layer parameters, gate blocks stacked, in the compute dtype."""
+        cdt = compute_dtype(self.dtype)
+        G = self._mode.num_gates
+
+        def stacked(kind: str, pl: int, lin_ids: range) -> np.ndarray | None:
+            regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
+            if regions[0] is None:
+                return None
+            return np.concatenate([layout.view(params, r) for r in regions]).astype(cdt)
+
+        layers = []
+        for pl in range(self.num_layers * self.num_dirs):
+            proj = self._regions.get(("weight", pl, layout.PROJECTION_LIN_LAYER_ID))
+            layers.append(PseudoLayerParams(
+                W=stacked("weight", pl, range(G)), b_W=stacked("bias", pl, range(G)),
+                R=stacked("weight", pl, range(G, 2 * G)), b_R=stacked("bias", pl, range(G, 2 * G)),
+                P=None if proj is None else layout.view(params, proj).astype(cdt),
+            ))
+        return layers
+
+    # ---- forward ----------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_data: np.ndarray,
+        input_h: np.ndarray | None,
+        params: np.ndarray,
+        input_c: np.ndarray | None = None,
+        is_training: bool = True,
+        sequence_lengths: Sequence[int] | np.ndarray | None = None,
+        time_major: bool = True,
+    ) -> ForwardResult:
+        """Run the network (TensorFlow ``CudnnRNNV3`` semantics).
+
+        ``input_data [T, B, input_size]``, ``input_h [L*D, B, Hr]`` and ``input_c [L*D, B, H]`` (LSTM only;
+        ``None`` = zeros), ``params [params_size()]``, ``sequence_lengths [B]`` each in ``1..T`` (steps past a
+        length output zeros; final states are taken at each sequence's last valid step). With
+        ``time_major=False`` the first two axes of ``input_data``, ``input_h``, ``input_c`` and of the results
+        are swapped. Dropout applies between layers when ``is_training``.
+        """
+        time_major = checks.flag("time_major", time_major)
+        is_training = checks.flag("is_training", is_training)
+        seq_doc = "[T, B, input_size]" if time_major else "[B, T, input_size]"
+        x = checks.array("input_data", input_data, self.dtype, 3, seq_doc)
+        if not time_major:
+            x = x.transpose(1, 0, 2)
+        T, B, width = x.shape
+        if T < 1 or B < 1 or width != self.input_size:
+            raise ValueError(f"input_data must have shape {seq_doc} with T >= 1, B >= 1, "
+                             f"input_size = {self.input_size}, got {input_data.shape}")
+        LD = self.num_layers * self.num_dirs
+        h0 = self._check_state("input_h", input_h, LD, B, self.state_width, time_major)
+        if self._mode.has_cell_state:
+            c0 = self._check_state("input_c", input_c, LD, B, self.num_units, time_major)
+        elif input_c is not None:
+            raise ValueError(f"input_c must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
+        else:
+            c0 = None
+        params = self._check_params(params)
+        lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
+
+        cdt = compute_dtype(self.dtype)
+        masks = self._draw_dropout_masks(T, B) if is_training else ()
+        keep = 1.0 - self.dropout
+        scales = [m * (1.0 / keep if keep > 0 else 0.0) for m in masks]
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            y, h_n, c_n = run_layers(
+                self._mode, x.astype(cdt), h0.astype(cdt), None if c0 is None else c0.astype(cdt),
+                self._pseudo_layers(params), self.num_dirs,
+                None if lengths is None or (lengths == T).all() else lengths,
+                self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
+                [s.astype(cdt) for s in scales],
+            )
+
+        def out(a: np.ndarray) -> np.ndarray:
+            a = a.astype(self.dtype, copy=False)
+            return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
+
+        reserve = Reserve(self._token, is_training, time_major, lengths,
+                          tuple(m if time_major else m.transpose(1, 0, 2) for m in masks))
+        return ForwardResult(out(y), out(h_n), None if c_n is None else out(c_n), reserve)
+
+    def _check_state(self, name: str, value: np.ndarray | None, LD: int, B: int, width: int,
+                     time_major: bool) -> np.ndarray:
+        if value is None:
+            return np.zeros((LD, B, width), dtype=self.dtype)
+        width_name = "H" if width == self.num_units else "num_proj"
+        doc = f"[num_layers*num_dirs, B, {width_name}]" if time_major else f"[B, num_layers*num_dirs, {width_name}]"
+        state = checks.array(name, value, self.dtype, 3, doc)
+        checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
+        return state if time_major else state.transpose(1, 0, 2)
+
+    def _draw_dropout_masks(self, T: int, B: int) -> tuple[np.ndarray, ...]:
+        if self.dropout == 0.0:
+            return ()
+        shape = (T, B, self.num_dirs * self.state_width)
+        return tuple(self._rng.random(shape) >= self.dropout for _ in range(self.num_layers - 1))
+
+
+class _NoCellState(_CudnnRNN):
+    def __call__(
+        self,
+        input_data: np.ndarray,
+        input_h: np.ndarray | None,
+        params: np.ndarray,
+        is_training: bool = False,
+        sequence_lengths: Sequence[int] | np.ndarray | None = None,
+        time_major: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(output [T, B, D*H], output_h [L*D, B, H])``; see :meth:`forward`."""
+        result = self.forward(input_data, input_h, params, None, is_training, sequence_lengths, time_major)
+        return result.output, result.output_h
+
+
+class CudnnRNNRelu(_NoCellState):
+    """cuDNN ``CUDNN_RNN_RELU``: ``h' = max(0, W x + b_W + R h + b_R)``."""
+
+    rnn_mode = "relu"
+
+
+class CudnnRNNTanh(_NoCellState):
+    """cuDNN ``CUDNN_RNN_TANH``: ``h' = tanh(W x + b_W + R h + b_R)``."""
+
+    rnn_mode = "tanh"
+
+
+class CudnnGRU(_NoCellState):
+    """cuDNN ``CUDNN_GRU`` (reset-after): ``h' = tanh(W_h x + r .* (R_h h + b_Rh) + b_Wh)``; gates r, z, h."""
+
+    rnn_mode = "gru"
+
+
+class ClassicGRU(_NoCellState):
+    """Textbook GRU with CudnnGRU's weights and layout: ``h' = tanh(W_h x + R_h (r .* h) + b_Wh + b_Rh)``."""
+
+    rnn_mode = "classic_gru"
+
+
+class CudnnLSTM(_CudnnRNN):
+    """cuDNN ``CUDNN_LSTM`` (gates i, f, c, o; no peepholes, no forget bias), optional projection.
+
+    With ``num_proj`` (cuDNN ``projSize``), ``h = (o * tanh(c)) @ P.T`` is both the output and the recurrent
+    input: ``input_h``/``output_h`` are ``[L*D, B, num_proj]`` and ``output`` is ``[T, B, D*num_proj]``.
+    """
+
+    rnn_mode = "lstm"
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = "linear_input",
+        direction: str = "unidirectional",
+        dtype: object = np.float32,
+        dropout: float = 0.0,
+        seed: int = 0,
+        num_proj: int | None = None,
+    ) -> None:
+        super().__init__(num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
+                         _num_proj=num_proj)
+
+    def __call__(
+        self,
+        input_data: np.ndarray,
+        input_h: np.ndarray | None,
+        input_c: np.ndarray | None,
+        params: np.ndarray,
+        is_training: bool = False,
+        sequence_lengths: Sequence[int] | np.ndarray | None = None,
+        time_major: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])``; see :meth:`forward`."""
+        result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major)
+        assert result.output_c is not None
+        return result.output, result.output_h, result.output_c
+
+
+MODELS: dict[str, type[_CudnnRNN]] = {
+    cls.rnn_mode: cls for cls in (CudnnRNNRelu, CudnnRNNTanh, CudnnLSTM, CudnnGRU, ClassicGRU)
+}

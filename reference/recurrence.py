@@ -1,0 +1,137 @@
+"""One direction over time, and the stack of layers and directions built from it.
+
+Every mode, direction, layer and sequence-length case goes through :func:`run_direction`; the backward
+direction is the forward recurrence run over each sequence reversed *within its valid length* (cuDNN's
+and TensorFlow's ``reverse_sequence`` semantics), so padding never leaks into valid steps.
+
+Shapes are time-major throughout: sequences ``[T, B, width]``, states ``[B, width]`` per pseudo-layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .modes import CellMode
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class PseudoLayerParams:
+    """One pseudo-layer's parameters in the compute dtype, gate blocks stacked in canonical order.
+
+    ``W [G*H, in_width]`` (``None`` with skip_input: the identity), ``b_W [G*H]`` (``None`` where absent),
+    ``R [G*H, Hr]``, ``b_R [G*H]``, ``P [num_proj, H]`` or ``None``.
+    """
+
+    W: Array | None
+    b_W: Array | None
+    R: Array
+    b_R: Array
+    P: Array | None
+
+
+def input_projection(x: Array, params: PseudoLayerParams, num_gates: int) -> Array:
+    """``x @ W.T + b_W`` for all time steps in one GEMM: ``[T, B, in] -> [T, B, G*H]``."""
+    T, B, width = x.shape
+    if params.W is None:  # skip_input: the input feeds every gate as is
+        xw = np.tile(x, (1, 1, num_gates))
+    else:
+        xw = (x.reshape(T * B, width) @ params.W.T).reshape(T, B, -1)
+    if params.b_W is not None:
+        xw += params.b_W
+    return xw
+
+
+def reversal_index(T: int, lengths: Array | None) -> tuple[Array, Array] | slice:
+    """Index that reverses each sequence within its valid length and leaves padding in place.
+
+    It is an involution, so the same index maps outputs back. ``lengths=None``: a plain time flip.
+    """
+    if lengths is None:
+        return slice(None, None, -1)
+    t = np.arange(T)[:, None]
+    time_index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
+    return time_index, np.arange(lengths.shape[0])[None, :]
+
+
+def run_direction(
+    mode: CellMode,
+    xw: Array,
+    h0: Array,
+    c0: Array | None,
+    params: PseudoLayerParams,
+    lengths: Array | None,
+    reverse: bool,
+) -> tuple[Array, Array, Array | None]:
+    """Run one pseudo-layer over time.
+
+    ``xw [T, B, G*H]`` is the input projection; ``h0 [B, Hr]``; ``c0 [B, H]`` or ``None``;
+    ``lengths [B]`` (each in 1..T) or ``None`` for full-length sequences.
+    Returns ``y [T, B, Hr]`` (zero at padded steps), the final ``h [B, Hr]`` and ``c [B, H]`` (or ``None``),
+    each taken at the sequence's last valid step.
+    """
+    T, B = xw.shape[:2]
+    index = reversal_index(T, lengths) if reverse else slice(None)
+    xw = xw[index]
+    y = np.empty((T, B, h0.shape[1]), dtype=xw.dtype)
+    h, c = h0, c0
+    for t in range(T):
+        h_new, c_new = mode.step(xw[t], h, c, params.R, params.b_R, None)
+        if params.P is not None:
+            h_new = h_new @ params.P.T
+        if lengths is not None:
+            valid = (t < lengths)[:, None]
+            h_new = np.where(valid, h_new, h)
+            if c is not None:
+                c_new = np.where(valid, c_new, c)
+            y[t] = np.where(valid, h_new, 0)
+        else:
+            y[t] = h_new
+        h, c = h_new, c_new
+    return y[index], h, c
+
+
+def run_layers(
+    mode: CellMode,
+    x: Array,
+    h0: Array,
+    c0: Array | None,
+    layers: Sequence[PseudoLayerParams],
+    num_dirs: int,
+    lengths: Array | None,
+    layer_output_dtype: np.dtype | None,
+    dropout_scales: Sequence[Array] = (),
+) -> tuple[Array, Array, Array | None]:
+    """Run the stack: layers in order, each direction of a layer over the previous layer's output.
+
+    ``x [T, B, input_size]``; ``h0 [L*D, B, Hr]``; ``c0 [L*D, B, H]`` or ``None``; ``layers[pseudo_layer]``.
+    ``dropout_scales[l]``: ``[T, B, D*Hr]`` multiplier (mask / keep probability) applied to layer ``l``'s
+    output before layer ``l+1`` reads it; empty when there is no dropout.
+    ``layer_output_dtype``: round each layer's (dropped-out) output through this dtype, as cuDNN stores it
+    in a buffer of the data type (float16 storage), or ``None``.
+    Returns ``y [T, B, D*Hr]``, ``h_n [L*D, B, Hr]``, ``c_n [L*D, B, H]`` or ``None``.
+    """
+    num_layers = len(layers) // num_dirs
+    h_n = np.empty_like(h0)
+    c_n = None if c0 is None else np.empty_like(c0)
+    layer_input = x
+    for layer in range(num_layers):
+        outputs = []
+        for direction in range(num_dirs):
+            pl = layer * num_dirs + direction
+            xw = input_projection(layer_input, layers[pl], mode.num_gates)
+            c_start = None if c0 is None else c0[pl]
+            y, h_n[pl], c_end = run_direction(mode, xw, h0[pl], c_start, layers[pl], lengths, direction == 1)
+            if c_n is not None:
+                c_n[pl] = c_end
+            outputs.append(y)
+        layer_input = outputs[0] if num_dirs == 1 else np.concatenate(outputs, axis=2)
+        if layer < len(dropout_scales):
+            layer_input = layer_input * dropout_scales[layer]
+        if layer_output_dtype is not None:
+            layer_input = layer_input.astype(layer_output_dtype).astype(x.dtype)
+    return layer_input, h_n, c_n
