@@ -2,7 +2,8 @@
 
 Random configs well beyond the property tests' sizes (H and input size up to 64, T up to 200, weight
 scales up to 4, i.e. into chaotic dynamics), every mode and dtype, every available peer; prints the
-largest conditioned error per (peer, dtype, quantity) next to its budget.
+largest conditioned error per (peer, dtype, quantity: outputs, states and, for peers with a backward
+pass, gradients) next to its budget.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         for peer in PEERS.values():
             if not peer.available()[0] or peer.unsupported(cfg):
                 continue
-            for q, v in compare_peer(peer, cfg).verdicts.items():
+            verdicts = dict(compare_peer(peer, cfg).verdicts)
+            if peer.capabilities.backward:
+                verdicts.update(compare_peer(peer, cfg, backward=True).verdicts)
+            for q, v in verdicts.items():
                 if v.stats.nonfinite_mismatch or v.indeterminate or not np.isfinite(v.kappa):
                     left_out += 1  # overflow, or a truth too ill-conditioned to judge
                     continue

@@ -1,14 +1,16 @@
-"""One comparison: a peer's forward pass of a config against the float64 truth, judged by the policy."""
+"""One comparison: a peer's forward or backward pass of a config against the float64 truth, judged by
+the tolerance policy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from . import tolerances
 from .conditioning import sensitivity
-from .config import Case, Outputs, RNNConfig, ground_truth, make_case
+from .config import Case, Outputs, RNNConfig, ground_truth, ground_truth_backward, make_case
 from .metrics import error_stats
 from .peers import Peer
 
@@ -18,24 +20,27 @@ class Comparison:
     peer: str
     cfg: RNNConfig
     verdicts: dict[str, tolerances.Verdict]
+    backward: bool = False
 
     @property
     def passed(self) -> bool:
         return all(v.passed for v in self.verdicts.values())
 
     def explain(self) -> str:
-        lines = [f"{self.peer} vs float64 reference on {self.cfg.short()}",
-                 f"  reproduce: {reproduce_command(self.peer, self.cfg)}"]
+        what = "gradients" if self.backward else "forward"
+        lines = [f"{self.peer} vs float64 reference ({what}) on {self.cfg.short()}",
+                 f"  reproduce: {reproduce_command(self.peer, self.cfg, self.backward)}"]
         lines += ["  " + v.explain(q) for q, v in self.verdicts.items()]
         return "\n".join(lines)
 
 
-def reproduce_command(peer: str, cfg: RNNConfig) -> str:
-    return f"rnn-compat check --peer {peer} --config '{cfg.to_json()}'"
+def reproduce_command(peer: str, cfg: RNNConfig, backward: bool = False) -> str:
+    return f"rnn-compat check --peer {peer}{' --backward' if backward else ''} --config '{cfg.to_json()}'"
 
 
-def judge_outputs(peer: str, cfg: RNNConfig, actual: Outputs, truth: Outputs,
-                  kappa: dict[str, float]) -> Comparison:
+def judge_results(peer: str, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, kappa: dict[str, float],
+                  backward: bool = False, forward_overflows: bool = False) -> Comparison:
+    """Judge every quantity of ``truth`` (``Outputs`` or ``GradOutputs``) against ``actual``'s."""
     verdicts = {}
     for name, expected in truth._asdict().items():
         if expected is None:
@@ -45,23 +50,33 @@ def judge_outputs(peer: str, cfg: RNNConfig, actual: Outputs, truth: Outputs,
             raise AssertionError(f"{peer} returned {name} of {None if got is None else (got.shape, got.dtype)}, "
                                  f"expected {expected.shape} {cfg.dtype} for {cfg.short()}")
         stats = error_stats(got, expected)
-        verdicts[name] = tolerances.judge(peer, cfg.dtype, name, stats, kappa.get(name, 1.0))
-    return Comparison(peer, cfg, verdicts)
+        verdicts[name] = tolerances.judge(peer, cfg.dtype, name, stats, kappa.get(name, 1.0),
+                                          steps=cfg.seq_len * cfg.batch, forward_overflows=forward_overflows)
+    return Comparison(peer, cfg, verdicts, backward)
 
 
-def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None) -> Comparison:
-    """Run ``peer`` on ``cfg`` and judge every forward quantity against the float64 reference."""
+def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward: bool = False) -> Comparison:
+    """Run ``peer`` on ``cfg`` (its forward pass, or with ``backward`` its gradients) and judge every
+    quantity against the float64 reference."""
     case = case if case is not None else make_case(cfg)
-    truth = ground_truth(cfg, case)
+    evaluate = ground_truth_backward if backward else ground_truth
+    truth = evaluate(cfg, case)
     with np.errstate(all="ignore"):
-        actual = peer.forward(cfg, case)
-    return judge_outputs(peer.name, cfg, actual, truth, sensitivity(cfg, case, truth))
+        actual = peer.backward(cfg, case) if backward else peer.forward(cfg, case)
+    overflows = backward and _overflows(ground_truth(cfg, case), np.dtype(cfg.dtype))
+    return judge_results(peer.name, cfg, actual, truth, sensitivity(cfg, case, truth, evaluate=evaluate), backward,
+                         overflows)
+
+
+def _overflows(outputs: Outputs, dtype: np.dtype) -> bool:
+    limit = np.finfo(dtype).max
+    return any(a is not None and not (np.abs(a) <= limit).all() for a in outputs)
 
 
 def assert_agree_within_policy(cfg: RNNConfig, case: Case, actual: Outputs, expected: Outputs,
                                peer: str = "reference") -> None:
-    """Two results of ``cfg`` that may differ only by rounding (another evaluation order, another batch
-    split) agree within ``peer``'s budget for ``cfg.dtype``; ``expected`` is upcast to float64."""
+    """Two forward results of ``cfg`` that may differ only by rounding (another evaluation order, another
+    batch split) agree within ``peer``'s budget for ``cfg.dtype``; ``expected`` is upcast to float64."""
     kappa = sensitivity(cfg, case)
     for name, want in expected._asdict().items():
         if want is None:

@@ -104,7 +104,10 @@ class RNNConfig:
 
 
 class Case(NamedTuple):
-    """The arrays of a config, in the config's dtype and layout (``h0``/``c0`` may be ``None``)."""
+    """The arrays of a config, in the config's dtype and layout (``h0``/``c0`` may be ``None``).
+
+    ``dy``, ``dh``, ``dc``: the gradients of the outputs a backward pass starts from (``dc`` LSTM only).
+    """
 
     weights: list[np.ndarray]
     biases: list[np.ndarray]
@@ -112,17 +115,24 @@ class Case(NamedTuple):
     h0: np.ndarray | None
     c0: np.ndarray | None
     lengths: np.ndarray | None
+    dy: np.ndarray | None = None
+    dh: np.ndarray | None = None
+    dc: np.ndarray | None = None
 
     def astype(self, dtype: object) -> "Case":
         """The same values in another float dtype (exact when widening)."""
-        cast = (lambda a: None if a is None else a.astype(dtype))
-        return Case([cast(w) for w in self.weights], [cast(b) for b in self.biases], cast(self.x),
-                    cast(self.h0), cast(self.c0), self.lengths)
+        return self.map(lambda a: a.astype(dtype))
+
+    def map(self, f) -> "Case":
+        """Apply ``f`` to every float array (weights, biases, inputs, states, upstream gradients)."""
+        g = (lambda a: None if a is None else f(a))
+        return Case([g(w) for w in self.weights], [g(b) for b in self.biases], g(self.x), g(self.h0), g(self.c0),
+                    self.lengths, g(self.dy), g(self.dh), g(self.dc))
 
 
 def make_case(cfg: RNNConfig) -> Case:
-    """Weights ~ U(-s, s) with s = weight_scale / sqrt(num_units) (PyTorch's init at scale 1), inputs and
-    initial states ~ U(-1, 1); all drawn from ``cfg.seed`` and rounded to ``cfg.dtype``."""
+    """Weights ~ U(-s, s) with s = weight_scale / sqrt(num_units) (PyTorch's init at scale 1), inputs,
+    initial states and output gradients ~ U(-1, 1); all drawn from ``cfg.seed``, rounded to ``cfg.dtype``."""
     rng = np.random.default_rng(cfg.seed)
     dtype = np.dtype(cfg.dtype)
     model = cfg.model("float64")
@@ -140,7 +150,11 @@ def make_case(cfg: RNNConfig) -> Case:
         if cfg.has_cell_state:
             c0 = rng.uniform(-1, 1, (*state_lead, cfg.num_units)).astype(dtype)
     lengths = None if cfg.lengths is None else np.array(cfg.lengths, dtype=np.int64)
-    return Case(weights, biases, x, h0, c0, lengths)
+    upstream = np.random.default_rng([cfg.seed, 1])  # its own stream: the forward arrays stay as they are
+    dy = upstream.uniform(-1, 1, (*lead, cfg.num_dirs * cfg.state_width)).astype(dtype)
+    dh = upstream.uniform(-1, 1, (*state_lead, cfg.state_width)).astype(dtype)
+    dc = upstream.uniform(-1, 1, (*state_lead, cfg.num_units)).astype(dtype) if cfg.has_cell_state else None
+    return Case(weights, biases, x, h0, c0, lengths, dy, dh, dc)
 
 
 class Outputs(NamedTuple):
@@ -151,16 +165,45 @@ class Outputs(NamedTuple):
     output_c: np.ndarray | None
 
 
-def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:
-    """The reference forward pass of ``case`` in ``dtype`` (default the config's); inference mode."""
+def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_training: bool):
     model = cfg.model(dtype)
     case = case.astype(model.dtype)
     params = model.canonical_to_params(case.weights, case.biases)
-    result = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=False,
+    result = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=is_training,
                            sequence_lengths=case.lengths, time_major=cfg.time_major)
+    return model, case, result
+
+
+def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:
+    """The reference forward pass of ``case`` in ``dtype`` (default the config's); inference mode."""
+    _, _, result = _reference_forward(cfg, case, dtype, is_training=False)
     return Outputs(result.output, result.output_h, result.output_c)
 
 
 def ground_truth(cfg: RNNConfig, case: Case) -> Outputs:
     """The float64 reference on the case's exact values: what every peer is measured against."""
     return run_reference(cfg, case, "float64")
+
+
+class GradOutputs(NamedTuple):
+    """What a backward pass returns, as NumPy arrays in the config's layout and dtype: the gradients of
+    the input, the initial states (``d_input_c`` None unless LSTM) and the parameters, packed in the
+    reference's opaque layout (``d_params``; canonical tensors are the common currency, so peers pack theirs
+    with ``RNNConfig.model().canonical_to_params``)."""
+
+    d_input: np.ndarray
+    d_input_h: np.ndarray
+    d_input_c: np.ndarray | None
+    d_params: np.ndarray
+
+
+def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None) -> GradOutputs:
+    """Forward (training, no dropout) and backward of ``case`` in ``dtype`` (default the config's)."""
+    model, case, fwd = _reference_forward(cfg, case, dtype, is_training=True)
+    grads = model.backward(fwd, case.dy, case.dh, case.dc)
+    return GradOutputs(grads.input, grads.input_h, grads.input_c, grads.params)
+
+
+def ground_truth_backward(cfg: RNNConfig, case: Case) -> GradOutputs:
+    """The float64 reference gradients on the case's exact values."""
+    return run_reference_backward(cfg, case, "float64")

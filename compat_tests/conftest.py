@@ -47,16 +47,29 @@ def selected_peers(config: pytest.Config) -> list[str]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "peer_name" in metafunc.fixturenames:
         metafunc.parametrize("peer_name", selected_peers(metafunc.config))
+    if "grad_peer_name" in metafunc.fixturenames:
+        metafunc.parametrize("grad_peer_name",
+                             [n for n in selected_peers(metafunc.config) if PEERS[n].capabilities.backward])
+
+
+def _available(name: str):
+    chosen = PEERS[name]
+    ok, why = chosen.available()
+    if not ok:
+        pytest.skip(f"{name}: {why}")
+    return chosen
 
 
 @pytest.fixture
 def peer(peer_name: str):
     """The selected peer, skipped with its reason when it is not available here."""
-    chosen = PEERS[peer_name]
-    ok, why = chosen.available()
-    if not ok:
-        pytest.skip(f"{peer_name}: {why}")
-    return chosen
+    return _available(peer_name)
+
+
+@pytest.fixture
+def grad_peer(grad_peer_name: str):
+    """A selected peer with a backward pass, skipped with its reason when it is not available here."""
+    return _available(grad_peer_name)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -29,28 +29,8 @@ def dtypes(allowed: tuple[str, ...] = DTYPE_NAMES) -> st.SearchStrategy[str]:
     return st.sampled_from(allowed)
 
 
-def layer_counts() -> st.SearchStrategy[int]:
-    return st.integers(1, MAX_LAYERS)
-
-
-def unit_counts() -> st.SearchStrategy[int]:
-    return st.integers(1, MAX_UNITS)
-
-
-def input_sizes() -> st.SearchStrategy[int]:
-    return st.integers(1, MAX_INPUT)
-
-
 def directions() -> st.SearchStrategy[str]:
     return st.sampled_from(("unidirectional", "bidirectional"))
-
-
-def seq_lens() -> st.SearchStrategy[int]:
-    return st.integers(1, MAX_TIME)
-
-
-def batch_sizes() -> st.SearchStrategy[int]:
-    return st.integers(1, MAX_BATCH)
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -73,19 +53,23 @@ def rnn_configs(
     modes_: tuple[str, ...] | None = None,
     dtypes_: tuple[str, ...] | None = None,
     max_layers: int = MAX_LAYERS,
+    max_units: int = MAX_UNITS,
+    max_input: int = MAX_INPUT,
+    max_time: int = MAX_TIME,
+    max_batch: int = MAX_BATCH,
 ) -> RNNConfig:
-    """A config the given capabilities support, drawn piece by piece."""
+    """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``)."""
     mode = draw(modes(modes_ or capabilities.modes), label="mode")
     dtype = draw(dtypes(dtypes_ or capabilities.dtypes), label="dtype")
     num_layers = draw(st.integers(1, max_layers), label="num_layers")
-    num_units = draw(unit_counts(), label="num_units")
+    num_units = draw(st.integers(1, max_units), label="num_units")
     skip = capabilities.skip_input and draw(st.booleans(), label="skip_input")
-    input_size = num_units if skip else draw(input_sizes(), label="input_size")
+    input_size = num_units if skip else draw(st.integers(1, max_input), label="input_size")
     num_proj = None
     if mode == "lstm" and capabilities.projection and num_units > 1 and draw(st.booleans(), label="project"):
         num_proj = draw(st.integers(1, num_units - 1), label="num_proj")
-    seq_len = draw(seq_lens(), label="seq_len")
-    batch = draw(batch_sizes(), label="batch")
+    seq_len = draw(st.integers(1, max_time), label="seq_len")
+    batch = draw(st.integers(1, max_batch), label="batch")
     lengths = draw(lengths_for(seq_len, batch), label="lengths") if capabilities.lengths else None
     time_major = draw(st.booleans(), label="time_major") if capabilities.batch_major else True
     return RNNConfig(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from compat_tests import tolerances
-from compat_tests.compare import compare_peer, judge_outputs
+from compat_tests.compare import compare_peer, judge_results
 from compat_tests.conditioning import sensitivity
 from compat_tests.config import Outputs, RNNConfig, ground_truth, make_case
 from compat_tests.metrics import error_stats, ulp_distance
@@ -54,10 +54,10 @@ def test_a_planted_error_of_a_few_hundred_ulps_fails(dtype):
     truth = ground_truth(cfg, case)
     kappa = sensitivity(cfg, case, truth)
     clean = PEERS["reference"].forward(cfg, case)
-    assert judge_outputs("reference", cfg, clean, truth, kappa).passed
+    assert judge_results("reference", cfg, clean, truth, kappa).passed
     planted = clean.output.copy()
     planted[3, 1, 2] += 300 * np.finfo(dtype).eps * max(1.0, abs(float(planted[3, 1, 2])))
-    verdicts = judge_outputs("reference", cfg, Outputs(planted, clean.output_h, clean.output_c), truth, kappa).verdicts
+    verdicts = judge_results("reference", cfg, Outputs(planted, clean.output_h, clean.output_c), truth, kappa).verdicts
     assert not verdicts["output"].passed
     assert verdicts["output_h"].passed
 
@@ -67,6 +67,16 @@ def test_a_truth_too_ill_conditioned_to_trust_is_indeterminate_not_judged():
     assert not tolerances.judge("reference", "float32", "output", stats, kappa=1e3).passed
     verdict = tolerances.judge("reference", "float32", "output", stats, kappa=10 * tolerances.MAX_JUDGEABLE_KAPPA)
     assert verdict.indeterminate and "indeterminate" in verdict.explain("output")
+
+
+def test_gradients_of_a_forward_pass_that_overflows_the_dtype_are_not_judged():
+    """A relu stack whose float64 outputs reach 1e20 overflows float16: its float16 gradients belong to
+    another function (inf/NaN activations), so they are reported as indeterminate, not as failures."""
+    cfg = RNNConfig("relu", num_layers=2, num_units=4, input_size=3, seq_len=40, batch=2, dtype="float16",
+                    weight_scale=4.0, seed=1)
+    assert np.abs(ground_truth(cfg, make_case(cfg)).output).max() > np.finfo(np.float16).max
+    comparison = compare_peer(PEERS["reference"], cfg, backward=True)
+    assert all(v.indeterminate and "overflows float16" in v.indeterminate for v in comparison.verdicts.values())
 
 
 def test_every_budget_has_a_reason_and_a_known_key():

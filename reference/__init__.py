@@ -11,6 +11,7 @@ from .model import (
     CudnnRNNRelu,
     CudnnRNNTanh,
     ForwardResult,
+    Gradients,
     MODELS,
     Reserve,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "CudnnRNNRelu",
     "CudnnRNNTanh",
     "ForwardResult",
+    "Gradients",
     "MODELS",
     "Region",
     "Reserve",

@@ -16,7 +16,8 @@ from . import checks, layout
 from .layout import LayoutSpec, Region
 from .modes import MODES, CellMode
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
-from .recurrence import PseudoLayerParams, run_layers
+from .backward import backprop_layers
+from .recurrence import PseudoLayerParams, StackTrace, run_layers
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -37,6 +38,7 @@ class Reserve:
     time_major: bool
     sequence_lengths: np.ndarray | None
     dropout_masks: tuple[np.ndarray, ...] = field(default=())
+    trace: StackTrace | None = field(default=None, repr=False)  # is_training only
 
 
 class ForwardResult(NamedTuple):
@@ -46,6 +48,19 @@ class ForwardResult(NamedTuple):
     output_h: np.ndarray
     output_c: np.ndarray | None
     reserve: Reserve
+
+
+class Gradients(NamedTuple):
+    """Gradients of a forward call's inputs, in that call's layout and the model's dtype.
+
+    ``input [T, B, input_size]``, ``input_h [L*D, B, Hr]``, ``input_c [L*D, B, H]`` (``None`` unless LSTM),
+    ``params [params_size()]`` in the opaque layout (``params_to_canonical`` splits it per tensor).
+    """
+
+    input: np.ndarray
+    input_h: np.ndarray
+    input_c: np.ndarray | None
+    params: np.ndarray
 
 
 class _CudnnRNN:
@@ -160,9 +175,9 @@ class _CudnnRNN:
         return ([layout.view(params, r).copy() for r in self._weight_regions],
                 [layout.view(params, r).copy() for r in self._bias_regions])
 
-    def _check_params(self, params: object) -> np.ndarray:
-        params = checks.array("params", params, self.dtype, 1, "[params_size()]")
-        checks.shape("params", params, (self._params_size,), "[params_size()]")
+    def _check_params(self, params: object, name: str = "params") -> np.ndarray:
+        params = checks.array(name, params, self.dtype, 1, "[params_size()]")
+        checks.shape(name, params, (self._params_size,), "[params_size()]")
         return params
 
     def _pseudo_layers(self, params: np.ndarray) -> list[PseudoLayerParams]:
@@ -232,21 +247,98 @@ class _CudnnRNN:
         keep = 1.0 - self.dropout
         scales = [m * (1.0 / keep if keep > 0 else 0.0) for m in masks]
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            y, h_n, c_n = run_layers(
+            y, h_n, c_n, trace = run_layers(
                 self._mode, x.astype(cdt), h0.astype(cdt), None if c0 is None else c0.astype(cdt),
                 self._pseudo_layers(params), self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
                 self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
-                [s.astype(cdt) for s in scales],
+                [s.astype(cdt) for s in scales], trace=is_training,
             )
+        out = self._to_storage(time_major)
+        reserve = Reserve(self._token, is_training, time_major, lengths,
+                          tuple(m if time_major else m.transpose(1, 0, 2) for m in masks), trace)
+        return ForwardResult(out(y), out(h_n), None if c_n is None else out(c_n), reserve)
 
+    def _to_storage(self, time_major: bool):
         def out(a: np.ndarray) -> np.ndarray:
             a = a.astype(self.dtype, copy=False)
             return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
 
-        reserve = Reserve(self._token, is_training, time_major, lengths,
-                          tuple(m if time_major else m.transpose(1, 0, 2) for m in masks))
-        return ForwardResult(out(y), out(h_n), None if c_n is None else out(c_n), reserve)
+        return out
+
+    # ---- backward ---------------------------------------------------------------------------------
+
+    def backward(
+        self,
+        fwd: ForwardResult,
+        output_backprop: np.ndarray,
+        output_h_backprop: np.ndarray | None = None,
+        output_c_backprop: np.ndarray | None = None,
+        params_backprop_out: np.ndarray | None = None,
+    ) -> Gradients:
+        """Gradients of a training forward pass (TensorFlow ``CudnnRNNBackpropV3`` semantics).
+
+        ``output_backprop`` has ``fwd.output``'s shape; ``output_h_backprop`` / ``output_c_backprop`` those of
+        ``fwd.output_h`` / ``fwd.output_c`` (``None`` = zeros). ``output_backprop`` at padded steps is ignored.
+        Returns fresh gradients; with ``params_backprop_out`` (a ``[params_size()]`` buffer of the model's
+        dtype) the parameter gradient is *added* into that buffer, as cuDNN's ``BackwardWeights`` does
+        (``CUDNN_WGRAD_MODE_ADD``), and the buffer is returned as ``Gradients.params``.
+        Float16 models compute in float32 and round the gradients to float16.
+        """
+        if not isinstance(fwd, ForwardResult):
+            raise TypeError(f"fwd must be the ForwardResult of this model's forward(), got {type(fwd).__name__}")
+        reserve = fwd.reserve
+        if reserve.model_token != self._token:
+            raise ValueError("fwd comes from another model's forward(); backward needs this model's own result")
+        if not reserve.is_training or reserve.trace is None:
+            raise ValueError("backward needs a forward pass run with is_training=True "
+                             "(TensorFlow: 'To use CudnnRNN in gradients, is_training must be set to True')")
+        trace = reserve.trace
+        T, B = trace.inputs[0].shape[:2]
+        LD = self.num_layers * self.num_dirs
+        tm = reserve.time_major
+        lead = (T, B) if tm else (B, T)
+        seq_doc = "[T, B, num_dirs*Hr]" if tm else "[B, T, num_dirs*Hr]"
+        dy = checks.array("output_backprop", output_backprop, self.dtype, 3, seq_doc)
+        checks.shape("output_backprop", dy, (*lead, self.num_dirs * self.state_width), seq_doc)
+        dh = self._check_state("output_h_backprop", output_h_backprop, LD, B, self.state_width, tm)
+        if self._mode.has_cell_state:
+            dc = self._check_state("output_c_backprop", output_c_backprop, LD, B, self.num_units, tm)
+        elif output_c_backprop is not None:
+            raise ValueError(f"output_c_backprop must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
+        else:
+            dc = None
+        if params_backprop_out is not None:
+            self._check_params(params_backprop_out, "params_backprop_out")
+            if not params_backprop_out.flags.writeable:
+                raise ValueError("params_backprop_out must be writeable (gradients are added into it)")
+
+        cdt = compute_dtype(self.dtype)
+        if not tm:
+            dy = dy.transpose(1, 0, 2)
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, dy.astype(cdt), dh.astype(cdt),
+                                                  None if dc is None else dc.astype(cdt))
+            d_params = self._scatter(grads)
+        out = self._to_storage(tm)
+        if params_backprop_out is not None:
+            params_backprop_out += d_params
+            d_params = params_backprop_out
+        return Gradients(out(dx), out(dh0), None if dc0 is None else out(dc0), d_params)
+
+    def _scatter(self, grads: Sequence[PseudoLayerParams]) -> np.ndarray:
+        """Per pseudo-layer stacked gradients -> one opaque buffer in the storage dtype."""
+        H, G = self.num_units, self._mode.num_gates
+        params = np.zeros(self._params_size, dtype=self.dtype)
+        for (kind, pl, lin), region in self._regions.items():
+            g = grads[pl]
+            if lin == layout.PROJECTION_LIN_LAYER_ID:
+                block = g.P
+            else:
+                stacked = (g.W if kind == "weight" else g.b_W) if lin < G else (g.R if kind == "weight" else g.b_R)
+                block = stacked[(lin % G) * H : (lin % G + 1) * H]
+            params[region.offset : region.offset + region.size] = block.reshape(-1)
+        return params
 
     def _check_state(self, name: str, value: np.ndarray | None, LD: int, B: int, width: int,
                      time_major: bool) -> np.ndarray:

@@ -1,14 +1,25 @@
 """The cell modes as a table: one row per cuDNN ``cudnnRNNMode_t`` (plus the textbook GRU).
 
 Every row names its gates in canonical (cuDNN ``lin_layer_id``) order and carries one step function.
-A step receives the input projection of the current time step, already including the input-side biases
-(``xw = x @ W.T + b_W``, shape ``[B, G*H]``, gate blocks in canonical order), the previous recurrent
-state ``h [B, Hr]`` (``Hr`` = num_proj or num_units), the previous cell state ``c [B, H]`` or ``None``,
-the stacked recurrent matrices ``R [G*H, Hr]`` and recurrent biases ``b_R [G*H]``. It returns the new
+A step receives the input projection of the current time step ``xw [B, G*H]`` (gate blocks in canonical
+order), which already holds the input-side biases *and* every recurrent bias that adds outside a product
+(``x @ W.T + b_W + b_R``, except the gates listed in the row's ``inner_bias_gates``), the previous
+recurrent state ``h [B, Hr]`` (``Hr`` = num_proj or num_units), the previous cell state ``c [B, H]`` or
+``None``, the recurrent matrices transposed ``RT [Hr, G*H]`` (contiguous: the per-step GEMM is
+``h @ RT``) and the recurrent biases of ``inner_bias_gates`` (``[n*H]``, or ``None``). It returns the new
 hidden output *before* any LSTM projection, ``[B, H]``, and the new cell state (or ``None``).
 
 When ``acts`` (a ``[B, mode.saved_width * H]`` buffer) is given, the step writes there the activations a
 backward pass needs (see ``saved`` in each row).
+
+A row's ``step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec)`` takes the gradients of the step's
+outputs (``g`` of the new hidden output before projection, ``gc`` of the new cell state or ``None``),
+writes the gradients of the input projection ``xw`` into ``d_xw`` and of the recurrent pre-activation
+(``recurrent_input @ R.T + b_R``) into ``d_rec`` (both ``[B, G*H]``; the same array unless the row has
+``separate_rec_grad``: only the cuDNN GRU's candidate differs) and returns ``(dh_prev, dc_prev)``.
+``recurrent_inputs(h_prev, acts, H)`` names, per block of rows of ``R``, the tensor that block multiplies
+(``h_prev`` for every mode but the textbook GRU's candidate, which multiplies ``r * h_prev``); it works on
+whole sequences, so the weight gradient is one GEMM over all time steps.
 
 Equations (rows are vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMode_t`` documentation:
 
@@ -27,7 +38,11 @@ from typing import Callable, Optional
 import numpy as np
 
 Array = np.ndarray
-StepFn = Callable[[Array, Array, Optional[Array], Array, Array, Optional[Array]], tuple[Array, Optional[Array]]]
+StepFn = Callable[[Array, Array, Optional[Array], Array, Optional[Array], Optional[Array]],
+                  tuple[Array, Optional[Array]]]
+BackwardFn = Callable[[Array, Optional[Array], Array, Array, Optional[Array], Array, Array, Array],
+                      tuple[Array, Optional[Array]]]
+RecurrentInputsFn = Callable[[Array, Array, int], list[tuple[slice, Array]]]
 
 
 def sigmoid(x: Array, out: Array | None = None) -> Array:
@@ -47,15 +62,9 @@ def relu(x: Array, out: Array | None = None) -> Array:
     return np.maximum(x, 0, out=out)
 
 
-def _recurrent(h: Array, R: Array, b_R: Array) -> Array:
-    out = h @ R.T
-    out += b_R
-    return out
-
-
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
-    def step(xw, h, c, R, b_R, acts=None):
-        pre = _recurrent(h, R, b_R)
+    def step(xw, h, c, RT, b_inner, acts=None):
+        pre = h @ RT
         pre += xw
         h_new = activation(pre, out=pre)
         if acts is not None:
@@ -65,13 +74,32 @@ def _simple_step(activation: Callable[..., Array]) -> StepFn:
     return step
 
 
-def _lstm_step(xw, h, c, R, b_R, acts=None):
+def _simple_step_backward(derivative: Callable[[Array, Array, Array], None]) -> BackwardFn:
+    """``derivative(g, h, out)``: the gradient of the pre-activation from the output's gradient and the output."""
+
+    def step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
+        derivative(g, acts, d_xw)
+        return d_xw @ R, None
+
+    return step_backward
+
+
+def _tanh_backward(g: Array, h: Array, out: Array) -> None:
+    np.multiply(h, h, out=out)
+    np.subtract(1.0, out, out=out)
+    out *= g
+
+
+def _relu_backward(g: Array, h: Array, out: Array) -> None:
+    np.copyto(out, np.where(h > 0, g, 0.0))  # the subgradient 0 at 0, as PyTorch's threshold_backward
+
+
+def _lstm_step(xw, h, c, RT, b_inner, acts=None):
     H = c.shape[1]
-    z = _recurrent(h, R, b_R)
+    z = h @ RT
     z += xw
+    sigmoid(z[:, : 2 * H], out=z[:, : 2 * H])  # i and f, one pass
     i, f, g, o = z[:, :H], z[:, H : 2 * H], z[:, 2 * H : 3 * H], z[:, 3 * H :]
-    sigmoid(i, out=i)
-    sigmoid(f, out=f)
     np.tanh(g, out=g)
     sigmoid(o, out=o)
     c_new = f * c
@@ -84,23 +112,98 @@ def _lstm_step(xw, h, c, R, b_R, acts=None):
     return h_new, c_new
 
 
-def _gru_step(reset_after: bool) -> StepFn:
-    def step(xw, h, c, R, b_R, acts=None):
+def _lstm_step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
+    H = c_prev.shape[1]
+    i, f, gg, o, tanh_c = (acts[:, k * H : (k + 1) * H] for k in range(5))
+    di, df, dg, do = (d_xw[:, k * H : (k + 1) * H] for k in range(4))
+    dc = tanh_c * tanh_c  # dc = g * o * (1 - tanh_c^2) + gc
+    np.subtract(1.0, dc, out=dc)
+    dc *= o
+    dc *= g
+    if gc is not None:
+        dc += gc
+    one_minus = 1.0 - o
+    np.multiply(g, tanh_c, out=do)  # o: g * tanh_c * o * (1 - o)
+    do *= o
+    do *= one_minus
+    np.subtract(1.0, i, out=one_minus)
+    np.multiply(dc, gg, out=di)  # i: dc * g * i * (1 - i)
+    di *= i
+    di *= one_minus
+    np.subtract(1.0, f, out=one_minus)
+    np.multiply(dc, c_prev, out=df)  # f: dc * c_prev * f * (1 - f)
+    df *= f
+    df *= one_minus
+    np.multiply(gg, gg, out=dg)  # c: dc * i * (1 - g^2)
+    np.subtract(1.0, dg, out=dg)
+    dg *= i
+    dg *= dc
+    dc *= f
+    return d_xw @ R, dc
+
+
+def _gru_step_backward(reset_after: bool) -> BackwardFn:
+    def step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
         H = R.shape[0] // 3
-        if reset_after:  # cuDNN: the reset gate scales the biased recurrent product
-            hr = _recurrent(h, R, b_R)
+        r, z, n = acts[:, :H], acts[:, H : 2 * H], acts[:, 2 * H : 3 * H]
+        dr, dz, dn = d_xw[:, :H], d_xw[:, H : 2 * H], d_xw[:, 2 * H :]
+        one_minus_z = 1.0 - z
+        np.multiply(n, n, out=dn)  # candidate pre-activation: g * (1 - z) * (1 - n^2)
+        np.subtract(1.0, dn, out=dn)
+        dn *= one_minus_z
+        dn *= g
+        np.subtract(h_prev, n, out=dz)  # update gate: g * (h - n) * z * (1 - z)
+        dz *= g
+        dz *= z
+        dz *= one_minus_z
+        dh_prev = g * z
+        one_minus_r = np.subtract(1.0, r, out=one_minus_z)
+        if reset_after:  # n = tanh(xw_n + r * hn), hn = h R_n^T + b_Rn
+            np.multiply(dn, acts[:, 3 * H :], out=dr)
+            dr *= r
+            dr *= one_minus_r
+            d_rec[:, : 2 * H] = d_xw[:, : 2 * H]
+            np.multiply(dn, r, out=d_rec[:, 2 * H :])
+            dh_prev += d_rec @ R
+        else:  # n = tanh(xw_n + (r * h) R_n^T + b_Rn); d_rec is d_xw
+            d_rh = dn @ R[2 * H :]
+            np.multiply(d_rh, h_prev, out=dr)
+            dr *= r
+            dr *= one_minus_r
+            dh_prev += d_xw[:, : 2 * H] @ R[: 2 * H]
+            d_rh *= r
+            dh_prev += d_rh
+        return dh_prev, None
+
+    return step_backward
+
+
+def _plain_recurrent_input(h_prev: Array, acts: Array, H: int) -> list[tuple[slice, Array]]:
+    return [(slice(None), h_prev)]
+
+
+def _reset_scaled_candidate_input(h_prev: Array, acts: Array, H: int) -> list[tuple[slice, Array]]:
+    return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), acts[..., :H] * h_prev)]
+
+
+def _gru_step(reset_after: bool) -> StepFn:
+    def step(xw, h, c, RT, b_inner, acts=None):
+        H = RT.shape[1] // 3
+        if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
+            hr = h @ RT
             rz = xw[:, : 2 * H] + hr[:, : 2 * H]
             sigmoid(rz, out=rz)
             r, z = rz[:, :H], rz[:, H:]
             hn = hr[:, 2 * H :]
+            hn += b_inner
             n = r * hn
         else:  # textbook: the reset gate scales the state before the recurrent product
-            rz = _recurrent(h, R[: 2 * H], b_R[: 2 * H])
+            rz = h @ RT[:, : 2 * H]
             rz += xw[:, : 2 * H]
             sigmoid(rz, out=rz)
             r, z = rz[:, :H], rz[:, H:]
             hn = None
-            n = _recurrent(r * h, R[2 * H :], b_R[2 * H :])
+            n = (r * h) @ RT[:, 2 * H :]
         n += xw[:, 2 * H :]
         np.tanh(n, out=n)
         h_new = h - n
@@ -118,7 +221,7 @@ def _gru_step(reset_after: bool) -> StepFn:
 
 @dataclass(frozen=True)
 class CellMode:
-    """One cell mode: its gates in canonical order, its state, its step function.
+    """One cell mode: its gates in canonical order, its state, its step function and that step's backward.
 
     ``saved``: names of the ``[B, H]`` blocks a step records for backprop, in ``acts`` order.
     """
@@ -128,7 +231,11 @@ class CellMode:
     gates: tuple[str, ...]
     has_cell_state: bool
     step: StepFn
+    step_backward: BackwardFn
     saved: tuple[str, ...]
+    recurrent_inputs: RecurrentInputsFn = _plain_recurrent_input
+    inner_bias_gates: tuple[int, ...] = ()  # gates whose recurrent bias sits inside a product
+    separate_rec_grad: bool = False  # the recurrent pre-activation's gradient differs from the input's
     supports_projection: bool = False
 
     @property
@@ -144,13 +251,17 @@ class CellMode:
 MODES: dict[str, CellMode] = {
     m.name: m
     for m in (
-        CellMode("relu", 0, ("h",), False, _simple_step(relu), saved=("h",)),
-        CellMode("tanh", 1, ("h",), False, _simple_step(np.tanh), saved=("h",)),
-        CellMode(
-            "lstm", 2, ("i", "f", "c", "o"), True, _lstm_step,
-            saved=("i", "f", "c", "o", "tanh_c"), supports_projection=True,
-        ),
-        CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True), saved=("r", "z", "n", "hn")),
-        CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=False), saved=("r", "z", "n")),
+        CellMode("relu", 0, ("h",), False, _simple_step(relu), _simple_step_backward(_relu_backward),
+                 saved=("h",)),
+        CellMode("tanh", 1, ("h",), False, _simple_step(np.tanh), _simple_step_backward(_tanh_backward),
+                 saved=("h",)),
+        CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step, _lstm_step_backward,
+                 saved=("i", "f", "c", "o", "tanh_c"), supports_projection=True),
+        CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True),
+                 _gru_step_backward(reset_after=True), saved=("r", "z", "n", "hn"), inner_bias_gates=(2,),
+                 separate_rec_grad=True),
+        CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=False),
+                 _gru_step_backward(reset_after=False), saved=("r", "z", "n"),
+                 recurrent_inputs=_reset_scaled_candidate_input),
     )
 }

@@ -58,6 +58,31 @@ def reversal_index(T: int, lengths: Array | None) -> tuple[Array, Array] | slice
     return time_index, np.arange(lengths.shape[0])[None, :]
 
 
+@dataclass(frozen=True)
+class DirectionTrace:
+    """What one pseudo-layer's forward run keeps for backprop, in run order (the backward direction's
+    steps reversed within each length): per step the mode's saved activations ``acts [T, B, A*H]``, the
+    recurrent input ``h_prev [T, B, Hr]``, the previous cell state ``c_prev [T, B, H]`` (LSTM) and the
+    output before the projection ``h_raw [T, B, H]`` (LSTM with num_proj)."""
+
+    acts: Array
+    h_prev: Array
+    c_prev: Array | None
+    h_raw: Array | None
+
+
+@dataclass(frozen=True)
+class StackTrace:
+    """A training forward pass, as the backward pass needs it: each pseudo-layer's parameters and trace,
+    each layer's input ``[T, B, width]`` (after dropout), the dropout multipliers and the lengths used."""
+
+    layers: Sequence[PseudoLayerParams]
+    inputs: Sequence[Array]
+    directions: Sequence[DirectionTrace]
+    dropout_scales: Sequence[Array]
+    lengths: Array | None
+
+
 def run_direction(
     mode: CellMode,
     xw: Array,
@@ -66,22 +91,46 @@ def run_direction(
     params: PseudoLayerParams,
     lengths: Array | None,
     reverse: bool,
-) -> tuple[Array, Array, Array | None]:
+    trace: bool = False,
+) -> tuple[Array, Array, Array | None, DirectionTrace | None]:
     """Run one pseudo-layer over time.
 
-    ``xw [T, B, G*H]`` is the input projection; ``h0 [B, Hr]``; ``c0 [B, H]`` or ``None``;
+    ``xw [T, B, G*H]`` is the input projection (a fresh array: the recurrent biases are added into it);
+    ``h0 [B, Hr]``; ``c0 [B, H]`` or ``None``;
     ``lengths [B]`` (each in 1..T) or ``None`` for full-length sequences.
     Returns ``y [T, B, Hr]`` (zero at padded steps), the final ``h [B, Hr]`` and ``c [B, H]`` (or ``None``),
-    each taken at the sequence's last valid step.
+    each taken at the sequence's last valid step, and the trace for backprop when ``trace``.
     """
     T, B = xw.shape[:2]
+    H = params.R.shape[0] // mode.num_gates
+    RT = np.ascontiguousarray(params.R.T)  # the per-step GEMM h @ RT reads a contiguous operand
+    inner = [slice(g * H, (g + 1) * H) for g in mode.inner_bias_gates]
+    outer_bias = params.b_R.copy()
+    for block in inner:
+        outer_bias[block] = 0
+    xw += outer_bias  # recurrent biases that add outside any product join the input projection once
+    b_inner = np.concatenate([params.b_R[block] for block in inner]) if inner else None
     index = reversal_index(T, lengths) if reverse else slice(None)
     xw = xw[index]
     y = np.empty((T, B, h0.shape[1]), dtype=xw.dtype)
+    record = None
+    if trace:
+        record = DirectionTrace(
+            acts=np.empty((T, B, mode.saved_width * H), dtype=xw.dtype),
+            h_prev=np.empty((T, B, h0.shape[1]), dtype=xw.dtype),
+            c_prev=None if c0 is None else np.empty((T, B, H), dtype=xw.dtype),
+            h_raw=None if params.P is None else np.empty((T, B, H), dtype=xw.dtype),
+        )
     h, c = h0, c0
     for t in range(T):
-        h_new, c_new = mode.step(xw[t], h, c, params.R, params.b_R, None)
+        if record is not None:
+            record.h_prev[t] = h
+            if c is not None:
+                record.c_prev[t] = c
+        h_new, c_new = mode.step(xw[t], h, c, RT, b_inner, None if record is None else record.acts[t])
         if params.P is not None:
+            if record is not None:
+                record.h_raw[t] = h_new
             h_new = h_new @ params.P.T
         if lengths is not None:
             valid = (t < lengths)[:, None]
@@ -92,7 +141,7 @@ def run_direction(
         else:
             y[t] = h_new
         h, c = h_new, c_new
-    return y[index], h, c
+    return y[index], h, c, record
 
 
 def run_layers(
@@ -105,7 +154,8 @@ def run_layers(
     lengths: Array | None,
     layer_output_dtype: np.dtype | None,
     dropout_scales: Sequence[Array] = (),
-) -> tuple[Array, Array, Array | None]:
+    trace: bool = False,
+) -> tuple[Array, Array, Array | None, StackTrace | None]:
     """Run the stack: layers in order, each direction of a layer over the previous layer's output.
 
     ``x [T, B, input_size]``; ``h0 [L*D, B, Hr]``; ``c0 [L*D, B, H]`` or ``None``; ``layers[pseudo_layer]``.
@@ -113,25 +163,31 @@ def run_layers(
     output before layer ``l+1`` reads it; empty when there is no dropout.
     ``layer_output_dtype``: round each layer's (dropped-out) output through this dtype, as cuDNN stores it
     in a buffer of the data type (float16 storage), or ``None``.
-    Returns ``y [T, B, D*Hr]``, ``h_n [L*D, B, Hr]``, ``c_n [L*D, B, H]`` or ``None``.
+    Returns ``y [T, B, D*Hr]``, ``h_n [L*D, B, Hr]``, ``c_n [L*D, B, H]`` or ``None``, and the
+    :class:`StackTrace` for backprop when ``trace``.
     """
     num_layers = len(layers) // num_dirs
     h_n = np.empty_like(h0)
     c_n = None if c0 is None else np.empty_like(c0)
     layer_input = x
+    inputs, directions = [], []
     for layer in range(num_layers):
         outputs = []
+        inputs.append(layer_input)
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             xw = input_projection(layer_input, layers[pl], mode.num_gates)
             c_start = None if c0 is None else c0[pl]
-            y, h_n[pl], c_end = run_direction(mode, xw, h0[pl], c_start, layers[pl], lengths, direction == 1)
+            y, h_n[pl], c_end, record = run_direction(mode, xw, h0[pl], c_start, layers[pl], lengths,
+                                                      direction == 1, trace)
             if c_n is not None:
                 c_n[pl] = c_end
             outputs.append(y)
+            directions.append(record)
         layer_input = outputs[0] if num_dirs == 1 else np.concatenate(outputs, axis=2)
         if layer < len(dropout_scales):
             layer_input = layer_input * dropout_scales[layer]
         if layer_output_dtype is not None:
             layer_input = layer_input.astype(layer_output_dtype).astype(x.dtype)
-    return layer_input, h_n, c_n
+    stack = StackTrace(layers, inputs, directions, dropout_scales, lengths) if trace else None
+    return layer_input, h_n, c_n, stack

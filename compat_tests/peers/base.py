@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from ..config import DTYPE_NAMES, MODE_NAMES, Case, Outputs, RNNConfig
+from ..config import DTYPE_NAMES, MODE_NAMES, Case, GradOutputs, Outputs, RNNConfig
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Capabilities:
     projection: bool = True
     lengths: bool = True
     batch_major: bool = True
+    backward: bool = True
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
     def unsupported(self, cfg: RNNConfig) -> str | None:
@@ -59,3 +60,7 @@ class Peer(ABC):
     @abstractmethod
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
         """Inference forward pass of ``case`` (config's dtype and layout); NumPy results."""
+
+    def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
+        """Training forward, then the gradients of ``case.dy``/``dh``/``dc`` (peers with ``backward``)."""
+        raise NotImplementedError(f"{self.name} has no backward pass")

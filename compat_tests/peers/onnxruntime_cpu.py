@@ -38,6 +38,7 @@ class OnnxRuntimeCPU(Peer):
         dtypes=("float16", "float32"),
         skip_input=False,
         projection=False,
+        backward=False,
         notes=(
             ("dtype", "onnxruntime's GRU/LSTM/RNN CPU kernels reject double"),
             ("skip_input", "ONNX recurrent ops have no skip_input mode"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Case, Outputs, RNNConfig, run_reference
+from ..config import Case, GradOutputs, Outputs, RNNConfig, run_reference, run_reference_backward
 from .base import Capabilities, Peer
 
 
@@ -20,3 +20,6 @@ class ReferencePeer(Peer):
 
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
         return run_reference(cfg, case)
+
+    def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
+        return run_reference_backward(cfg, case)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Case, Outputs, RNNConfig
+from reference.layout import PROJECTION_LIN_LAYER_ID
+
+from ..config import Case, GradOutputs, Outputs, RNNConfig
 from .base import Capabilities, Peer
 from .canonical import by_pseudo_layer
 
@@ -40,46 +42,92 @@ class TorchCPU(Peer):
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
         import torch
 
+        with torch.no_grad():
+            run = _Run(cfg, case, requires_grad=False)
+        return Outputs(*(None if a is None else _numpy(cfg, a, is_state) for a, is_state in
+                         ((run.y, False), (run.h, True), (run.c, True))))
+
+    def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
+        """Autograd of ``sum(y * dy) + sum(h_n * dh) + sum(c_n * dc)``: the gradients cuDNN's backward returns."""
+        run = _Run(cfg, case, requires_grad=True)
+        loss = (run.y * _tensor(cfg, case.dy, False)).sum() + (run.h * _tensor(cfg, case.dh, True)).sum()
+        if run.c is not None:
+            loss = loss + (run.c * _tensor(cfg, case.dc, True)).sum()
+        loss.backward()
+        model = cfg.model()
+        H, G = cfg.num_units, len(model.gates)
+        grads = {}
+        for pl in range(cfg.num_layers * cfg.num_dirs):
+            suffix = _suffix(cfg, pl)
+            for kind, part in (("weight", "weight"), ("bias", "bias")):
+                ih = getattr(run.module, f"{part}_ih{suffix}").grad.numpy()
+                hh = getattr(run.module, f"{part}_hh{suffix}").grad.numpy()
+                for lin in range(2 * G):
+                    grads[(kind, pl, lin)] = (ih if lin < G else hh)[(lin % G) * H:(lin % G + 1) * H]
+            if cfg.num_proj:
+                grads[("weight", pl, PROJECTION_LIN_LAYER_ID)] = getattr(run.module, "weight_hr" + suffix).grad.numpy()
+        w_regions, b_regions = model.canonical_regions()
+        d_params = model.canonical_to_params([grads[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in w_regions],
+                                             [grads[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions])
+        return GradOutputs(_numpy(cfg, run.x.grad, False), _numpy(cfg, run.h0.grad, True),
+                           None if run.c0 is None else _numpy(cfg, run.c0.grad, True), d_params)
+
+
+def _suffix(cfg: RNNConfig, pseudo_layer: int) -> str:
+    layer, direction = divmod(pseudo_layer, cfg.num_dirs)
+    return f"_l{layer}" + ("_reverse" if direction else "")
+
+
+def _tensor(cfg: RNNConfig, a: np.ndarray, is_state: bool):
+    """A NumPy array of the config's layout as a torch tensor of torch's (states are never batch-first)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a.transpose(1, 0, 2)) if is_state and not cfg.time_major else a)
+
+
+def _numpy(cfg: RNNConfig, t, is_state: bool) -> np.ndarray:
+    a = t.detach().numpy()
+    return np.ascontiguousarray(a.transpose(1, 0, 2)) if is_state and not cfg.time_major else a
+
+
+class _Run:
+    """One forward pass of ``case`` through an ``nn.RNN``/``LSTM``/``GRU`` holding the canonical weights."""
+
+    def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool) -> None:
+        import torch
+
         torch.set_num_threads(1)  # OpenBLAS and torch's pools spin against each other on 2 cores
         dtype = getattr(torch, cfg.dtype)
-        module = _module(cfg, dtype)
-        model = cfg.model()
+        self.module = _module(cfg, dtype)
         with torch.no_grad():
-            for pl, t in enumerate(by_pseudo_layer(model, case.weights, case.biases)):
-                layer, direction = divmod(pl, cfg.num_dirs)
-                suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                getattr(module, "weight_ih" + suffix).copy_(torch.from_numpy(np.concatenate(t.W)))
-                getattr(module, "weight_hh" + suffix).copy_(torch.from_numpy(np.concatenate(t.R)))
-                getattr(module, "bias_ih" + suffix).copy_(torch.from_numpy(np.concatenate(t.b_W)))
-                getattr(module, "bias_hh" + suffix).copy_(torch.from_numpy(np.concatenate(t.b_R)))
-                if t.P is not None:
-                    getattr(module, "weight_hr" + suffix).copy_(torch.from_numpy(t.P))
+            for pl, t in enumerate(by_pseudo_layer(cfg.model(), case.weights, case.biases)):
+                suffix = _suffix(cfg, pl)
+                for name, value in (("weight_ih", np.concatenate(t.W)), ("weight_hh", np.concatenate(t.R)),
+                                    ("bias_ih", np.concatenate(t.b_W)), ("bias_hh", np.concatenate(t.b_R)),
+                                    ("weight_hr", t.P)):
+                    if value is not None:
+                        getattr(self.module, name + suffix).copy_(torch.from_numpy(value))
 
-            def state(a: np.ndarray | None, width: int):
-                if a is None:
-                    return torch.zeros(cfg.num_layers * cfg.num_dirs, cfg.batch, width, dtype=dtype)
-                return torch.from_numpy(a if cfg.time_major else np.ascontiguousarray(a.transpose(1, 0, 2)))
+        def state(a: np.ndarray | None, width: int):
+            if a is None:
+                a = np.zeros((cfg.num_layers * cfg.num_dirs, cfg.batch, width), cfg.dtype)
+                return torch.from_numpy(a).requires_grad_(requires_grad)
+            return _tensor(cfg, a, True).clone().requires_grad_(requires_grad)
 
-            hx = state(case.h0, cfg.state_width)
-            if cfg.has_cell_state:
-                hx = (hx, state(case.c0, cfg.num_units))
-            x = torch.from_numpy(case.x)
-            batch_first = not cfg.time_major
-            if case.lengths is None:
-                y, states = module(x, hx)
-            else:
-                packed = torch.nn.utils.rnn.pack_padded_sequence(
-                    x, torch.from_numpy(case.lengths), batch_first=batch_first, enforce_sorted=False)
-                y, states = module(packed, hx)
-                y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=batch_first, total_length=cfg.seq_len)
-
-        h, c = states if cfg.has_cell_state else (states, None)
-
-        def back(a):
-            a = a.numpy()
-            return a if cfg.time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
-
-        return Outputs(y.numpy(), back(h), None if c is None else back(c))
+        self.x = torch.from_numpy(case.x).clone().requires_grad_(requires_grad)
+        self.h0 = state(case.h0, cfg.state_width)
+        self.c0 = state(case.c0, cfg.num_units) if cfg.has_cell_state else None
+        hx = self.h0 if self.c0 is None else (self.h0, self.c0)
+        batch_first = not cfg.time_major
+        if case.lengths is None:
+            self.y, states = self.module(self.x, hx)
+        else:
+            packed = torch.nn.utils.rnn.pack_padded_sequence(
+                self.x, torch.from_numpy(case.lengths), batch_first=batch_first, enforce_sorted=False)
+            y, states = self.module(packed, hx)
+            self.y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=batch_first,
+                                                               total_length=cfg.seq_len)
+        self.h, self.c = states if cfg.has_cell_state else (states, None)
 
 
 # mode -> (torch class name, extra constructor arguments)

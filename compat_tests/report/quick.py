@@ -3,27 +3,40 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
+from .. import tolerances
 from ..compare import Comparison, compare_peer
 from ..config import RNNConfig
 from ..peers import Peer
 
-QUANTITIES = ("output", "output_h", "output_c")
-
-
 @dataclass
 class Row:
+    """One (backend, dtype, mode): the worst conditioned error of its forward quantities and of its
+    gradients, each with the budget it was judged against."""
+
     peer: str
     dtype: str
     mode: str
     configs: int = 0
-    worst: dict[str, float] | None = None
+    worst: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (error, budget)
     max_abs: float = 0.0
-    bound: float = 0.0
-    failures: list[Comparison] | None = None
+    failures: list[Comparison] = field(default_factory=list)
     indeterminate: int = 0
+
+    def record(self, comparison: Comparison) -> None:
+        self.indeterminate += any(v.indeterminate for v in comparison.verdicts.values())
+        for q, v in comparison.verdicts.items():
+            if v.indeterminate:
+                continue
+            kind = tolerances.kind_of(q)
+            error, bound = self.worst.get(kind, (0.0, 1.0))
+            if v.conditioned_error / v.bound >= error / bound:  # the worst share of its budget
+                self.worst[kind] = (v.conditioned_error, v.bound)
+            self.max_abs = max(self.max_abs, v.stats.max_abs)
+        if not comparison.passed:
+            self.failures.append(comparison)
 
 
 def run(peers: Iterable[Peer], configs: list[RNNConfig]) -> tuple[list[Row], list[str]]:
@@ -36,32 +49,24 @@ def run(peers: Iterable[Peer], configs: list[RNNConfig]) -> tuple[list[Row], lis
             if why:
                 skipped[(peer.name, why)] += 1
                 continue
-            comparison = compare_peer(peer, cfg)
-            row = rows.setdefault((peer.name, cfg.dtype, cfg.mode),
-                                  Row(peer.name, cfg.dtype, cfg.mode, worst={}, failures=[]))
+            row = rows.setdefault((peer.name, cfg.dtype, cfg.mode), Row(peer.name, cfg.dtype, cfg.mode))
             row.configs += 1
-            row.indeterminate += any(v.indeterminate for v in comparison.verdicts.values())
-            for q, v in comparison.verdicts.items():
-                if v.indeterminate:
-                    continue
-                row.worst[q] = max(row.worst.get(q, 0.0), v.conditioned_error)
-                row.max_abs = max(row.max_abs, v.stats.max_abs)
-                row.bound = v.bound
-            if not comparison.passed:
-                row.failures.append(comparison)
+            row.record(compare_peer(peer, cfg))
+            if peer.capabilities.backward:
+                row.record(compare_peer(peer, cfg, backward=True))
     notes = [f"{peer}: {count} configs skipped: {why}" for (peer, why), count in sorted(skipped.items())]
     return list(rows.values()), notes
 
 
 def format_table(rows: list[Row]) -> str:
-    head = ("backend", "dtype", "mode", "configs", "output", "output_h", "output_c", "budget", "max abs", "verdict")
+    head = ("backend", "dtype", "mode", "configs", "forward/budget", "gradients/budget", "max abs", "verdict")
     body = []
     for r in sorted(rows, key=lambda r: (r.peer, r.dtype, r.mode)):
-        cells = [f"{r.worst[q]:.2f}" if q in r.worst else "-" for q in QUANTITIES]
+        cells = [f"{r.worst[k][0]:.2f}/{r.worst[k][1]:g}" if k in r.worst else "-" for k in ("forward", "gradient")]
         verdict = "ok" if not r.failures else f"FAIL x{len(r.failures)}"
         if r.indeterminate:
             verdict += f" ({r.indeterminate} indeterminate)"
-        body.append((r.peer, r.dtype, r.mode, str(r.configs), *cells, f"{r.bound:g}", f"{r.max_abs:.1e}", verdict))
+        body.append((r.peer, r.dtype, r.mode, str(r.configs), *cells, f"{r.max_abs:.1e}", verdict))
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join(fmt.format(*line) for line in [head, *body])
@@ -69,14 +74,15 @@ def format_table(rows: list[Row]) -> str:
 
 def render(rows: list[Row], notes: list[str]) -> str:
     lines = [
-        "Worst conditioned error per quantity: max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)),",
-        "kappa = the config's measured sensitivity (compat_tests/tolerances.py). Within budget = agrees up to rounding.",
+        "Worst conditioned error of the outputs and final states (forward) and of all gradients (where the backend",
+        "has a backward pass): max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa = the",
+        "config's measured sensitivity (compat_tests/tolerances.py); within budget = agrees up to rounding.",
         "",
         format_table(rows),
     ]
     if notes:
         lines += ["", "Not run:"] + [f"  {n}" for n in notes]
-    failures = [c for r in rows for c in (r.failures or [])]
+    failures = [c for r in rows for c in r.failures]
     if failures:
         lines += ["", "Failures (re-run one with its command):"]
         for c in failures:

@@ -1,0 +1,1 @@
+"""Speed against peers: each implementation timed in its own process, alternating, ratios of medians."""

@@ -1,0 +1,27 @@
+"""Forward + backward (all gradients) of the reference against PyTorch autograd on the CPU, float32.
+
+``python -m benchmarks.bench_backward [--rounds 3] [--seconds 1.5]``: prints reference/torch time ratios
+(goal <= 1.0) for GRU and LSTM at (T=100, B=32, I=128, H=256, L=1) and (T=100, B=64, I=256, H=512, L=2).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .harness import Case, compare
+
+CASES = [Case(mode, 100, 32, 128, 256, 1, False) for mode in ("gru", "lstm")] + \
+        [Case(mode, 100, 64, 256, 512, 2, False) for mode in ("gru", "lstm")]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=1.5)
+    a = p.parse_args()
+    print("forward + backward, float32, each measurement in its own process; ratio = reference / torch")
+    compare("train", CASES, ["reference", "torch"], a.rounds, a.seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Alternate implementations, one fresh process per measurement, and report ratios of medians.
+
+Two cores shared by torch's OpenMP pool, OpenBLAS's threads or onnxruntime's pool make same-process
+timings meaningless, so every measurement is its own ``python -m benchmarks.worker`` process. Rounds
+alternate the implementations so slow phases of a shared host hit all of them alike; each cell of the
+table is the median over rounds, and the ratio is ``median(reference) / median(peer)``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from statistics import median
+
+
+@dataclass(frozen=True)
+class Case:
+    mode: str
+    T: int
+    B: int
+    I: int
+    H: int
+    L: int
+    bidi: bool
+
+    def args(self) -> list[str]:
+        return [self.mode, *(str(v) for v in (self.T, self.B, self.I, self.H, self.L)), "Y" if self.bidi else "N"]
+
+    def label(self) -> str:
+        return f"{self.mode} T={self.T} B={self.B} I={self.I} H={self.H} L={self.L} bi={'Y' if self.bidi else 'N'}"
+
+
+def measure(impl: str, task: str, case: Case, seconds: float) -> float:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(),
+                          "--seconds", str(seconds)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
+
+
+def compare(task: str, cases: list[Case], impls: list[str], rounds: int, seconds: float) -> list[dict]:
+    rows = []
+    for case in cases:
+        samples: dict[str, list[float]] = {impl: [] for impl in impls}
+        for _ in range(rounds):
+            for impl in impls:
+                samples[impl].append(measure(impl, task, case, seconds))
+        medians = {impl: median(v) for impl, v in samples.items()}
+        rows.append({"case": case.label(), **{f"{i}_ms": 1e3 * m for i, m in medians.items()},
+                     **{f"reference/{i}": medians["reference"] / medians[i] for i in impls if i != "reference"}})
+        print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def format_row(row: dict) -> str:
+    cells = [row["case"].ljust(44)]
+    cells += [f"{k} {v:9.2f}" if k.endswith("_ms") else f"{k} = {v:.2f}" for k, v in row.items() if k != "case"]
+    return "  ".join(cells)

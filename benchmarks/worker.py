@@ -1,0 +1,91 @@
+"""Time one implementation on one config in this process; print one JSON line of seconds per call.
+
+``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--repeat N] [--seconds S]``
+IMPL: reference | torch; TASK: train (forward + backward, all gradients) | infer (forward only).
+Run by ``benchmarks.harness``, one process per measurement, so thread pools never share the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+    import reference
+
+    cls = reference.MODELS[mode]
+    model = cls(L, H, I, direction="bidirectional" if bidi else "unidirectional", dtype=np.float32)
+    rng = np.random.default_rng(0)
+    params = (rng.standard_normal(model.params_size()) * H**-0.5).astype(np.float32)
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    dy = rng.standard_normal((T, B, (2 if bidi else 1) * H)).astype(np.float32)
+    if task == "infer":
+        return lambda: model.forward(x, None, params, is_training=False)
+
+    def train():
+        fwd = model.forward(x, None, params, is_training=True)
+        model.backward(fwd, dy)
+
+    return train
+
+
+def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+    import torch
+
+    torch.manual_seed(0)
+    cls = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}.get(mode)
+    kwargs = {} if cls else {"nonlinearity": mode}
+    module = (cls or torch.nn.RNN)(I, H, num_layers=L, bidirectional=bidi, **kwargs)
+    x = torch.randn(T, B, I)
+    dy = torch.randn(T, B, (2 if bidi else 1) * H)
+    if task == "infer":
+        def infer():
+            with torch.inference_mode():
+                module(x)
+
+        return infer
+    x.requires_grad_(True)
+
+    def train():
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        y, _ = module(x)
+        (y * dy).sum().backward()
+
+    return train
+
+
+IMPLS = {"reference": reference_call, "torch": torch_call}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("impl", choices=sorted(IMPLS))
+    p.add_argument("task", choices=("train", "infer"))
+    p.add_argument("mode")
+    for name in ("T", "B", "I", "H", "L"):
+        p.add_argument(name, type=int)
+    p.add_argument("bidi", choices=("Y", "N"))
+    p.add_argument("--seconds", type=float, default=1.5, help="time budget for the timed calls")
+    p.add_argument("--min-repeat", type=int, default=5)
+    a = p.parse_args()
+    call = IMPLS[a.impl](a.task, a.mode, a.T, a.B, a.I, a.H, a.L, a.bidi == "Y")
+    for _ in range(2):  # warm-up: allocations, BLAS/oneDNN kernel selection
+        call()
+    times = []
+    start = time.perf_counter()
+    while len(times) < a.min_repeat or time.perf_counter() - start < a.seconds:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 200:
+            break
+    print(json.dumps({"median": float(np.median(times)), "n": len(times)}))
+
+
+if __name__ == "__main__":
+    main()
