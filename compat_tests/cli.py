@@ -7,44 +7,58 @@ Exit status: 0 when everything compared is within the tolerance policy, 1 when s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from .config import RNNConfig
 
 
-def _peers(names: str | None):
+def _backends(names: str | None):
+    """The available peers among ``names`` (default: all), and every considered backend's status."""
     from .peers import PEERS, get_peer
 
     chosen = [get_peer(n) for n in names.split(",")] if names else list(PEERS.values())
-    available, notes = [], []
+    available, status = [], []
+    for peer in chosen:
+        ok, why = peer.available()
+        status.append({"name": peer.name, "available": ok, "detail": why})
+        if ok:
+            available.append(peer)
     if not names:
         import cudnn_backend
 
         ok, why = cudnn_backend.available()
         if not ok:
-            notes.append(f"cudnn: unavailable ({why})")
-    for peer in chosen:
-        ok, why = peer.available()
-        (available.append(peer) if ok else notes.append(f"{peer.name}: unavailable ({why})"))
-    return available, notes
+            status.append({"name": "cudnn", "available": False, "detail": why})
+    return available, status
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import quick
-    from .report.grids import GRIDS
+    import datetime
 
-    if args.grid not in GRIDS:
-        print(f"rnn-compat report: the {args.grid!r} grid comes with the full report generator; "
-              f"available now: {', '.join(GRIDS)}", file=sys.stderr)
-        return 2
-    peers, unavailable = _peers(args.backends)
-    configs = GRIDS[args.grid](args.seed)
-    print(f"rnn-compat report --grid {args.grid}: {len(configs)} configs x {len(peers)} backends "
-          f"({', '.join(p.name for p in peers)}) against the float64 NumPy reference, seed {args.seed}")
-    rows, notes = quick.run(peers, configs)
-    print(quick.render(rows, unavailable + notes))
-    return 0 if all(not r.failures for r in rows) else 1
+    from .report import build_report, write_report
+    from .report.grids import load_grid, plan
+    from .report.render import terminal_summary
+    from .report.sweep import RESULTS, sweep
+
+    specs = load_grid(args.grid, args.seed)
+    peers, status = _backends(args.backends)
+    if not peers:
+        raise ValueError("no requested backend is available: " + "; ".join(f"{b['name']}: {b['detail']}" for b in status))
+    grid_name = Path(args.grid).stem if args.grid.endswith(".json") else args.grid
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{grid_name}-{stamp}"
+    if (out / RESULTS).exists() and not args.resume:
+        raise ValueError(f"{out / RESULTS} exists: pass --resume to continue that run, or another --out")
+    units, skipped = plan(specs, peers)
+    print(f"rnn-compat report --grid {args.grid}: {len(units)} units ({', '.join(p.name for p in peers)}) "
+          f"against the float64 NumPy reference, seed {args.seed}, {args.jobs} jobs -> {out}", flush=True)
+    records = sweep(units, out, jobs=args.jobs, progress=not args.no_progress)
+    report = build_report(records, grid_name, args.seed, status, skipped)
+    write_report(out, report)
+    print(terminal_summary(report, str(out)))
+    return 0 if report["passed"] else 1
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -57,11 +71,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{peer.name} is unavailable: {why}", file=sys.stderr)
         return 2
     cfg = RNNConfig.from_json(args.config)
-    why = peer.unsupported(cfg)
+    why = peer.unsupported(cfg) or (None if peer.capabilities.backward or not args.backward
+                                    else f"{peer.name} has no backward pass")
     if why:
         print(f"{peer.name} cannot run {cfg.short()}: {why}", file=sys.stderr)
         return 2
-    comparison = compare_peer(peer, cfg)
+    comparison = compare_peer(peer, cfg, backward=args.backward)
     print(comparison.explain())
     return 0 if comparison.passed else 1
 
@@ -79,12 +94,17 @@ def main(argv: list[str] | None = None) -> int:
 
     report = sub.add_parser("report", help="divergence of every available backend from the float64 reference")
     report.add_argument("--backends", help="comma-separated backends (default: all available)")
-    report.add_argument("--grid", choices=("quick", "default", "full"), default="quick")
+    report.add_argument("--grid", default="default", help="quick | default | full | a JSON grid file")
+    report.add_argument("--out", help="report folder (default: reports/_scratch/GRID-TIMESTAMP)")
+    report.add_argument("--resume", action="store_true", help="continue the run whose results.jsonl is in --out")
     report.add_argument("--seed", type=int, default=0)
+    report.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    report.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     check = sub.add_parser("check", help="re-run one comparison (the command a failure prints)")
     check.add_argument("--peer", required=True)
     check.add_argument("--config", required=True, help="an RNNConfig as JSON")
+    check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
     test = sub.add_parser("test", help="run the suite; other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")
@@ -96,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "test":
             return cmd_test(args, extra)
         return {"report": cmd_report, "check": cmd_check}[args.command](args)
-    except ValueError as exc:  # unknown peer, malformed config: bad arguments
+    except ValueError as exc:  # unknown peer or grid, malformed config, existing results: bad arguments
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -49,10 +49,17 @@ def judge_results(peer: str, cfg: RNNConfig, actual: NamedTuple, truth: NamedTup
         if got is None or got.shape != expected.shape or got.dtype != np.dtype(cfg.dtype):
             raise AssertionError(f"{peer} returned {name} of {None if got is None else (got.shape, got.dtype)}, "
                                  f"expected {expected.shape} {cfg.dtype} for {cfg.short()}")
-        stats = error_stats(got, expected)
+        stats = error_stats(got, expected, time_axis=_time_axis(cfg, name))
         verdicts[name] = tolerances.judge(peer, cfg.dtype, name, stats, kappa.get(name, 1.0),
                                           steps=cfg.seq_len * cfg.batch, forward_overflows=forward_overflows)
     return Comparison(peer, cfg, verdicts, backward)
+
+
+SEQUENCES = ("output", "d_input")  # quantities with a time axis; the others are states or parameters
+
+
+def _time_axis(cfg: RNNConfig, quantity: str) -> int | None:
+    return (0 if cfg.time_major else 1) if quantity in SEQUENCES else None
 
 
 def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward: bool = False) -> Comparison:

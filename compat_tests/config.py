@@ -88,10 +88,14 @@ class RNNConfig:
             data["lengths"] = tuple(data["lengths"])
         return cls(**data)
 
-    def short(self) -> str:
+    def short(self, with_dtype: bool = True) -> str:
         """A compact human-readable label."""
         parts = [self.mode, f"L{self.num_layers}", f"H{self.num_units}", f"I{self.input_size}",
-                 "bi" if self.num_dirs == 2 else "uni", f"T{self.seq_len}", f"B{self.batch}", self.dtype]
+                 "bi" if self.num_dirs == 2 else "uni", f"T{self.seq_len}", f"B{self.batch}"]
+        if with_dtype:
+            parts.append(self.dtype)
+        if self.weight_scale != 1.0:
+            parts.append(f"scale{self.weight_scale:g}")
         if self.input_mode != "linear_input":
             parts.append(self.input_mode)
         if self.num_proj:

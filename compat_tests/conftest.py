@@ -28,7 +28,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU with cuDNN 9; skipped elsewhere with the reason "
                                        "from cudnn_backend.available()")
     config.addinivalue_line("filterwarnings", "error::RuntimeWarning")
-    config.addinivalue_line("filterwarnings", "ignore:LSTM with projections is not supported with oneDNN:UserWarning")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -28,8 +28,9 @@ class ErrorStats:
     scale: float
     nonfinite_mismatch: int
     count: int
+    per_step: tuple[float, ...] | None = None  # max error per time step, in eps x scale (drift)
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -50,8 +51,11 @@ def ulp_distance(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return np.abs(_ordered(actual) - _ordered(rounded)).astype(np.float64)
 
 
-def error_stats(actual: np.ndarray, expected: np.ndarray) -> ErrorStats:
-    """Compare ``actual`` (the tested dtype) with ``expected`` (float64 truth) of the same shape."""
+def error_stats(actual: np.ndarray, expected: np.ndarray, time_axis: int | None = None) -> ErrorStats:
+    """Compare ``actual`` (the tested dtype) with ``expected`` (float64 truth) of the same shape.
+
+    With ``time_axis``, also the largest error at each time step (``per_step``, same units as ``max_eps``;
+    0 where a step has nothing comparable)."""
     if actual.shape != expected.shape:
         raise ValueError(f"shape mismatch: actual {actual.shape}, expected {expected.shape}")
     finfo = np.finfo(actual.dtype)
@@ -65,10 +69,15 @@ def error_stats(actual: np.ndarray, expected: np.ndarray) -> ErrorStats:
     a = actual[both].astype(np.float64)
     e = expected[both]
     diff = np.abs(a - e)
-    with np.errstate(over="ignore"):  # a relative error near a zero of the truth may overflow
-        max_rel = float((diff / np.maximum(np.abs(e), float(finfo.tiny))).max())
     scale = max(1.0, float(np.abs(e).max()))
     eps = float(finfo.eps)
+    per_step = None
+    if time_axis is not None:
+        full = np.where(both, np.abs(actual.astype(np.float64) - np.where(both, expected, 0.0)), 0.0)
+        steps = np.moveaxis(full, time_axis, 0).reshape(full.shape[time_axis], -1).max(axis=1)
+        per_step = tuple(float(v) for v in steps / (eps * scale))
+    with np.errstate(over="ignore"):  # a relative error near a zero of the truth may overflow
+        max_rel = float((diff / np.maximum(np.abs(e), float(finfo.tiny))).max())
     return ErrorStats(
         max_abs=float(diff.max()),
         max_rel=max_rel,
@@ -78,4 +87,5 @@ def error_stats(actual: np.ndarray, expected: np.ndarray) -> ErrorStats:
         scale=scale,
         nonfinite_mismatch=mismatch,
         count=int(both.sum()),
+        per_step=per_step,
     )

@@ -12,6 +12,8 @@ rounds more intermediates to half precision than cuDNN's HALF-data/FLOAT-math co
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from reference.layout import PROJECTION_LIN_LAYER_ID
@@ -119,14 +121,16 @@ class _Run:
         self.c0 = state(case.c0, cfg.num_units) if cfg.has_cell_state else None
         hx = self.h0 if self.c0 is None else (self.h0, self.c0)
         batch_first = not cfg.time_major
-        if case.lengths is None:
-            self.y, states = self.module(self.x, hx)
-        else:
-            packed = torch.nn.utils.rnn.pack_padded_sequence(
-                self.x, torch.from_numpy(case.lengths), batch_first=batch_first, enforce_sorted=False)
-            y, states = self.module(packed, hx)
-            self.y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=batch_first,
-                                                               total_length=cfg.seq_len)
+        with warnings.catch_warnings():  # "LSTM with projections is not supported with oneDNN": expected
+            warnings.filterwarnings("ignore", "LSTM with projections is not supported with oneDNN")
+            if case.lengths is None:
+                self.y, states = self.module(self.x, hx)
+            else:
+                packed = torch.nn.utils.rnn.pack_padded_sequence(
+                    self.x, torch.from_numpy(case.lengths), batch_first=batch_first, enforce_sorted=False)
+                y, states = self.module(packed, hx)
+                self.y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=batch_first,
+                                                                   total_length=cfg.seq_len)
         self.h, self.c = states if cfg.has_cell_state else (states, None)
 
 

@@ -1,27 +1,132 @@
-"""Embedded config grids for ``rnn-compat report``."""
+"""Embedded config grids for ``rnn-compat report``, and the plan that crosses them with the backends.
+
+A grid is a list of ``(study, config)``; ``plan`` turns it into work units, one per backend that can run
+the config (``compat``) or one per config (``gru_variant``, computed by the float64 reference), and
+counts what was left out and why. A grid may also come from a JSON file: a list of objects
+``{"study": "compat" | "gru_variant", "config": {RNNConfig fields}}``.
+"""
 
 from __future__ import annotations
 
-from ..config import MODE_NAMES, RNNConfig
+import itertools
+import json
+from pathlib import Path
+
+from ..config import DTYPE_NAMES, MODE_NAMES, RNNConfig
+from ..peers import Peer
+from .units import STUDIES, Unit
+
+Spec = tuple[str, RNNConfig]
 
 
-def quick_grid(seed: int = 0) -> list[RNNConfig]:
-    """Per mode: a plain layer, a ragged bidirectional stack, a batch-major ragged stack (projected for
-    LSTM) and a skip_input stack; every dtype. Small enough to run in seconds on 2 cores."""
+def _compat(configs) -> list[Spec]:
+    return [("compat", cfg.with_(dtype=dtype)) for cfg in configs for dtype in DTYPE_NAMES]
+
+
+def _features(num_units: int, input_size: int, seq_len: int, batch: int, seed: int) -> list[RNNConfig]:
+    """Every mode x 1-3 layers x both directions x both input modes x equal/ragged lengths x both layouts
+    (LSTM additionally with a projection)."""
+    ragged = tuple(max(1, seq_len - (seq_len * k) // batch) for k in range(batch))
     configs = []
-    for mode in MODE_NAMES:
-        shapes = [
-            dict(num_layers=1, num_units=8, input_size=5, seq_len=10, batch=4),
-            dict(num_layers=2, num_units=8, input_size=5, seq_len=10, batch=4, direction="bidirectional",
-                 lengths=(10, 7, 3, 1)),
-            dict(num_layers=2, num_units=8, input_size=5, seq_len=10, batch=4, time_major=False,
-                 lengths=(4, 10, 1, 9), num_proj=5 if mode == "lstm" else None),
-            dict(num_layers=2, num_units=8, input_size=8, seq_len=10, batch=4, input_mode="skip_input"),
-        ]
-        for i, shape in enumerate(shapes):
-            for dtype in ("float16", "float32", "float64"):
-                configs.append(RNNConfig(mode, dtype=dtype, seed=seed * 1000 + i, **shape))
+    for k, (mode, layers, direction, input_mode, lengths, time_major) in enumerate(itertools.product(
+            MODE_NAMES, (1, 2, 3), ("unidirectional", "bidirectional"), ("linear_input", "skip_input"),
+            (None, ragged), (True, False))):
+        cfg = RNNConfig(mode, layers, num_units, num_units if input_mode == "skip_input" else input_size,
+                        direction, input_mode, None, seq_len, batch, lengths, time_major, seed=seed + k)
+        configs.append(cfg)
+        if mode == "lstm" and input_mode == "linear_input":
+            configs.append(cfg.with_(num_proj=max(1, num_units // 2), seed=seed + 10_000 + k))
     return configs
 
 
-GRIDS = {"quick": quick_grid}
+def _drift(modes, num_units: int, seq_len: int, seed: int, **shape) -> list[RNNConfig]:
+    """Long sequences: error as a function of the time step."""
+    return [RNNConfig(mode, num_units=num_units, input_size=num_units, seq_len=seq_len, batch=4, seed=seed + k,
+                      **shape) for k, mode in enumerate(modes)]
+
+
+def _gru_variants(lengths, scales, seed: int) -> list[Spec]:
+    return [("gru_variant", RNNConfig("gru", num_units=16, input_size=8, seq_len=t, batch=8, weight_scale=s,
+                                      dtype="float64", seed=seed + k))
+            for k, (t, s) in enumerate(itertools.product(lengths, scales))]
+
+
+def quick_grid(seed: int = 0) -> list[Spec]:
+    """Seconds on 2 cores: per mode a plain layer, a ragged bidirectional stack, a batch-major ragged
+    stack (projected for LSTM), a skip_input stack; short drift runs; a small GRU-variant sweep."""
+    base = seed * 100_000
+    configs = []
+    for mode in MODE_NAMES:
+        configs += [
+            RNNConfig(mode, 1, 8, 5, seq_len=10, batch=4, seed=base + 1),
+            RNNConfig(mode, 2, 8, 5, "bidirectional", seq_len=10, batch=4, lengths=(10, 7, 3, 1), seed=base + 2),
+            RNNConfig(mode, 2, 8, 5, seq_len=10, batch=4, time_major=False, lengths=(4, 10, 1, 9),
+                      num_proj=5 if mode == "lstm" else None, seed=base + 3),
+            RNNConfig(mode, 2, 8, 8, input_mode="skip_input", seq_len=10, batch=4, seed=base + 4),
+        ]
+    configs += _drift(("gru", "lstm"), 16, 200, base + 50)
+    return _compat(configs) + _gru_variants((1, 10, 100), (0.5, 1.0, 2.0), base + 90)
+
+
+def default_grid(seed: int = 0) -> list[Spec]:
+    """Minutes on 2 cores: every feature combination at H=16, T=12 and at H=64, T=40; drift to T=1000
+    for GRU, LSTM and tanh at weight scales 1 and 2 (2: close to chaotic); the GRU-variant sweep over T in
+    1..1000 and weight scales 0.25..4."""
+    base = seed * 100_000
+    configs = (_features(16, 16, 12, 4, base) + _features(64, 32, 40, 8, base + 20_000)
+               + _drift(("gru", "lstm", "tanh"), 32, 1000, base + 5_000)
+               + _drift(("gru", "lstm", "tanh"), 32, 1000, base + 6_000, weight_scale=2.0))
+    return _compat(configs) + _gru_variants((1, 3, 10, 30, 100, 300, 1000), (0.25, 0.5, 1.0, 2.0, 4.0),
+                                            base + 9_000)
+
+
+def full_grid(seed: int = 0) -> list[Spec]:
+    """The default grid plus wide layers (H=128, T=100), a second seed of the feature grid, bidirectional
+    two-layer drift runs to T=1000 for every mode, and weight scale 8 in the GRU-variant sweep."""
+    base = seed * 100_000
+    extra = (_features(128, 64, 100, 8, base + 30_000) + _features(16, 16, 12, 4, base + 40_000)
+             + _drift(MODE_NAMES, 32, 1000, base + 60_000, num_layers=2, direction="bidirectional"))
+    return default_grid(seed) + _compat(extra) + _gru_variants((1, 3, 10, 30, 100, 300, 1000), (8.0,),
+                                                               base + 95_000)
+
+
+GRIDS = {"quick": quick_grid, "default": default_grid, "full": full_grid}
+
+
+def load_grid(name: str, seed: int) -> list[Spec]:
+    """An embedded grid by name, or a JSON grid file."""
+    if name in GRIDS:
+        return GRIDS[name](seed)
+    path = Path(name)
+    if not path.is_file():
+        raise ValueError(f"--grid must be one of {', '.join(GRIDS)} or a JSON grid file, got {name!r}")
+    try:
+        entries = json.loads(path.read_text())
+        specs = [(e["study"], RNNConfig.from_json(json.dumps(e["config"]))) for e in entries]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"grid file {name}: {exc}") from exc
+    unknown = {study for study, _ in specs} - set(STUDIES)
+    if unknown:
+        raise ValueError(f"grid file {name}: unknown studies {sorted(unknown)}, expecting {STUDIES}")
+    return specs
+
+
+def plan(specs: list[Spec], backends: list[Peer]) -> tuple[list[Unit], list[tuple[str, str, RNNConfig]]]:
+    """Work units in a stable order, and ``(backend, reason, config)`` for every pair that cannot run."""
+    units, skipped = [], []
+    for study, cfg in specs:
+        if study == "gru_variant":
+            units.append(Unit(study, "reference", cfg))
+            continue
+        for peer in backends:
+            why = peer.unsupported(cfg)
+            if why:
+                skipped.append((peer.name, why, cfg))
+            else:
+                units.append(Unit(study, peer.name, cfg))
+    seen, unique = set(), []
+    for u in units:  # a grid may list a config twice; run it once
+        if u.id not in seen:
+            seen.add(u.id)
+            unique.append(u)
+    return unique, skipped

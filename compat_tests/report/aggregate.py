@@ -1,0 +1,225 @@
+"""Records -> the report document (``report.json``): summary, worst cases, studies, environment.
+
+Everything here is a deterministic function of the records, the grid and the seed, except the
+``generated_utc`` stamp and the ``environment`` block, so a resumed run and a run from scratch produce the
+same report apart from those two.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+from collections import Counter, defaultdict
+
+from .. import tolerances
+from ..config import MODE_NAMES, RNNConfig
+
+SCHEMA_VERSION = 1
+WORST_CASES = 20
+DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
+
+
+def environment() -> dict:
+    """Versions and machine: what a reader needs to reproduce the numbers."""
+    import numpy
+
+    env = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
+           "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "numpy": numpy.__version__}
+    for module in ("torch", "onnxruntime", "onnx", "hypothesis", "matplotlib"):
+        try:
+            env[module] = __import__(module).__version__
+        except ImportError:
+            env[module] = None
+    import cudnn_backend
+
+    ok, why = cudnn_backend.available()
+    env["cudnn"] = cudnn_backend.versions() if ok and hasattr(cudnn_backend, "versions") else {"available": False,
+                                                                                               "reason": why}
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def config_label(config: dict, with_dtype: bool = True) -> str:
+    """The short label of a record's config."""
+    cfg = RNNConfig(**{**config, "lengths": tuple(config["lengths"]) if config["lengths"] else None})
+    return cfg.short(with_dtype)
+
+
+def _judged(record: dict, kind: str):
+    """(quantity, verdict) pairs of a compat record that were judged (not indeterminate)."""
+    for q, v in (record.get(kind) or {}).items():
+        if not v.get("indeterminate"):
+            yield q, v
+
+
+def _share(v: dict) -> float:
+    """Share of the budget used: conditioned error / budget (None-safe: non-finite errors count as inf)."""
+    c = v.get("conditioned")
+    return float("inf") if c is None else c / v["budget"]
+
+
+def _compact(record: dict) -> dict:
+    keep = {"id", "study", "backend", "config", "status", "passed", "indeterminate", "error", "reproduce", "variant"}
+    out = {k: v for k, v in record.items() if k in keep}
+    if "variant" in out:
+        out["variant"] = {k: v for k, v in out["variant"].items() if k != "per_step_abs"}
+    for kind in ("forward", "gradients"):
+        if kind in record:
+            out[kind] = {q: {k: v for k, v in stats.items() if k != "per_step"} for q, stats in record[kind].items()}
+    return out
+
+
+def _worst(records: list[dict], kind: str) -> dict | None:
+    best = None
+    for r in records:
+        for q, v in _judged(r, kind):
+            if best is None or _share(v) > _share(best[1]):
+                best = (q, v)
+    if best is None:
+        return None
+    q, v = best
+    return {"quantity": q, "conditioned": v["conditioned"], "budget": v["budget"]}
+
+
+def build_report(records: list[dict], grid: str, seed: int, backends: list[dict],
+                 skipped: list[tuple[str, str, RNNConfig]], env: dict | None = None) -> dict:
+    compat = [r for r in records if r["study"] == "compat"]
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in compat:
+        groups[(r["backend"], r["config"]["dtype"], r["config"]["mode"])].append(r)
+
+    def count(rs, what):
+        return sum(1 for r in rs if what(r))
+
+    def failed(r):
+        return not r["passed"]
+
+    summary = []
+    for (backend, dtype, mode), rs in sorted(groups.items()):
+        summary.append({
+            "backend": backend, "dtype": dtype, "mode": mode, "units": len(rs),
+            "passed": count(rs, lambda r: r["passed"] and not r["indeterminate"]),
+            "failed": count(rs, failed),
+            "indeterminate": count(rs, lambda r: r["passed"] and r["indeterminate"]),
+            "errors": count(rs, lambda r: r["status"] == "error"),
+            "worst_forward": _worst(rs, "forward"), "worst_gradient": _worst(rs, "gradients"),
+        })
+
+    worst = []
+    for r in compat:  # one entry per comparison (forward, gradients): its worst quantity
+        for kind in ("forward", "gradients"):
+            judged = sorted(_judged(r, kind), key=lambda qv: -_share(qv[1]))
+            if judged:
+                q, v = judged[0]
+                worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
+                              "quantity": q, "conditioned": v["conditioned"], "budget": v["budget"],
+                              "passed": all(v["passed"] for v in r[kind].values()),
+                              "reproduce": r["reproduce"][kind]})
+        if r["status"] == "error":
+            worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
+                          "quantity": "error", "conditioned": None, "budget": None, "passed": False,
+                          "reproduce": r["reproduce"]["forward"], "error": r["error"]})
+    worst.sort(key=lambda w: (-(float("inf") if w["conditioned"] is None else w["conditioned"] / w["budget"]),
+                              w["id"], w["quantity"]))
+
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "generated_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "grid": grid,
+        "seed": seed,
+        "environment": env if env is not None else environment(),
+        "backends": backends,
+        "policy": {
+            "measure": "max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa))",
+            "budgets": {f"{d}/{k}": {"bound": b.bound, "reason": b.reason} for (d, k), b in tolerances.DEFAULTS.items()},
+            "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
+                           "reason": o.budget.reason} for o in tolerances.OVERRIDES],
+        },
+        "totals": {
+            "units": len(records),
+            "compat_units": len(compat),
+            "passed": count(compat, lambda r: r["passed"] and not r["indeterminate"]),
+            "failed": count(compat, failed),
+            "indeterminate": count(compat, lambda r: r["passed"] and r["indeterminate"]),
+            "errors": count(records, lambda r: r["status"] == "error"),
+        },
+        "summary": summary,
+        "worst": worst[:WORST_CASES],
+        "skipped": [{"backend": b, "reason": why, "count": n}
+                    for (b, why), n in sorted(Counter((b, why) for b, why, _ in skipped).items())],
+        "unrun": _unrun(records, skipped),
+        "studies": {"drift": _drift(compat), "gru_variant": _gru_variant(records),
+                    "amplification": _amplification(compat)},
+        "records": [_compact(r) for r in records],
+    }
+    report["passed"] = report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0
+    return report
+
+
+def _unrun(records: list[dict], skipped: list[tuple[str, str, RNNConfig]]) -> list[dict]:
+    """Configs of the grid that no selected backend could run, each with every backend's reason."""
+    ran = {json.dumps(r["config"], sort_keys=True) for r in records}
+    reasons: dict[str, dict] = {}
+    for backend, why, cfg in skipped:
+        key = cfg.to_json()
+        if json.dumps(json.loads(key), sort_keys=True) not in ran:
+            entry = reasons.setdefault(key, {"config": cfg.short(), "reasons": {}})
+            entry["reasons"][backend] = why
+    return [reasons[k] for k in sorted(reasons)]
+
+
+def _drift(compat: list[dict]) -> list[dict]:
+    """Per-step output error of every long config (and of its input gradient, where there is one)."""
+    out = []
+    for r in compat:
+        cfg = r["config"]
+        if cfg["seq_len"] < DRIFT_MIN_STEPS or r["status"] != "ok":
+            continue
+        entry = {"id": r["id"], "backend": r["backend"], "dtype": cfg["dtype"], "mode": cfg["mode"],
+                 "label": config_label(cfg), "shape": config_label(cfg, with_dtype=False),
+                 "output": r["forward"]["output"]["per_step"]}
+        if "gradients" in r:
+            entry["d_input"] = r["gradients"]["d_input"]["per_step"]
+        out.append(entry)
+    return out
+
+
+def _gru_variant(records: list[dict]) -> list[dict]:
+    rows = [{"seq_len": r["config"]["seq_len"], "weight_scale": r["config"]["weight_scale"],
+             "max_abs": r["variant"]["max_abs"], "final_h_max_abs": r["variant"]["final_h_max_abs"],
+             "per_step_abs": r["variant"]["per_step_abs"]}
+            for r in records if r["study"] == "gru_variant" and r["status"] == "ok"]
+    return sorted(rows, key=lambda row: (row["weight_scale"], row["seq_len"]))
+
+
+def _amplification(compat: list[dict]) -> list[dict]:
+    """How much larger the gradients' errors are than the forward pass's, per (backend, dtype, mode)."""
+    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r in compat:
+        if r["status"] != "ok" or "gradients" not in r or r["indeterminate"]:
+            continue
+        fwd = max(v["max_eps"] for v in r["forward"].values())
+        grad = max(v["max_eps"] for v in r["gradients"].values())
+        groups[(r["backend"], r["config"]["dtype"], r["config"]["mode"])].append((fwd, grad))
+    rows = []
+    for (backend, dtype, mode), pairs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                               MODE_NAMES.index(kv[0][2]))):
+        ratios = [g / f for f, g in pairs if f > 0]
+        rows.append({"backend": backend, "dtype": dtype, "mode": mode, "units": len(pairs),
+                     "forward_max_eps": max(f for f, _ in pairs), "gradient_max_eps": max(g for _, g in pairs),
+                     "median_ratio": statistics.median(ratios) if ratios else None,
+                     "max_ratio": max(ratios) if ratios else None})
+    return rows

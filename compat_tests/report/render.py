@@ -1,0 +1,225 @@
+"""The report document -> ``report.md`` (renders on a code forge) and ``index.html`` (self-contained, plots
+embedded as PNG data URIs), plus the short summary printed on the terminal."""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+
+from ..config import MODE_NAMES
+from . import plots
+from .aggregate import config_label
+
+MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
+           "config's measured sensitivity; shown as error / budget (compat_tests/tolerances.py)")
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _cell(worst: dict | None) -> str:
+    return "-" if worst is None else f"{_fmt(worst['conditioned'])} / {worst['budget']:.3g} ({worst['quantity']})"
+
+
+def _backend_rows(report: dict) -> list[list[str]]:
+    groups = defaultdict(lambda: {"units": 0, "passed": 0, "failed": 0, "indeterminate": 0, "fwd": None, "grad": None})
+    for row in report["summary"]:
+        g = groups[(row["backend"], row["dtype"])]
+        for k in ("units", "passed", "failed", "indeterminate"):
+            g[k] += row[k]
+        for key, worst in (("fwd", row["worst_forward"]), ("grad", row["worst_gradient"])):
+            if worst and (g[key] is None or _ratio(worst) > _ratio(g[key])):
+                g[key] = worst
+    return [[b, d, str(g["units"]), str(g["passed"]), str(g["failed"]), str(g["indeterminate"]),
+             _cell(g["fwd"]), _cell(g["grad"])] for (b, d), g in sorted(groups.items())]
+
+
+def _ratio(worst: dict) -> float:
+    return float("inf") if worst["conditioned"] is None else worst["conditioned"] / worst["budget"]
+
+
+def _mode_rows(report: dict) -> list[list[str]]:
+    cells = defaultdict(dict)
+    for row in report["summary"]:
+        shares = [_ratio(w) for w in (row["worst_forward"], row["worst_gradient"]) if w]
+        mark = "FAIL " if row["failed"] else ""
+        cells[(row["backend"], row["dtype"])][row["mode"]] = mark + (_fmt(max(shares), 2) if shares else "-")
+    return [[b, d, *(cells[(b, d)].get(m, "") for m in MODE_NAMES)] for (b, d) in sorted(cells)]
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return lines
+
+
+SUMMARY_HEAD = ["backend", "dtype", "units", "passed", "failed", "indeterminate", "worst forward", "worst gradient"]
+
+
+def _drift_rows(report: dict) -> list[list[str]]:
+    rows = []
+    for d in report["studies"]["drift"]:
+        steps = d["output"] or []
+        picks = [i for i in (0, 9, 99, 999) if i < len(steps)]
+        rows.append([d["backend"], d["dtype"], d["shape"], *(_fmt(steps[i]) for i in picks)])
+    return rows
+
+
+def _variant_rows(report: dict) -> list[list[str]]:
+    rows = report["studies"]["gru_variant"]
+    lengths = sorted({r["seq_len"] for r in rows})
+    by = {(r["weight_scale"], r["seq_len"]): r["max_abs"] for r in rows}
+    return [[f"{s:g}", *(_fmt(by.get((s, t))) for t in lengths)] for s in sorted({r["weight_scale"] for r in rows})], \
+        [f"T={t}" for t in lengths]
+
+
+def _amplification_rows(report: dict) -> list[list[str]]:
+    return [[r["backend"], r["dtype"], r["mode"], str(r["units"]), _fmt(r["forward_max_eps"]),
+             _fmt(r["gradient_max_eps"]), _fmt(r["median_ratio"]), _fmt(r["max_ratio"])]
+            for r in report["studies"]["amplification"]]
+
+
+AMPLIFICATION_HEAD = ["backend", "dtype", "mode", "units", "forward max eps", "gradient max eps",
+                      "median ratio", "max ratio"]
+
+
+def _worst_lines(report: dict) -> list[str]:
+    lines = []
+    for i, w in enumerate(report["worst"], 1):
+        verdict = "PASS" if w["passed"] else "FAIL"
+        what = w.get("error") or f"{w['quantity']}: {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}"
+        lines.append(f"{i}. **{verdict}** `{w['backend']}` {w['config']} — {what}  ")
+        lines.append(f"   `{w['reproduce']}`")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    t = report["totals"]
+    verdict = "PASS: every backend within the tolerance policy" if report["passed"] else "FAIL"
+    lines = [
+        "# cudnn-rnn-compat divergence report", "",
+        f"Grid `{report['grid']}`, seed {report['seed']}, generated {report['generated_utc']}. "
+        f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
+        f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{verdict}**.", "",
+        f"Measure: {MEASURE}.", "",
+        "## Summary", "",
+        *_md_table(SUMMARY_HEAD, _backend_rows(report)), "",
+        "## Worst share of the budget per mode", "",
+        *_md_table(["backend", "dtype", *MODE_NAMES], _mode_rows(report)), "",
+        "## Worst cases (re-run one with its command)", "",
+        *(_worst_lines(report) or ["none"]), "",
+        "## Studies", "",
+        "### Drift over long sequences: output error at step t (eps x scale)", "",
+        *(_md_table(["backend", "dtype", "config", "t=1", "t=10", "t=100", "t=1000"],
+                    [r + [""] * (7 - len(r)) for r in _drift_rows(report)]) if report["studies"]["drift"] else
+          ["no long sequences in this grid"]), "",
+    ]
+    variant_rows, variant_head = _variant_rows(report)
+    lines += ["### cuDNN GRU vs textbook GRU, same weights: max |output difference|", "",
+              "Rows: weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))); columns: sequence length.", "",
+              *(_md_table(["scale", *variant_head], variant_rows) if variant_rows else ["not in this grid"]), "",
+              "### Forward vs backward error amplification (max error in eps x scale)", "",
+              *(_md_table(AMPLIFICATION_HEAD, _amplification_rows(report)) if report["studies"]["amplification"]
+                else ["no backend with a backward pass in this run"]), ""]
+    if report["skipped"]:
+        lines += ["## Not run", "", *[f"- `{s['backend']}`: {s['count']} configs: {s['reason']}" for s in
+                                      report["skipped"]], ""]
+    if report["unrun"]:
+        lines += ["Configs no selected backend could run:", "",
+                  *[f"- {u['config']}: " + "; ".join(f"`{b}` {why}" for b, why in u["reasons"].items())
+                    for u in report["unrun"]], ""]
+    lines += ["## Backends", "", *[f"- `{b['name']}`: {'available' if b['available'] else 'unavailable'}, "
+                                    f"{b['detail']}" for b in report["backends"]], ""]
+    lines += ["## Environment", "", *[f"- {k}: {v}" for k, v in report["environment"].items()], ""]
+    lines += ["## Configs", "", "Every comparison, by backend:", ""]
+    for r in report["records"]:
+        if r["study"] == "compat":
+            lines.append(f"- `{r['backend']}` {config_label(r['config'])}: {'ok' if r['passed'] else 'FAIL'}")
+    return "\n".join(lines) + "\n"
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def html_page(report: dict) -> str:
+    t = report["totals"]
+    figures = plots.figures(report)
+    verdict = "PASS" if report["passed"] else "FAIL"
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>cudnn-rnn-compat report</title><style>",
+        "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
+        "img{max-width:100%}.FAIL{color:#b00;font-weight:bold}.PASS{color:#070;font-weight:bold}"
+        "code{font-size:12px}",
+        "</style></head><body>",
+        "<h1>cudnn-rnn-compat divergence report</h1>",
+        f"<p>Grid <code>{html.escape(report['grid'])}</code>, seed {report['seed']}, generated "
+        f"{report['generated_utc']}. {t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
+        f"{t['indeterminate']} indeterminate, {t['errors']} errors. <span class='{verdict}'>{verdict}</span></p>",
+        f"<p>Measure: {html.escape(MEASURE)}.</p>",
+        "<h2>Summary</h2>", _html_table(SUMMARY_HEAD, _backend_rows(report)),
+        "<h2>Worst share of the budget per mode</h2>",
+        _html_table(["backend", "dtype", *MODE_NAMES], _mode_rows(report)),
+    ]
+    for title, key in (("Worst share of the budget, per backend: mode x dtype", "heatmaps"),
+                       ("Drift: output error per time step (long sequences)", "drift"),
+                       ("cuDNN GRU vs textbook GRU under the same weights", "gru_variant"),
+                       ("Forward vs backward error amplification", "amplification")):
+        if figures.get(key):
+            parts.append(f"<h2>{html.escape(title)}</h2><img alt='{key}' src='data:image/png;base64,{figures[key]}'>")
+    if not figures:
+        parts.append("<p><em>Plots need matplotlib (pip install '.[report]').</em></p>")
+    parts.append("<h2>Worst cases</h2><ol>")
+    for w in report["worst"]:
+        verdict = "PASS" if w["passed"] else "FAIL"
+        what = w.get("error") or f"{w['quantity']}: {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}"
+        parts.append(f"<li><span class='{verdict}'>{verdict}</span> <code>{html.escape(w['backend'])}</code> "
+                     f"{html.escape(w['config'])}: {html.escape(what)}<br><code>{html.escape(w['reproduce'])}</code></li>")
+    parts.append("</ol>")
+    variant_rows, variant_head = _variant_rows(report)
+    if variant_rows:
+        parts += ["<h2>GRU variants: max |output difference|</h2>", _html_table(["scale", *variant_head], variant_rows)]
+    if report["studies"]["amplification"]:
+        parts += ["<h2>Amplification table</h2>", _html_table(AMPLIFICATION_HEAD, _amplification_rows(report))]
+    if report["skipped"]:
+        parts += ["<h2>Not run</h2><ul>", *[f"<li><code>{html.escape(s['backend'])}</code>: {s['count']} configs: "
+                                            f"{html.escape(s['reason'])}</li>" for s in report["skipped"]], "</ul>"]
+    if report["unrun"]:
+        parts += ["<p>Configs no selected backend could run:</p><ul>",
+                  *[f"<li>{html.escape(u['config'])}: " + html.escape("; ".join(f"{b}: {why}" for b, why in
+                                                                               u["reasons"].items())) + "</li>"
+                    for u in report["unrun"]], "</ul>"]
+    parts += ["<h2>Backends</h2><ul>", *[f"<li><code>{html.escape(b['name'])}</code>: "
+                                         f"{'available' if b['available'] else 'unavailable'}, "
+                                         f"{html.escape(str(b['detail']))}</li>" for b in report["backends"]], "</ul>"]
+    parts += ["<h2>Environment</h2>", _html_table(["item", "value"], [[k, str(v)] for k, v in
+                                                                      report["environment"].items()])]
+    rows = [[r["backend"], config_label(r["config"]), "ok" if r["passed"] else "FAIL"] for r in report["records"]
+            if r["study"] == "compat"]
+    parts += ["<h2>Every comparison</h2>", _html_table(["backend", "config", "verdict"], rows), "</body></html>"]
+    return "\n".join(parts)
+
+
+def terminal_summary(report: dict, out: str) -> str:
+    t = report["totals"]
+    head = SUMMARY_HEAD
+    rows = _backend_rows(report)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*head), *(fmt.format(*r) for r in rows), "",
+             f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
+             f"{t['indeterminate']} indeterminate, {t['errors']} errors",
+             f"report: {out}/report.md, {out}/index.html, {out}/report.json ({out}/results.jsonl per unit)"]
+    failing = [w for w in report["worst"] if not w["passed"]]
+    if failing:
+        lines += ["", "Failing (re-run one with its command):"]
+        lines += [f"  {w['backend']} {w['config']} {w['quantity']}: {w['reproduce']}" for w in failing]
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""Run work units, in this process or in worker processes, appending each record to ``results.jsonl``
+as it finishes: a killed run loses at most the units in flight, and ``--resume`` skips every unit whose
+record is already there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .units import Unit, run_unit
+
+RESULTS = "results.jsonl"
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def read_records(path: Path) -> list[dict]:
+    """Records of a results file; a torn last line (the run was killed mid-write) is dropped."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+class Progress:
+    """A one-line progress bar on a terminal, a line every 10% elsewhere."""
+
+    def __init__(self, total: int, enabled: bool, stream=sys.stderr):
+        self.total, self.done, self.failed, self.enabled, self.stream = total, 0, 0, enabled, stream
+        self.start = time.monotonic()
+        self.tty = enabled and stream.isatty()
+        self._last_tenth = -1
+
+    def update(self, record: dict) -> None:
+        self.done += 1
+        self.failed += not record.get("passed", False)
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        width = 30
+        filled = int(width * self.done / max(1, self.total))
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} units, "
+                f"{self.failed} not passed, {elapsed:.0f}s elapsed, eta {eta:.0f}s")
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if self.done == self.total else ""))
+            self.stream.flush()
+        elif self.done * 10 // max(1, self.total) != self._last_tenth:
+            self._last_tenth = self.done * 10 // max(1, self.total)
+            self.stream.write(line + "\n")
+
+
+@contextmanager
+def _single_threaded_workers(jobs: int) -> Iterator[None]:
+    """With several worker processes on few cores, BLAS/OpenMP pools must not also spin up threads."""
+    saved = {k: os.environ.get(k) for k in _THREAD_VARS}
+    if jobs > 1:
+        os.environ.update({k: "1" for k in _THREAD_VARS})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _results(units: list[Unit], jobs: int) -> Iterable[dict]:
+    if jobs <= 1:
+        for unit in units:
+            yield run_unit(unit.to_dict())
+        return
+    with _single_threaded_workers(jobs), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        pending = {pool.submit(run_unit, unit.to_dict()) for unit in units}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+
+
+def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True) -> list[dict]:
+    """Run every unit not yet in ``out/results.jsonl`` and return all records in plan order."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULTS
+    _drop_torn_tail(path)
+    done = {r["id"]: r for r in read_records(path)}
+    todo = [u for u in units if u.id not in done]
+    bar = Progress(len(todo), progress)
+    with path.open("a") as sink:
+        for record in _results(todo, jobs):
+            sink.write(json.dumps(record, sort_keys=True) + "\n")
+            sink.flush()
+            done[record["id"]] = record
+            bar.update(record)
+    return [done[u.id] for u in units]
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """A run killed mid-write leaves a partial last line; cut it so appended records stay whole."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)

@@ -1,0 +1,123 @@
+"""The work unit of a report: one study x one backend x one config -> one JSON record.
+
+``run_unit`` takes and returns plain JSON-able dicts and touches nothing but its own arguments, so any
+executor can run it: the in-process loop, a process pool (``--jobs``), or a distributed engine such as
+Dask (``client.map(run_unit, [u.to_dict() for u in units])``) across many machines or GPUs.
+
+Studies:
+
+- ``compat``: the backend's forward pass (and its gradients, where it has a backward pass) against the
+  float64 reference, every quantity measured and judged by the tolerance policy;
+- ``gru_variant``: how far cuDNN's reset-after GRU and the textbook GRU drift apart under the same weights
+  (both float64 references), per time step: the quantitative side of "no accuracy impact".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..compare import Comparison, compare_peer, reproduce_command
+from ..config import RNNConfig, ground_truth, make_case
+from ..metrics import error_stats
+from ..peers import PEERS
+
+STUDIES = ("compat", "gru_variant")
+
+
+@dataclass(frozen=True)
+class Unit:
+    study: str
+    backend: str
+    cfg: RNNConfig
+
+    @property
+    def id(self) -> str:
+        """Stable identity (for --resume): a hash of what the unit computes."""
+        text = json.dumps({"study": self.study, "backend": self.backend, "config": asdict(self.cfg)}, sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return {"study": self.study, "backend": self.backend, "config": asdict(self.cfg)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Unit":
+        return cls(data["study"], data["backend"], RNNConfig.from_json(json.dumps(data["config"])))
+
+
+def _finite(value):
+    """JSON has no inf/NaN: non-finite floats become null (counts and verdicts keep the information)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def _round(values, digits: int = 4):
+    return None if values is None else [float(f"{v:.{digits}g}") for v in values]
+
+
+def _verdicts(comparison: Comparison) -> dict:
+    out = {}
+    for name, v in comparison.verdicts.items():
+        stats = v.stats.to_dict()
+        stats["per_step"] = _round(stats["per_step"])
+        out[name] = {**stats, "conditioned": v.conditioned_error, "budget": v.bound, "kappa": v.kappa,
+                     "passed": v.passed, "indeterminate": v.indeterminate}
+    return out
+
+
+def _run_compat(unit: Unit) -> dict:
+    peer = PEERS[unit.backend]
+    case = make_case(unit.cfg)
+    forward = compare_peer(peer, unit.cfg, case)
+    record = {"forward": _verdicts(forward)}
+    comparisons = [forward]
+    if peer.capabilities.backward:
+        gradients = compare_peer(peer, unit.cfg, case, backward=True)
+        comparisons.append(gradients)
+        record["gradients"] = _verdicts(gradients)
+    verdicts = [v for c in comparisons for v in c.verdicts.values()]
+    record["passed"] = all(v.passed for v in verdicts)
+    record["indeterminate"] = any(v.indeterminate for v in verdicts)
+    return record
+
+
+def _run_gru_variant(unit: Unit) -> dict:
+    cfg = unit.cfg
+    case = make_case(cfg)
+    cudnn = ground_truth(cfg, case)
+    classic = ground_truth(cfg.with_(mode="classic_gru"), case)
+    stats = error_stats(classic.output.astype(np.float64), cudnn.output, time_axis=0 if cfg.time_major else 1)
+    per_step_abs = [v * np.finfo(np.float64).eps * stats.scale for v in stats.per_step]
+    return {"variant": {"max_abs": stats.max_abs, "scale": stats.scale, "per_step_abs": _round(per_step_abs),
+                        "final_h_max_abs": float(np.abs(classic.output_h - cudnn.output_h).max())},
+            "passed": True, "indeterminate": False}
+
+
+def run_unit(data: dict) -> dict:
+    """Execute one unit (``Unit.to_dict()``) and return its JSON record; never raises for a unit's own
+    failure: an exception becomes a record with ``status: "error"`` (and counts as not passed)."""
+    unit = Unit.from_dict(data)
+    start = time.perf_counter()
+    record = {"id": unit.id, **unit.to_dict()}
+    if unit.study == "compat":
+        record["reproduce"] = {"forward": reproduce_command(unit.backend, unit.cfg)}
+        if PEERS[unit.backend].capabilities.backward:
+            record["reproduce"]["gradients"] = reproduce_command(unit.backend, unit.cfg, backward=True)
+    try:
+        with np.errstate(all="ignore"):
+            body = _run_compat(unit) if unit.study == "compat" else _run_gru_variant(unit)
+        record.update(status="ok", **body)
+    except Exception as exc:  # a crashing backend is a finding, not the end of the sweep
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}", passed=False, indeterminate=False)
+    record["seconds"] = round(time.perf_counter() - start, 4)
+    return _finite(record)

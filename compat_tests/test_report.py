@@ -1,0 +1,180 @@
+"""The divergence report: files, schema, planted divergence, resume after a kill, exit statuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from compat_tests import cli
+from compat_tests.config import Outputs, RNNConfig
+from compat_tests.peers import PEERS
+from compat_tests.peers.reference_peer import ReferencePeer
+from compat_tests.report import SCHEMA
+from compat_tests.report.grids import GRIDS, load_grid, plan
+from compat_tests.report.sweep import RESULTS, read_records
+
+TINY = Path(__file__).with_name("data") / "tiny_grid.json"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Perturbed(ReferencePeer):
+    """A deliberately wrong peer: the reference with one output nudged by 1000 ulp."""
+
+    name = "perturbed"
+
+    def forward(self, cfg, case):
+        out = super().forward(cfg, case)
+        y = out.output.copy()
+        y.flat[0] += 1000 * np.finfo(y.dtype).eps * max(1.0, abs(float(y.flat[0])))
+        return Outputs(y, out.output_h, out.output_c)
+
+
+def run(out: Path, *extra: str) -> int:
+    return cli.main(["report", "--grid", str(TINY), "--out", str(out), "--jobs", "1", "--no-progress", *extra])
+
+
+def deterministic(report: dict) -> dict:
+    """A report without the parts that legitimately differ between runs."""
+    return {k: v for k, v in report.items() if k not in ("generated_utc", "environment")}
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    status = run(out)
+    return status, out, json.loads((out / "report.json").read_text())
+
+
+def test_report_validates_against_its_schema(tiny_report):
+    status, _, report = tiny_report
+    assert status == 0 and report["passed"]
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+
+
+def test_markdown_and_html_name_every_backend_and_config(tiny_report):
+    _, out, report = tiny_report
+    md, page = (out / "report.md").read_text(), (out / "index.html").read_text()
+    assert md.startswith("# cudnn-rnn-compat divergence report") and md.index("## Summary") < md.index("## Studies")
+    backends = {r["backend"] for r in report["records"] if r["study"] == "compat"}
+    assert backends == {name for name, p in PEERS.items() if p.available()[0]}
+    specs = load_grid(str(TINY), 0)
+    for backend in backends:
+        assert f"`{backend}`" in md and f"<code>{backend}</code>" in page
+    for study, cfg in specs:
+        if study == "compat":
+            assert cfg.short() in md and cfg.short() in page
+    assert page.count("data:image/png;base64,") == 4  # heat maps, drift, GRU variants, amplification
+    assert "gru_variant" in json.dumps(report["studies"]) and report["studies"]["gru_variant"]
+    assert report["studies"]["drift"] and report["studies"]["amplification"]
+
+
+def test_every_record_carries_config_and_a_reproduce_command(tiny_report):
+    _, out, _ = tiny_report
+    for record in read_records(out / RESULTS):
+        assert RNNConfig.from_json(json.dumps(record["config"]))
+        if record["study"] == "compat":
+            assert record["reproduce"]["forward"].startswith(f"rnn-compat check --peer {record['backend']} ")
+
+
+def test_a_planted_divergence_fails_with_its_reproduce_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PEERS, "perturbed", Perturbed())
+    assert run(tmp_path, "--backends", "perturbed") == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    failing = [w for w in report["worst"] if not w["passed"]]
+    assert failing and all(w["quantity"] == "output" for w in failing)
+    md = (tmp_path / "report.md").read_text()
+    assert "**FAIL**" in md and failing[0]["reproduce"] in md
+    assert failing[0]["reproduce"] in capsys.readouterr().out
+    config = failing[0]["reproduce"].split("--config '")[1].rstrip("'")
+    assert cli.main(["check", "--peer", "perturbed", "--config", config]) == 1
+
+
+def test_a_killed_run_resumes_to_the_same_report(tmp_path):
+    """Kill a run after its first records, resume it (with two workers), compare with a clean run."""
+    grid = tmp_path / "grid.json"  # enough units that the kill lands half-way
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": mode, "seq_len": 60, "num_layers": 2,
+                                                               "dtype": "float32", "seed": k}}
+                                for k, mode in enumerate(["gru", "lstm", "tanh", "relu", "classic_gru"] * 6)]))
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "compat_tests.cli", "report", "--grid", str(grid), "--backends", "reference",
+           "--jobs", "1", "--no-progress"]
+    proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    results = killed / RESULTS
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and len(read_records(results)) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = len(read_records(results))
+    units, _ = plan(load_grid(str(grid), 0), [PEERS["reference"]])
+    assert 2 <= done < len(units), "the run must be killed half-way for this test to mean anything"
+    with results.open("a") as f:  # as if killed in the middle of writing a record
+        f.write('{"id": "torn')
+    common = ["report", "--grid", str(grid), "--backends", "reference", "--no-progress"]
+    resumed = cli.main([*common, "--out", str(killed), "--jobs", "2", "--resume"])
+    clean = tmp_path / "clean"
+    assert cli.main([*common, "--out", str(clean), "--jobs", "1"]) == resumed == 0
+    assert len(read_records(results)) == len(units)
+    a = json.loads((killed / "report.json").read_text())
+    b = json.loads((clean / "report.json").read_text())
+    assert deterministic(a) == deterministic(b)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--grid", "nonesuch"],
+    ["--grid", str(TINY), "--backends", "nonesuch"],
+])
+def test_bad_report_arguments_exit_2(tmp_path, argv):
+    assert cli.main(["report", "--out", str(tmp_path), "--no-progress", *argv]) == 2
+
+
+def test_an_existing_run_is_not_overwritten_without_resume(tiny_report):
+    _, out, _ = tiny_report
+    assert run(out) == 2
+
+
+def test_a_grid_file_with_an_unknown_study_is_refused(tmp_path):
+    bad = tmp_path / "grid.json"
+    bad.write_text(json.dumps([{"study": "astrology", "config": {"mode": "gru"}}]))
+    assert cli.main(["report", "--grid", str(bad), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+
+
+@pytest.mark.parametrize("name", sorted(GRIDS))
+def test_embedded_grids_cover_every_mode_and_feature(name):
+    specs = GRIDS[name](0)
+    compat = [cfg for study, cfg in specs if study == "compat"]
+    assert {cfg.mode for cfg in compat} == {"relu", "tanh", "lstm", "gru", "classic_gru"}
+    assert {cfg.dtype for cfg in compat} == {"float16", "float32", "float64"}
+    assert any(cfg.num_dirs == 2 for cfg in compat) and any(not cfg.time_major for cfg in compat)
+    assert any(cfg.lengths for cfg in compat) and any(cfg.input_mode == "skip_input" for cfg in compat)
+    assert any(cfg.num_proj for cfg in compat) and any(study == "gru_variant" for study, _ in specs)
+    if name != "quick":
+        assert max(cfg.seq_len for cfg in compat) >= 1000 and max(cfg.num_layers for cfg in compat) == 3
+
+
+def test_a_crashing_backend_becomes_an_error_record_not_a_crash(tmp_path, monkeypatch):
+    class Crashing(ReferencePeer):
+        name = "crashing"
+
+        def forward(self, cfg, case):
+            raise RuntimeError("kernel exploded")
+
+    monkeypatch.setitem(PEERS, "crashing", Crashing())
+    assert run(tmp_path, "--backends", "crashing") == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["totals"]["errors"] > 0 and not report["passed"]
+    errors = [w for w in report["worst"] if w["quantity"] == "error"]
+    assert errors and "kernel exploded" in errors[0]["error"] and errors[0]["reproduce"].startswith("rnn-compat check")
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
