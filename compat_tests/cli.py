@@ -25,12 +25,6 @@ def _backends(names: str | None):
         status.append({"name": peer.name, "available": ok, "detail": why})
         if ok:
             available.append(peer)
-    if not names:
-        import cudnn_backend
-
-        ok, why = cudnn_backend.available()
-        if not ok:
-            status.append({"name": "cudnn", "available": False, "detail": why})
     return available, status
 
 

@@ -14,7 +14,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-from compat_tests.peers import PEERS
+from compat_tests.peers import GPU_PEERS, PEERS
 
 _common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
@@ -43,12 +43,17 @@ def selected_peers(config: pytest.Config) -> list[str]:
     return chosen or list(PEERS)
 
 
+def _params(names: list[str]) -> list:
+    """GPU peers carry the ``gpu`` marker, so ``-m gpu`` selects them and CPU runs skip them with a reason."""
+    return [pytest.param(n, marks=pytest.mark.gpu) if n in GPU_PEERS else n for n in names]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "peer_name" in metafunc.fixturenames:
-        metafunc.parametrize("peer_name", selected_peers(metafunc.config))
+        metafunc.parametrize("peer_name", _params(selected_peers(metafunc.config)))
     if "grad_peer_name" in metafunc.fixturenames:
-        metafunc.parametrize("grad_peer_name",
-                             [n for n in selected_peers(metafunc.config) if PEERS[n].capabilities.backward])
+        metafunc.parametrize("grad_peer_name", _params(
+            [n for n in selected_peers(metafunc.config) if PEERS[n].capabilities.backward]))
 
 
 def _available(name: str):

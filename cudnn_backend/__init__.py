@@ -1,17 +1,77 @@
-"""cuDNN 9 backend (ctypes over libcudnn.so.9, CuPy for device memory): not implemented yet.
+"""cuDNN 9's RNN API through ctypes (``libcudnn.so.9``), CuPy for device memory and streams.
 
-It arrives with its own issue and will expose the reference's classes over real cuDNN. Until then
-``available()`` says so, and every suite that needs it skips with that reason.
+``cudnn_backend.CudnnRNNRelu``, ``CudnnRNNTanh``, ``CudnnLSTM`` and ``CudnnGRU`` have the reference's
+constructor and methods plus ``math_type`` ("fma": true FP32, the default; "tensor_op"; "default") and
+``algo``. ``available()`` never raises and names what is missing; ``versions()`` reports the stack.
+Importing this package needs neither CuPy nor cuDNN nor a GPU.
 """
 
 from __future__ import annotations
 
-NOT_IMPLEMENTED = "the cuDNN backend is not implemented yet (ctypes over libcudnn.so.9 comes with its own issue)"
+from functools import lru_cache
+
+from . import _lib
+from ._lib import CudnnError, LibraryNotFound
+from .model import MODELS, BackendUnavailable, CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 
 
+@lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
-    """``(False, reason)`` until the backend exists; never raises."""
-    return False, NOT_IMPLEMENTED
+    """``(True, what runs)`` or ``(False, everything that is missing)``; never raises."""
+    missing: list[str] = []
+    cupy = lib = None
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        missing.append(f"CuPy is not installed ({type(exc).__name__}: {exc}); install the 'gpu' extra")
+    try:
+        lib = _lib.load()
+    except Exception as exc:
+        missing.append(f"{exc}; install the 'gpu' extra (nvidia-cudnn-cu13)")
+    if cupy is not None:
+        try:
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                missing.append("no CUDA GPU")
+        except Exception as exc:
+            missing.append(f"no CUDA GPU ({type(exc).__name__}: {exc})")
+    if missing:
+        return False, "; ".join(missing)
+    try:
+        cudnn_cuda = int(lib.cdll.cudnnGetCudartVersion()) // 1000
+        cupy_cuda = int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+        if cudnn_cuda != cupy_cuda:
+            return False, f"cuDNN was built for CUDA {cudnn_cuda}, CuPy runs CUDA {cupy_cuda}: match the wheels"
+        from .descriptors import Handle
+
+        Handle(lib).close()
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+        return True, f"cuDNN {lib.version_string} on {name.decode() if isinstance(name, bytes) else name}"
+    except Exception as exc:
+        return False, f"cuDNN could not start: {type(exc).__name__}: {exc}"
 
 
-__all__ = ["available"]
+def versions() -> dict:
+    """cuDNN, the CUDA runtime cuDNN was built with, CuPy, the CUDA runtime and driver, the device."""
+    info: dict = {"available": available()[0], "reason": available()[1]}
+    try:
+        lib = _lib.load()
+        info.update(cudnn=lib.version_string, cudnn_library=lib.path, cudnn_cudart=int(lib.cdll.cudnnGetCudartVersion()))
+    except Exception as exc:
+        info["cudnn"] = f"unavailable: {exc}"
+    try:
+        import cupy
+
+        info.update(cupy=cupy.__version__, cuda_runtime=int(cupy.cuda.runtime.runtimeGetVersion()),
+                    cuda_driver=int(cupy.cuda.runtime.driverGetVersion()))
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        info.update(device=name.decode() if isinstance(name, bytes) else name,
+                    compute_capability=f"{props['major']}.{props['minor']}",
+                    multiprocessors=int(props["multiProcessorCount"]))
+    except Exception as exc:
+        info.setdefault("cupy", f"unavailable: {type(exc).__name__}: {exc}")
+    return info
+
+
+__all__ = ["BackendUnavailable", "CudnnError", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh",
+           "LibraryNotFound", "MODELS", "available", "versions"]

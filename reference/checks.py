@@ -28,11 +28,13 @@ def flag(name: str, value: object) -> bool:
     return bool(value)
 
 
-def array(name: str, value: object, dtype: np.dtype, ndim: int, dims_doc: str) -> np.ndarray:
-    """A NumPy array of exactly ``dtype`` and rank ``ndim``; ``dims_doc`` names the expected axes."""
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of {dtype} with shape {dims_doc}, "
-                        f"got {type(value).__name__}")
+def array(name: str, value: object, dtype: np.dtype, ndim: int, dims_doc: str,
+          kinds: tuple[type, ...] = (np.ndarray,)) -> np.ndarray:
+    """An array of one of ``kinds`` (NumPy's by default), of exactly ``dtype`` and rank ``ndim``;
+    ``dims_doc`` names the expected axes."""
+    if not isinstance(value, kinds):
+        names = " or ".join(f"{k.__module__.split('.')[0]}.{k.__name__}" for k in kinds)
+        raise TypeError(f"{name} must be a {names} of {dtype} with shape {dims_doc}, got {type(value).__name__}")
     if value.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype} (the model's dtype), got {value.dtype}")
     if value.ndim != ndim:

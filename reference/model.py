@@ -357,7 +357,9 @@ class _CudnnRNN:
         return tuple(self._rng.random(shape) >= self.dropout for _ in range(self.num_layers - 1))
 
 
-class _NoCellState(_CudnnRNN):
+class NoCellStateCall:
+    """TensorFlow's ``__call__`` for modes without a cell state, over any class with ``forward``."""
+
     def __call__(
         self,
         input_data: np.ndarray,
@@ -367,9 +369,31 @@ class _NoCellState(_CudnnRNN):
         sequence_lengths: Sequence[int] | np.ndarray | None = None,
         time_major: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(output [T, B, D*H], output_h [L*D, B, H])``; see :meth:`forward`."""
+        """``(output [T, B, D*H], output_h [L*D, B, H])``; see ``forward``."""
         result = self.forward(input_data, input_h, params, None, is_training, sequence_lengths, time_major)
         return result.output, result.output_h
+
+
+class LSTMCall:
+    """TensorFlow's ``__call__`` for the LSTM (``input_c`` before ``params``), over any class with ``forward``."""
+
+    def __call__(
+        self,
+        input_data: np.ndarray,
+        input_h: np.ndarray | None,
+        input_c: np.ndarray | None,
+        params: np.ndarray,
+        is_training: bool = False,
+        sequence_lengths: Sequence[int] | np.ndarray | None = None,
+        time_major: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])``; see ``forward``."""
+        result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major)
+        return result.output, result.output_h, result.output_c
+
+
+class _NoCellState(NoCellStateCall, _CudnnRNN):
+    pass
 
 
 class CudnnRNNRelu(_NoCellState):
@@ -396,7 +420,7 @@ class ClassicGRU(_NoCellState):
     rnn_mode = "classic_gru"
 
 
-class CudnnLSTM(_CudnnRNN):
+class CudnnLSTM(LSTMCall, _CudnnRNN):
     """cuDNN ``CUDNN_LSTM`` (gates i, f, c, o; no peepholes, no forget bias), optional projection.
 
     With ``num_proj`` (cuDNN ``projSize``), ``h = (o * tanh(c)) @ P.T`` is both the output and the recurrent
@@ -419,21 +443,6 @@ class CudnnLSTM(_CudnnRNN):
     ) -> None:
         super().__init__(num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
                          _num_proj=num_proj)
-
-    def __call__(
-        self,
-        input_data: np.ndarray,
-        input_h: np.ndarray | None,
-        input_c: np.ndarray | None,
-        params: np.ndarray,
-        is_training: bool = False,
-        sequence_lengths: Sequence[int] | np.ndarray | None = None,
-        time_major: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])``; see :meth:`forward`."""
-        result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major)
-        assert result.output_c is not None
-        return result.output, result.output_h, result.output_c
 
 
 MODELS: dict[str, type[_CudnnRNN]] = {

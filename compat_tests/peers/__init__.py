@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from .base import Capabilities, Peer
+from .cudnn_gpu import CudnnPeer
 from .onnxruntime_cpu import OnnxRuntimeCPU
 from .reference_peer import ReferencePeer
-from .torch_cpu import TorchCPU
+from .torch_peers import TorchPeer
 
-PEERS: dict[str, Peer] = {peer.name: peer for peer in (ReferencePeer(), TorchCPU(), OnnxRuntimeCPU())}
+PEERS: dict[str, Peer] = {peer.name: peer for peer in (
+    ReferencePeer(),
+    TorchPeer("torch-cpu", "cpu"),
+    OnnxRuntimeCPU(),
+    CudnnPeer("cudnn", "fma", ("float16", "float32", "float64")),
+    CudnnPeer("cudnn-tf32", "tensor_op", ("float32",)),
+    TorchPeer("torch-cuda", "cuda"),
+)}
+GPU_PEERS = ("cudnn", "cudnn-tf32", "torch-cuda")
 
 
 def get_peer(name: str) -> Peer:
@@ -17,4 +26,4 @@ def get_peer(name: str) -> Peer:
         raise ValueError(f"unknown peer {name!r}, expecting one of {', '.join(PEERS)}") from None
 
 
-__all__ = ["Capabilities", "PEERS", "Peer", "get_peer"]
+__all__ = ["Capabilities", "GPU_PEERS", "PEERS", "Peer", "get_peer"]

@@ -1,13 +1,15 @@
-"""PyTorch on the CPU (``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU``): the cuDNN GRU variant, packed sequences.
+"""PyTorch's ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU``: on the CPU (``torch-cpu``) and on a CUDA GPU through
+PyTorch's own cuDNN path (``torch-cuda``, a second GPU opinion next to ``cudnn``).
 
 Gate orders coincide with cuDNN's (GRU r,z,n; LSTM i,f,g,o), so ``weight_ih_l{k}`` is the canonical input
 matrices stacked, ``weight_hh_l{k}`` the recurrent ones, ``bias_ih``/``bias_hh`` the two bias sets and
 ``weight_hr_l{k}`` the projection. PyTorch keeps states ``[L*D, B, H]`` even with ``batch_first``; the
-adapter transposes them for batch-major configs.
+adapter transposes them for batch-major configs. Sequence lengths go through packed sequences.
 
 float16 runs on the CPU in torch 2.13 and stays within the float16 budget, though with up to 3x the
 reference's error on GRUs (0.75 vs 0.26 conditioned eps on a 16-unit GRU, T=20): PyTorch's CPU path
 rounds more intermediates to half precision than cuDNN's HALF-data/FLOAT-math contract does.
+``torch-cuda`` runs with TF32 disabled (``torch.backends.cudnn.allow_tf32 = False``), i.e. true FP32.
 """
 
 from __future__ import annotations
@@ -22,39 +24,51 @@ from ..config import Case, GradOutputs, Outputs, RNNConfig
 from .base import Capabilities, Peer
 from .canonical import by_pseudo_layer
 
+_CAPABILITIES = Capabilities(
+    modes=("relu", "tanh", "lstm", "gru"),
+    skip_input=False,
+    notes=(
+        ("mode", "PyTorch has only the cuDNN (reset-after) GRU, no textbook GRU"),
+        ("skip_input", "PyTorch has no skip_input mode"),
+    ),
+)
 
-class TorchCPU(Peer):
-    name = "torch-cpu"
-    capabilities = Capabilities(
-        modes=("relu", "tanh", "lstm", "gru"),
-        skip_input=False,
-        notes=(
-            ("mode", "PyTorch has only the cuDNN (reset-after) GRU, no textbook GRU"),
-            ("skip_input", "PyTorch has no skip_input mode"),
-        ),
-    )
+
+class TorchPeer(Peer):
+    capabilities = _CAPABILITIES
+
+    def __init__(self, name: str, device: str) -> None:
+        self.name, self.device = name, device
 
     def available(self) -> tuple[bool, str]:
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - depends on the environment
             return False, f"torch is not installed ({exc})"
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                return False, f"torch {torch.__version__} sees no CUDA GPU"
+            if not torch.backends.cudnn.is_available():
+                return False, f"torch {torch.__version__} has no cuDNN"
+            return True, (f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+                          f"{torch.cuda.get_device_name()}")
         return True, f"torch {torch.__version__}"
 
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
         import torch
 
         with torch.no_grad():
-            run = _Run(cfg, case, requires_grad=False)
+            run = _Run(cfg, case, requires_grad=False, device=self.device)
         return Outputs(*(None if a is None else _numpy(cfg, a, is_state) for a, is_state in
                          ((run.y, False), (run.h, True), (run.c, True))))
 
     def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
         """Autograd of ``sum(y * dy) + sum(h_n * dh) + sum(c_n * dc)``: the gradients cuDNN's backward returns."""
-        run = _Run(cfg, case, requires_grad=True)
-        loss = (run.y * _tensor(cfg, case.dy, False)).sum() + (run.h * _tensor(cfg, case.dh, True)).sum()
+        run = _Run(cfg, case, requires_grad=True, device=self.device)
+        loss = (run.y * _tensor(cfg, case.dy, False, self.device)).sum() + \
+            (run.h * _tensor(cfg, case.dh, True, self.device)).sum()
         if run.c is not None:
-            loss = loss + (run.c * _tensor(cfg, case.dc, True)).sum()
+            loss = loss + (run.c * _tensor(cfg, case.dc, True, self.device)).sum()
         loss.backward()
         model = cfg.model()
         H, G = cfg.num_units, len(model.gates)
@@ -62,12 +76,13 @@ class TorchCPU(Peer):
         for pl in range(cfg.num_layers * cfg.num_dirs):
             suffix = _suffix(cfg, pl)
             for kind, part in (("weight", "weight"), ("bias", "bias")):
-                ih = getattr(run.module, f"{part}_ih{suffix}").grad.numpy()
-                hh = getattr(run.module, f"{part}_hh{suffix}").grad.numpy()
+                ih = getattr(run.module, f"{part}_ih{suffix}").grad.cpu().numpy()
+                hh = getattr(run.module, f"{part}_hh{suffix}").grad.cpu().numpy()
                 for lin in range(2 * G):
                     grads[(kind, pl, lin)] = (ih if lin < G else hh)[(lin % G) * H:(lin % G + 1) * H]
             if cfg.num_proj:
-                grads[("weight", pl, PROJECTION_LIN_LAYER_ID)] = getattr(run.module, "weight_hr" + suffix).grad.numpy()
+                grads[("weight", pl, PROJECTION_LIN_LAYER_ID)] = \
+                    getattr(run.module, "weight_hr" + suffix).grad.cpu().numpy()
         w_regions, b_regions = model.canonical_regions()
         d_params = model.canonical_to_params([grads[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in w_regions],
                                              [grads[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions])
@@ -80,27 +95,30 @@ def _suffix(cfg: RNNConfig, pseudo_layer: int) -> str:
     return f"_l{layer}" + ("_reverse" if direction else "")
 
 
-def _tensor(cfg: RNNConfig, a: np.ndarray, is_state: bool):
+def _tensor(cfg: RNNConfig, a: np.ndarray, is_state: bool, device: str = "cpu"):
     """A NumPy array of the config's layout as a torch tensor of torch's (states are never batch-first)."""
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(a.transpose(1, 0, 2)) if is_state and not cfg.time_major else a)
+    a = np.ascontiguousarray(a.transpose(1, 0, 2)) if is_state and not cfg.time_major else a
+    return torch.from_numpy(a).to(device)
 
 
 def _numpy(cfg: RNNConfig, t, is_state: bool) -> np.ndarray:
-    a = t.detach().numpy()
+    a = t.detach().cpu().numpy()
     return np.ascontiguousarray(a.transpose(1, 0, 2)) if is_state and not cfg.time_major else a
 
 
 class _Run:
     """One forward pass of ``case`` through an ``nn.RNN``/``LSTM``/``GRU`` holding the canonical weights."""
 
-    def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool) -> None:
+    def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool, device: str) -> None:
         import torch
 
         torch.set_num_threads(1)  # OpenBLAS and torch's pools spin against each other on 2 cores
+        torch.backends.cudnn.allow_tf32 = False  # torch-cuda: true FP32, judged by the FP32 budget
+        torch.backends.cuda.matmul.allow_tf32 = False
         dtype = getattr(torch, cfg.dtype)
-        self.module = _module(cfg, dtype)
+        self.module = _module(cfg, dtype).to(device)
         with torch.no_grad():
             for pl, t in enumerate(by_pseudo_layer(cfg.model(), case.weights, case.biases)):
                 suffix = _suffix(cfg, pl)
@@ -113,10 +131,10 @@ class _Run:
         def state(a: np.ndarray | None, width: int):
             if a is None:
                 a = np.zeros((cfg.num_layers * cfg.num_dirs, cfg.batch, width), cfg.dtype)
-                return torch.from_numpy(a).requires_grad_(requires_grad)
-            return _tensor(cfg, a, True).clone().requires_grad_(requires_grad)
+                return torch.from_numpy(a).to(device).requires_grad_(requires_grad)
+            return _tensor(cfg, a, True, device).clone().requires_grad_(requires_grad)
 
-        self.x = torch.from_numpy(case.x).clone().requires_grad_(requires_grad)
+        self.x = torch.from_numpy(case.x).to(device).clone().requires_grad_(requires_grad)
         self.h0 = state(case.h0, cfg.state_width)
         self.c0 = state(case.c0, cfg.num_units) if cfg.has_cell_state else None
         hx = self.h0 if self.c0 is None else (self.h0, self.c0)

@@ -1,0 +1,57 @@
+"""cuDNN itself, through ``cudnn_backend`` (ctypes over libcudnn.so.9): ``cudnn`` with true FP32 math
+(``CUDNN_FMA_MATH``) in every dtype, ``cudnn-tf32`` with tensor-op math in float32 (TF32 on Ampere and
+later), so the TF32 divergence is measured and shown rather than hidden inside a loose tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Case, GradOutputs, Outputs, RNNConfig
+from .base import Capabilities, Peer
+
+_NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the reference's"),)
+
+
+class CudnnPeer(Peer):
+    def __init__(self, name: str, math_type: str, dtypes: tuple[str, ...]) -> None:
+        self.name, self.math_type = name, math_type
+        notes = _NOTES + ((("dtype", "tensor-op math differs from FMA math only in float32 (TF32)"),)
+                          if math_type == "tensor_op" else ())
+        self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes)
+
+    def available(self) -> tuple[bool, str]:
+        import cudnn_backend
+
+        return cudnn_backend.available()
+
+    def _model(self, cfg: RNNConfig):
+        import cudnn_backend
+
+        extra = {"num_proj": cfg.num_proj} if cfg.mode == "lstm" else {}
+        return cudnn_backend.MODELS[cfg.mode](cfg.num_layers, cfg.num_units, cfg.input_size, cfg.input_mode,
+                                              cfg.direction, np.dtype(cfg.dtype), math_type=self.math_type, **extra)
+
+    def _forward(self, cfg: RNNConfig, case: Case, training: bool):
+        model = self._model(cfg)
+        params = model.canonical_to_params(case.weights, case.biases)
+        fwd = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=training,
+                            sequence_lengths=case.lengths, time_major=cfg.time_major)
+        return model, fwd
+
+    def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
+        import cupy
+
+        model, fwd = self._forward(cfg, case, training=False)
+        model.close()
+        return Outputs(*(None if a is None else cupy.asnumpy(a) for a in fwd[:3]))
+
+    def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
+        import cupy
+
+        model, fwd = self._forward(cfg, case, training=True)
+        grads = model.backward(fwd, case.dy, case.dh, case.dc)
+        weights, biases = model.params_to_canonical(grads.params)
+        model.close()
+        d_params = cfg.model().canonical_to_params([cupy.asnumpy(w) for w in weights],
+                                                   [cupy.asnumpy(b) for b in biases])
+        return GradOutputs(*(None if a is None else cupy.asnumpy(a) for a in grads[:3]), d_params)

@@ -1,0 +1,178 @@
+"""The GPU suite: real cuDNN against the float64 reference (``pytest -m gpu``; skipped elsewhere with the
+reason ``cudnn_backend.available()`` gives).
+
+The comparisons of outputs, states and every gradient run through the generic peer tests
+(``test_forward.py``, ``test_backward.py``: the ``cudnn``, ``cudnn-tf32`` and ``torch-cuda`` peers carry the
+``gpu`` marker). This file holds what only cuDNN has: its weight-space layout, its buffer round trips,
+its dropout, and resource hygiene.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cudnn_backend
+from compat_tests.compare import compare_peer
+from compat_tests.config import RNNConfig, make_case
+from compat_tests.peers import PEERS
+from compat_tests.strategies import rnn_configs
+from compat_tests.test_layout import random_bits
+from compat_tests.tolerances import DROPOUT_SCALE_RTOL
+
+OK, WHY = cudnn_backend.available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"cuDNN backend unavailable: {WHY}")]
+CUDNN_CAPS = PEERS["cudnn"].capabilities
+
+
+def cudnn_model(cfg: RNNConfig, **kwargs):
+    extra = {"num_proj": cfg.num_proj} if cfg.mode == "lstm" else {}
+    return cudnn_backend.MODELS[cfg.mode](cfg.num_layers, cfg.num_units, cfg.input_size, cfg.input_mode,
+                                          cfg.direction, np.dtype(cfg.dtype), **extra, **kwargs)
+
+
+@given(cfg=rnn_configs(CUDNN_CAPS))
+def test_weight_space_layout_is_the_references(cfg):
+    """The check that the opaque layout did not change between cuDNN generations: every region's kind,
+    pseudo-layer, lin layer id, offset and shape, and the buffer's size."""
+    gpu = cudnn_model(cfg)
+    ref = cfg.model()
+    try:
+        assert gpu.params_size() == ref.params_size(), (gpu.params_size(), ref.params_size())
+        for got, want in zip(gpu.opaque_layout(), ref.opaque_layout()):
+            assert got == want, f"first differing region: cuDNN {got} vs reference {want}"
+        assert len(gpu.opaque_layout()) == len(ref.opaque_layout())
+    finally:
+        gpu.close()
+
+
+@given(cfg=rnn_configs(CUDNN_CAPS), seed=st.integers(0, 2**32 - 1))
+def test_canonical_round_trips_through_cudnns_buffer_bit_for_bit(cfg, seed):
+    import cupy
+
+    gpu = cudnn_model(cfg)
+    rng = np.random.default_rng(seed)
+    try:
+        w_shapes, b_shapes = gpu.canonical_shapes()
+        weights = [random_bits(rng, s, gpu.dtype) for s in w_shapes]
+        biases = [random_bits(rng, s, gpu.dtype) for s in b_shapes]
+        back_w, back_b = gpu.params_to_canonical(gpu.canonical_to_params(weights, biases))
+        for got, sent in zip(back_w + back_b, weights + biases):
+            assert cupy.asnumpy(got).tobytes() == sent.tobytes()
+        params = random_bits(rng, gpu.params_size(), gpu.dtype)
+        again = gpu.canonical_to_params(*gpu.params_to_canonical(params))
+        assert cupy.asnumpy(again).tobytes() == params.tobytes()
+    finally:
+        gpu.close()
+
+
+@given(cfg=rnn_configs(CUDNN_CAPS, dtypes_=("float32", "float64")))
+def test_a_buffer_packed_by_the_reference_runs_on_cudnn_unchanged(cfg):
+    import cupy
+
+    case = make_case(cfg)
+    gpu, ref = cudnn_model(cfg), cfg.model()
+    try:
+        own = gpu.canonical_to_params(case.weights, case.biases)
+        packed = ref.canonical_to_params(case.weights, case.biases)
+        assert cupy.asnumpy(own).tobytes() == packed.tobytes()
+        a = gpu.forward(case.x, case.h0, own, input_c=case.c0, is_training=False,
+                        sequence_lengths=case.lengths, time_major=cfg.time_major)
+        b = gpu.forward(case.x, case.h0, packed, input_c=case.c0, is_training=False,
+                        sequence_lengths=case.lengths, time_major=cfg.time_major)
+        for x, y in zip(a[:3], b[:3]):
+            if x is not None:
+                assert cupy.array_equal(x, y)
+    finally:
+        gpu.close()
+
+
+@pytest.mark.parametrize("mode", ["relu", "tanh", "lstm", "gru"])
+def test_padded_outputs_are_zero_and_padded_input_gradients_are_zero(mode):
+    import cupy
+
+    cfg = RNNConfig(mode, num_layers=2, num_units=6, input_size=4, direction="bidirectional", seq_len=7, batch=3,
+                    lengths=(7, 2, 5), dtype="float32")
+    case = make_case(cfg)
+    gpu = cudnn_model(cfg)
+    params = gpu.canonical_to_params(case.weights, case.biases)
+    fwd = gpu.forward(case.x, case.h0, params, input_c=case.c0, sequence_lengths=case.lengths)
+    grads = gpu.backward(fwd, case.dy, case.dh, case.dc)
+    y, dx = cupy.asnumpy(fwd.output), cupy.asnumpy(grads.input)
+    for b, n in enumerate(cfg.lengths):
+        assert not y[n:, b].any() and not dx[n:, b].any()
+    with pytest.raises(ValueError, match="already backpropagated"):
+        gpu.backward(fwd, case.dy)
+    gpu.close()
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5])
+def test_dropout_keeps_one_minus_p_and_scales_by_its_inverse(p):
+    """A 2-layer relu RNN whose second layer is the identity (W = I, R = 0, biases 0) shows layer 1's
+    dropped-out input directly: a fraction p of zeros, the rest scaled by 1 / (1 - p)."""
+    import cupy
+
+    H, T, B = 64, 20, 16
+    cfg = RNNConfig("relu", num_layers=2, num_units=H, input_size=H, seq_len=T, batch=B, dtype="float32",
+                    initial_state=False)
+    case = make_case(cfg)
+    weights, biases = list(case.weights), [np.zeros_like(b) for b in case.biases]
+    weights[0] = np.abs(weights[0]) + 0.1  # layer 0: positive outputs for positive inputs
+    weights[1] = np.zeros_like(weights[1])
+    weights[2], weights[3] = np.eye(H, dtype=np.float32), np.zeros_like(weights[3])
+    x = np.abs(case.x) + 0.1
+    gpu = cudnn_backend.CudnnRNNRelu(2, H, H, dropout=p, seed=1234)
+    params = gpu.canonical_to_params(weights, biases)
+    plain = cudnn_backend.CudnnRNNRelu(2, H, H)
+    expected = cupy.asnumpy(plain.forward(x, None, plain.canonical_to_params(weights, biases), is_training=False).output)
+    train = cupy.asnumpy(gpu.forward(x, None, params, is_training=True).output)
+    infer = cupy.asnumpy(gpu.forward(x, None, params, is_training=False).output)
+    np.testing.assert_array_equal(infer, expected)  # inference ignores dropout
+    dropped = train == 0
+    n = dropped.size
+    assert abs(dropped.mean() - p) <= 6 * np.sqrt(p * (1 - p) / n)
+    np.testing.assert_allclose(train[~dropped], expected[~dropped] / (1 - p), rtol=DROPOUT_SCALE_RTOL)
+    gpu.close()
+    plain.close()
+
+
+def test_tf32_divergence_is_measured_within_its_budget():
+    """TF32 is shown, not hidden: cudnn-tf32 is a peer of its own, judged by its own (wider) budget."""
+    cfg = RNNConfig("lstm", num_layers=2, num_units=256, input_size=128, seq_len=50, batch=32, dtype="float32")
+    fma = compare_peer(PEERS["cudnn"], cfg)
+    tf32 = compare_peer(PEERS["cudnn-tf32"], cfg)
+    assert fma.passed, fma.explain()
+    assert tf32.passed, tf32.explain()
+    print(fma.explain(), tf32.explain(), sep="\n")
+
+
+def test_no_growth_over_many_calls():
+    import cupy
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=32, input_size=16, seq_len=10, batch=4, dtype="float32")
+    case = make_case(cfg)
+    gpu = cudnn_model(cfg)
+    params = gpu.canonical_to_params(case.weights, case.biases)
+    pool = cupy.get_default_memory_pool()
+
+    def calls(n):
+        for _ in range(n):
+            fwd = gpu.forward(case.x, case.h0, params, is_training=True)
+            gpu.backward(fwd, case.dy, case.dh)
+        cupy.cuda.Device().synchronize()
+        gc.collect()
+
+    calls(100)
+    used = pool.used_bytes()
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1])
+    calls(2000)
+    with open("/proc/self/statm") as f:
+        rss_after = int(f.read().split()[1])
+    assert pool.used_bytes() <= used + 2**20
+    assert (rss_after - rss) * 4096 < 32 * 2**20
+    gpu.close()

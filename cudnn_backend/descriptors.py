@@ -1,0 +1,120 @@
+"""Owners of cuDNN handles and descriptors: created by the constructor, destroyed exactly once by
+``close()``, by leaving a ``with`` block, or by the garbage collector (a ``weakref.finalize``).
+
+Only :class:`Handle` and :class:`DropoutDescriptor` need a GPU; the others are host-side objects.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from ctypes import byref, c_int, c_size_t, c_void_p
+
+from ._lib import Library, ints
+
+
+def _destroy(lib: Library, destroy: str, ptr: int) -> None:
+    getattr(lib.cdll, destroy)(c_void_p(ptr))  # status ignored: nothing useful can be done at teardown
+
+
+class Owned:
+    """A cuDNN object created with ``create(&ptr)`` and destroyed with ``destroy(ptr)``."""
+
+    _create: str
+    _destroy: str
+
+    def __init__(self, lib: Library) -> None:
+        self.lib = lib
+        ptr = c_void_p()
+        lib.call(self._create, byref(ptr))
+        self.ptr = ptr
+        self._finalizer = weakref.finalize(self, _destroy, lib, self._destroy, ptr.value)
+
+    @property
+    def alive(self) -> bool:
+        return self._finalizer.alive
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Handle(Owned):
+    """A cuDNN context on the current CUDA device; ``bind(stream_ptr)`` before each call sequence."""
+
+    _create, _destroy = "cudnnCreate", "cudnnDestroy"
+
+    def bind(self, stream_ptr: int) -> None:
+        self.lib.call("cudnnSetStream", self.ptr, c_void_p(stream_ptr))
+
+
+class TensorDescriptor(Owned):
+    """A fully packed N-d tensor descriptor (used for h and c: ``[L*D, B, width]``)."""
+
+    _create, _destroy = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
+
+    def set(self, data_type: int, dims: tuple[int, ...]) -> "TensorDescriptor":
+        strides = [1] * len(dims)
+        for i in range(len(dims) - 2, -1, -1):
+            strides[i] = strides[i + 1] * dims[i + 1]
+        self.lib.call("cudnnSetTensorNdDescriptor", self.ptr, data_type, len(dims), ints(dims), ints(strides))
+        return self
+
+    def get(self, max_dims: int = 8) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """``(data_type, dims, strides)``."""
+        dt, nb = c_int(), c_int()
+        dims, strides = (c_int * max_dims)(), (c_int * max_dims)()
+        self.lib.call("cudnnGetTensorNdDescriptor", self.ptr, max_dims, byref(dt), byref(nb), dims, strides)
+        n = nb.value
+        return dt.value, tuple(dims[:n]), tuple(strides[:n])
+
+
+class RNNDataDescriptor(Owned):
+    """Sequences ``[T, B, V]`` (seq-major) or ``[B, T, V]`` (batch-major), padded, with host lengths."""
+
+    _create, _destroy = "cudnnCreateRNNDataDescriptor", "cudnnDestroyRNNDataDescriptor"
+
+    def set(self, data_type: int, layout: int, max_seq: int, batch: int, vector: int, lengths,
+            fill: ctypes._SimpleCData | None) -> "RNNDataDescriptor":
+        self._lengths = ints(lengths)  # cuDNN reads the host array during the call; keep it with the descriptor
+        self._fill = fill
+        self.lib.call("cudnnSetRNNDataDescriptor", self.ptr, data_type, layout, max_seq, batch, vector,
+                      self._lengths, None if fill is None else ctypes.cast(byref(fill), c_void_p))
+        return self
+
+
+class RNNDescriptor(Owned):
+    _create, _destroy = "cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor"
+
+    def set(self, *, algo: int, mode: int, bias_mode: int, direction: int, input_mode: int, data_type: int,
+            math_prec: int, math_type: int, input_size: int, hidden_size: int, proj_size: int, num_layers: int,
+            dropout: "DropoutDescriptor", aux_flags: int) -> "RNNDescriptor":
+        self._dropout = dropout  # must outlive this descriptor
+        self.lib.call("cudnnSetRNNDescriptor_v8", self.ptr, algo, mode, bias_mode, direction, input_mode, data_type,
+                      math_prec, math_type, input_size, hidden_size, proj_size, num_layers, dropout.ptr, aux_flags)
+        return self
+
+
+class DropoutDescriptor(Owned):
+    """Dropout between layers; its RNG state lives in a device buffer that must outlive the descriptor.
+    ``dropout == 0`` needs no state (PyTorch's ``cudnnSetDropoutDescriptor(d, h, 0, NULL, 0, 0)``)."""
+
+    _create, _destroy = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
+
+    def set(self, handle: Handle, dropout: float, seed: int, allocate) -> "DropoutDescriptor":
+        """``allocate(nbytes)`` returns a device buffer with a ``.data.ptr`` (a CuPy array)."""
+        if dropout == 0.0:
+            self.states = None
+            self.lib.call("cudnnSetDropoutDescriptor", self.ptr, handle.ptr, 0.0, None, 0, 0)
+            return self
+        size = c_size_t()
+        self.lib.call("cudnnDropoutGetStatesSize", handle.ptr, byref(size))
+        self.states = allocate(size.value)
+        self.lib.call("cudnnSetDropoutDescriptor", self.ptr, handle.ptr, float(dropout),
+                      c_void_p(self.states.data.ptr), size.value, seed)
+        return self

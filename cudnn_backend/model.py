@@ -1,0 +1,409 @@
+"""The reference's classes over real cuDNN 9 (``cudnnRNNForward``, ``cudnnRNNBackwardData_v8``,
+``cudnnRNNBackwardWeights_v8``), CuPy for device memory and streams.
+
+Same constructor and methods as ``reference`` (plus ``math_type`` and ``algo``); arrays in may be NumPy or
+CuPy, arrays out are CuPy. The parameter layout is whatever ``cudnnGetRNNWeightParams`` reports: never a
+hard-coded offset. Argument validation is the reference's own (a reference model of the same config is
+built first), so bad arguments fail the same way, before anything touches the GPU.
+
+Semantics kept equal to the reference where cuDNN leaves them open: outputs past a sequence's length are
+zero (``paddingFill`` 0), ``output_backprop`` at padded steps is zeroed before ``BackwardData`` and the
+input gradient at padded steps is zeroed after it (cuDNN documents neither), and a ``ForwardResult`` can
+be backpropagated once (``BackwardData`` writes into the reserve space).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import byref, c_size_t, c_void_p
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+import reference
+from reference import checks
+from reference.layout import Region
+from reference.model import ForwardResult, Gradients, LSTMCall, NoCellStateCall
+
+from . import _lib
+from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
+
+MATH_TYPES = tuple(_lib.MATH_TYPE)
+ALGOS = tuple(_lib.ALGO)
+_FILL = {"float16": ctypes.c_uint16(0), "float32": ctypes.c_float(0.0), "float64": ctypes.c_double(0.0)}
+
+
+class BackendUnavailable(RuntimeError):
+    """The cuDNN backend cannot run here; the message says what is missing."""
+
+
+_HANDLES: dict[tuple[int, int], Handle] = {}
+
+
+def shared_handle(lib: _lib.Library) -> Handle:
+    """One cuDNN handle per (thread, device), as PyTorch keeps them: ``cudnnCreate`` is expensive, and a
+    handle must not be used from two threads at once. Bound to the current stream before every call."""
+    import threading
+
+    key = (threading.get_ident(), _cupy().cuda.Device().id)
+    if key not in _HANDLES:
+        _HANDLES[key] = Handle(lib)
+    return _HANDLES[key]
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _ptr(a) -> c_void_p:
+    return c_void_p(None if a is None else a.data.ptr)
+
+
+@dataclass(eq=False)
+class CudnnReserve:
+    """What a forward call keeps for backward: descriptors, device inputs/outputs, the reserve space."""
+
+    model_token: int
+    is_training: bool
+    time_major: bool
+    sequence_lengths: np.ndarray | None
+    x_desc: RNNDataDescriptor
+    y_desc: RNNDataDescriptor
+    h_desc: TensorDescriptor
+    c_desc: TensorDescriptor
+    x: object
+    y: object
+    hx: object | None
+    cx: object | None
+    params: object
+    dev_lengths: object
+    reserve: object | None
+    dropout_masks: tuple = ()  # cuDNN keeps its masks inside the reserve space: not retrievable
+    consumed: bool = field(default=False)
+
+
+class _CudnnModel:
+    rnn_mode: ClassVar[str]
+
+    def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
+                 direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
+                 *, math_type: str = "fma", algo: str = "standard", _num_proj: int | None = None) -> None:
+        extra = {"num_proj": _num_proj} if self.rnn_mode == "lstm" else {}
+        spec = reference.MODELS[self.rnn_mode](num_layers, num_units, input_size, input_mode, direction, dtype,
+                                               dropout, seed, **extra)
+        self.math_type = checks.one_of("math_type", math_type, MATH_TYPES)
+        self.algo = checks.one_of("algo", algo, ALGOS)
+        for name in ("num_layers", "num_units", "input_size", "input_mode", "direction", "num_dirs", "dtype",
+                     "dropout", "seed", "num_proj", "gates", "state_width"):
+            setattr(self, name, getattr(spec, name))
+        self._spec = spec
+        self._token = next(reference.model._model_tokens)
+        from . import available
+
+        ok, why = available()
+        if not ok:
+            raise BackendUnavailable(f"the cuDNN backend is unavailable: {why}")
+        cp = _cupy()
+        self._lib = _lib.load()
+        self._dtype_name = self.dtype.name
+        self._data_type = _lib.DATA_TYPE[self._dtype_name]
+        self._handle = shared_handle(self._lib)
+        self._handle.bind(cp.cuda.get_current_stream().ptr)
+        self._dropout_desc = DropoutDescriptor(self._lib).set(
+            self._handle, self.dropout, self.seed, lambda n: cp.empty(n, dtype=cp.uint8))
+        self._rnn = RNNDescriptor(self._lib).set(
+            algo=_lib.ALGO[self.algo], mode=_lib.RNN_MODE[self.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
+            direction=_lib.DIRECTION[self.direction], input_mode=_lib.INPUT_MODE[self.input_mode],
+            data_type=self._data_type, math_prec=_lib.MATH_PREC[self._dtype_name],
+            math_type=_lib.MATH_TYPE[self.math_type], input_size=self.input_size, hidden_size=self.num_units,
+            proj_size=self.num_proj or self.num_units, num_layers=self.num_layers, dropout=self._dropout_desc,
+            aux_flags=_lib.PADDED_IO_ENABLED)
+        size = c_size_t()
+        self._lib.call("cudnnGetRNNWeightSpaceSize", self._handle.ptr, self._rnn.ptr, byref(size))
+        self._weight_bytes = size.value
+        if size.value % self.dtype.itemsize:
+            raise RuntimeError(f"cuDNN weight space of {size.value} bytes is not a whole number of {self.dtype}")
+        self._params_size = size.value // self.dtype.itemsize
+        self._layout = self._query_layout()
+        self._weight_regions = sorted((r for r in self._layout if r.kind == "weight"),
+                                      key=lambda r: (r.pseudo_layer, r.lin_layer_id))
+        self._bias_regions = sorted((r for r in self._layout if r.kind == "bias"),
+                                    key=lambda r: (r.pseudo_layer, r.lin_layer_id))
+
+    def __repr__(self) -> str:
+        return f"cudnn_backend.{repr(self._spec)[:-1]}, math_type={self.math_type!r}, algo={self.algo!r})"
+
+    def close(self) -> None:
+        """Release the descriptors now (they are also released when the model is collected); the cuDNN
+        handle is shared per thread and device and lives as long as the process."""
+        for owned in (self._rnn, self._dropout_desc):
+            owned.close()
+
+    # ---- parameters -------------------------------------------------------------------------------
+
+    def _query_layout(self) -> list[Region]:
+        """Every matrix and bias cuDNN reports, with its offset in the weight space, in buffer order."""
+        cp = _cupy()
+        space = cp.empty(self._weight_bytes, dtype=cp.uint8)
+        base, item = space.data.ptr, self.dtype.itemsize
+        m_desc, b_desc = TensorDescriptor(self._lib), TensorDescriptor(self._lib)
+        G = len(self.gates)
+        lin_ids = list(range(2 * G)) + ([_lib.PROJECTION_LIN_LAYER_ID] if self.num_proj else [])
+        regions = []
+        try:
+            for pl in range(self.num_layers * self.num_dirs):
+                for lin in lin_ids:
+                    m_addr, b_addr = c_void_p(), c_void_p()
+                    self._lib.call("cudnnGetRNNWeightParams", self._handle.ptr, self._rnn.ptr, pl, self._weight_bytes,
+                                   c_void_p(base), lin, m_desc.ptr, byref(m_addr), b_desc.ptr, byref(b_addr))
+                    for kind, addr, desc in (("weight", m_addr, m_desc), ("bias", b_addr, b_desc)):
+                        if not addr.value:
+                            continue  # absent: no bias for the projection, no layer-0 matrices with skip_input
+                        _, dims, _ = desc.get()
+                        offset, rest = divmod(addr.value - base, item)
+                        if rest:
+                            raise RuntimeError(f"cuDNN region {kind} {pl}/{lin} is not aligned to {self.dtype}")
+                        size = int(np.prod(dims))
+                        shape = (dims[-2], dims[-1]) if kind == "weight" and len(dims) >= 2 else (size,)
+                        regions.append(Region(kind, pl, lin, offset, shape))
+        finally:
+            m_desc.close()
+            b_desc.close()
+        return sorted(regions, key=lambda r: r.offset)
+
+    def params_size(self) -> int:
+        """Elements in cuDNN's weight space (``cudnnGetRNNWeightSpaceSize`` / itemsize)."""
+        return self._params_size
+
+    def opaque_layout(self) -> list[Region]:
+        """Every tensor as ``cudnnGetRNNWeightParams`` reports it, in buffer order."""
+        return list(self._layout)
+
+    def canonical_regions(self) -> tuple[list[Region], list[Region]]:
+        return list(self._weight_regions), list(self._bias_regions)
+
+    def canonical_shapes(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        return [r.shape for r in self._weight_regions], [r.shape for r in self._bias_regions]
+
+    def canonical_to_params(self, weights: Sequence, biases: Sequence):
+        """A device weight space holding the canonical tensors (NumPy or CuPy, the model's dtype)."""
+        cp = _cupy()
+        params = cp.zeros(self._params_size, dtype=self.dtype)
+        for name, tensors, regions in (("weights", weights, self._weight_regions),
+                                       ("biases", biases, self._bias_regions)):
+            if not isinstance(tensors, Sequence) or isinstance(tensors, (str, bytes)):
+                raise TypeError(f"{name} must be a list of {len(regions)} arrays, got {type(tensors).__name__}")
+            if len(tensors) != len(regions):
+                raise ValueError(f"{name} must hold {len(regions)} tensors for {self!r}, got {len(tensors)}")
+            for i, (tensor, region) in enumerate(zip(tensors, regions)):
+                what = f"{name}[{i}] (pseudo_layer {region.pseudo_layer}, lin_layer_id {region.lin_layer_id})"
+                tensor = _device_array(what, tensor, self.dtype, len(region.shape), str(list(region.shape)))
+                checks.shape(what, tensor, region.shape, str(list(region.shape)))
+                params[region.offset: region.offset + region.size] = tensor.reshape(-1)
+        return params
+
+    def params_to_canonical(self, params) -> tuple[list, list]:
+        params = self._check_params("params", params)
+        return ([params[r.offset: r.offset + r.size].reshape(r.shape).copy() for r in self._weight_regions],
+                [params[r.offset: r.offset + r.size].reshape(r.shape).copy() for r in self._bias_regions])
+
+    def _check_params(self, name: str, params):
+        params = _device_array(name, params, self.dtype, 1, "[params_size()]")
+        checks.shape(name, params, (self._params_size,), "[params_size()]")
+        return params
+
+    # ---- forward ----------------------------------------------------------------------------------
+
+    def _states(self, name: str, value, LD: int, B: int, width: int, time_major: bool):
+        """A contiguous device ``[L*D, B, width]`` array, or ``None`` (cuDNN's NULL: zeros)."""
+        if value is None:
+            return None
+        doc = f"[num_layers*num_dirs, B, {width}]" if time_major else f"[B, num_layers*num_dirs, {width}]"
+        state = _device_array(name, value, self.dtype, 3, doc)
+        checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
+        return _cupy().ascontiguousarray(state if time_major else state.transpose(1, 0, 2))
+
+    def _data_desc(self, layout: int, T: int, B: int, width: int, lengths: np.ndarray, fill: bool):
+        return RNNDataDescriptor(self._lib).set(self._data_type, layout, T, B, width, lengths,
+                                                _FILL[self._dtype_name] if fill else None)
+
+    def forward(self, input_data, input_h, params, input_c=None, is_training: bool = True,
+                sequence_lengths=None, time_major: bool = True) -> ForwardResult:
+        """``cudnnRNNForward``: the reference's ``forward`` contract, on the GPU."""
+        cp = _cupy()
+        time_major = checks.flag("time_major", time_major)
+        is_training = checks.flag("is_training", is_training)
+        seq_doc = "[T, B, input_size]" if time_major else "[B, T, input_size]"
+        x = _device_array("input_data", input_data, self.dtype, 3, seq_doc)
+        T, B = x.shape[:2] if time_major else x.shape[1::-1]
+        if T < 1 or B < 1 or x.shape[2] != self.input_size:
+            raise ValueError(f"input_data must have shape {seq_doc} with T >= 1, B >= 1, "
+                             f"input_size = {self.input_size}, got {x.shape}")
+        LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
+        hx = self._states("input_h", input_h, LD, B, Hr, time_major)
+        if self.rnn_mode == "lstm":
+            cx = self._states("input_c", input_c, LD, B, H, time_major)
+        elif input_c is not None:
+            raise ValueError(f"input_c must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
+        else:
+            cx = None
+        w = self._check_params("params", params)
+        if sequence_lengths is None:
+            lengths, host_lengths = None, np.full(B, T, dtype=np.int32)
+        else:
+            host = cp.asnumpy(sequence_lengths) if isinstance(sequence_lengths, cp.ndarray) else sequence_lengths
+            lengths = checks.sequence_lengths(host, B, T)
+            host_lengths = lengths.astype(np.int32)
+
+        x = cp.ascontiguousarray(x)
+        layout = _lib.SEQ_MAJOR_UNPACKED if time_major else _lib.BATCH_MAJOR_UNPACKED
+        x_desc = self._data_desc(layout, T, B, self.input_size, host_lengths, fill=False)
+        y_desc = self._data_desc(layout, T, B, self.num_dirs * Hr, host_lengths, fill=True)
+        h_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, Hr))
+        c_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, H))
+        y = cp.empty(x.shape[:2] + (self.num_dirs * Hr,), dtype=self.dtype)
+        hy = cp.empty((LD, B, Hr), dtype=self.dtype)
+        cy = cp.empty((LD, B, H), dtype=self.dtype) if self.rnn_mode == "lstm" else None
+        dev_lengths = cp.asarray(host_lengths)
+        mode = _lib.FWD_TRAINING if is_training else _lib.FWD_INFERENCE
+        self._handle.bind(cp.cuda.get_current_stream().ptr)
+        if self.algo == "persist_dynamic":
+            self._lib.call("cudnnBuildRNNDynamic", self._handle.ptr, self._rnn.ptr, B)
+        work, reserve = self._temp_space(mode, x_desc)
+        self._lib.call("cudnnRNNForward", self._handle.ptr, self._rnn.ptr, mode, _ptr(dev_lengths),
+                       x_desc.ptr, _ptr(x), y_desc.ptr, _ptr(y), h_desc.ptr, _ptr(hx), _ptr(hy),
+                       c_desc.ptr, _ptr(cx), _ptr(cy), self._weight_bytes, _ptr(w),
+                       work.nbytes, _ptr(work), 0 if reserve is None else reserve.nbytes, _ptr(reserve))
+        state = _to_layout(time_major)
+        record = CudnnReserve(self._token, is_training, time_major, lengths, x_desc, y_desc, h_desc, c_desc,
+                              x, y, hx, cx, w, dev_lengths, reserve)
+        return ForwardResult(y, state(hy), None if cy is None else state(cy), record)
+
+    def _temp_space(self, mode: int, x_desc: RNNDataDescriptor):
+        cp = _cupy()
+        work, reserve = c_size_t(), c_size_t()
+        self._lib.call("cudnnGetRNNTempSpaceSizes", self._handle.ptr, self._rnn.ptr, mode, x_desc.ptr,
+                       byref(work), byref(reserve))
+        return (cp.empty(max(work.value, 1), dtype=cp.uint8),
+                cp.empty(reserve.value, dtype=cp.uint8) if mode == _lib.FWD_TRAINING else None)
+
+    # ---- backward ---------------------------------------------------------------------------------
+
+    def backward(self, fwd: ForwardResult, output_backprop, output_h_backprop=None, output_c_backprop=None,
+                 params_backprop_out=None) -> Gradients:
+        """``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8`` (``CUDNN_WGRAD_MODE_ADD`` into a
+        zeroed buffer, or into ``params_backprop_out``); the reference's ``backward`` contract."""
+        cp = _cupy()
+        if not isinstance(fwd, ForwardResult) or not isinstance(fwd.reserve, CudnnReserve):
+            raise TypeError(f"fwd must be the ForwardResult of this model's forward(), got {type(fwd).__name__}")
+        r = fwd.reserve
+        if r.model_token != self._token:
+            raise ValueError("fwd comes from another model's forward(); backward needs this model's own result")
+        if not r.is_training:
+            raise ValueError("backward needs a forward pass run with is_training=True "
+                             "(TensorFlow: 'To use CudnnRNN in gradients, is_training must be set to True')")
+        if r.consumed:
+            raise ValueError("this ForwardResult was already backpropagated: cuDNN's BackwardData writes into "
+                             "the reserve space, so run forward again")
+        LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
+        seq_doc = "[T, B, num_dirs*Hr]" if r.time_major else "[B, T, num_dirs*Hr]"
+        dy = _device_array("output_backprop", output_backprop, self.dtype, 3, seq_doc)
+        checks.shape("output_backprop", dy, r.y.shape, seq_doc)
+        B = r.y.shape[1] if r.time_major else r.y.shape[0]
+        dhy = self._states("output_h_backprop", output_h_backprop, LD, B, Hr, r.time_major)
+        if self.rnn_mode == "lstm":
+            dcy = self._states("output_c_backprop", output_c_backprop, LD, B, H, r.time_major)
+        elif output_c_backprop is not None:
+            raise ValueError(f"output_c_backprop must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
+        else:
+            dcy = None
+        if params_backprop_out is not None:
+            dw = self._check_params("params_backprop_out", params_backprop_out)
+            if not isinstance(params_backprop_out, cp.ndarray):
+                raise TypeError("params_backprop_out must be a CuPy array (cuDNN adds into it on the device)")
+        else:
+            dw = cp.zeros(self._params_size, dtype=self.dtype)
+
+        dy = cp.array(dy)  # a copy: padded steps are zeroed below
+        valid = _valid_steps(r, r.y.shape)
+        if valid is not None:
+            dy *= valid
+        dx = cp.empty_like(r.x)
+        dhx = cp.empty((LD, B, Hr), dtype=self.dtype)
+        dcx = cp.empty((LD, B, H), dtype=self.dtype) if self.rnn_mode == "lstm" else None
+        self._handle.bind(cp.cuda.get_current_stream().ptr)
+        work, _ = self._temp_space(_lib.FWD_TRAINING, r.x_desc)
+        r.consumed = True
+        self._lib.call("cudnnRNNBackwardData_v8", self._handle.ptr, self._rnn.ptr, _ptr(r.dev_lengths),
+                       r.y_desc.ptr, _ptr(r.y), _ptr(dy), r.x_desc.ptr, _ptr(dx),
+                       r.h_desc.ptr, _ptr(r.hx), _ptr(dhy), _ptr(dhx), r.c_desc.ptr, _ptr(r.cx), _ptr(dcy), _ptr(dcx),
+                       self._weight_bytes, _ptr(r.params), work.nbytes, _ptr(work), r.reserve.nbytes, _ptr(r.reserve))
+        self._lib.call("cudnnRNNBackwardWeights_v8", self._handle.ptr, self._rnn.ptr, _lib.WGRAD_MODE_ADD,
+                       _ptr(r.dev_lengths), r.x_desc.ptr, _ptr(r.x), r.h_desc.ptr, _ptr(r.hx), r.y_desc.ptr, _ptr(r.y),
+                       self._weight_bytes, _ptr(dw), work.nbytes, _ptr(work), r.reserve.nbytes, _ptr(r.reserve))
+        valid = _valid_steps(r, r.x.shape)
+        if valid is not None:
+            dx *= valid
+        state = _to_layout(r.time_major)
+        return Gradients(dx, state(dhx), None if dcx is None else state(dcx), dw)
+
+
+def _valid_steps(r: CudnnReserve, shape):
+    """``1`` at valid steps and ``0`` past each length, broadcastable to a sequence of ``shape``."""
+    if r.sequence_lengths is None:
+        return None
+    cp = _cupy()
+    steps = cp.arange(shape[0] if r.time_major else shape[1])
+    lengths = cp.asarray(r.sequence_lengths)
+    mask = steps[:, None] < lengths[None, :]
+    mask = mask if r.time_major else mask.T
+    return mask[..., None].astype(r.y.dtype)
+
+
+def _to_layout(time_major: bool):
+    def state(a):
+        return a if time_major else _cupy().ascontiguousarray(a.transpose(1, 0, 2))
+
+    return state
+
+
+def _device_array(name: str, value, dtype: np.dtype, ndim: int, dims_doc: str):
+    """A CuPy array of exactly ``dtype`` and rank ``ndim``; NumPy input is copied to the device."""
+    cp = _cupy()
+    return cp.asarray(checks.array(name, value, dtype, ndim, dims_doc, kinds=(np.ndarray, cp.ndarray)))
+
+
+class CudnnRNNRelu(NoCellStateCall, _CudnnModel):
+    """cuDNN ``CUDNN_RNN_RELU`` on the GPU."""
+
+    rnn_mode = "relu"
+
+
+class CudnnRNNTanh(NoCellStateCall, _CudnnModel):
+    """cuDNN ``CUDNN_RNN_TANH`` on the GPU."""
+
+    rnn_mode = "tanh"
+
+
+class CudnnGRU(NoCellStateCall, _CudnnModel):
+    """cuDNN ``CUDNN_GRU`` (reset-after) on the GPU."""
+
+    rnn_mode = "gru"
+
+
+class CudnnLSTM(LSTMCall, _CudnnModel):
+    """cuDNN ``CUDNN_LSTM`` on the GPU, with the optional projection (``projSize``)."""
+
+    rnn_mode = "lstm"
+
+    def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
+                 direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
+                 num_proj: int | None = None, *, math_type: str = "fma", algo: str = "standard") -> None:
+        super().__init__(num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
+                         math_type=math_type, algo=algo, _num_proj=num_proj)
+
+
+MODELS = {cls.rnn_mode: cls for cls in (CudnnRNNRelu, CudnnRNNTanh, CudnnLSTM, CudnnGRU)}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The one command for a session whose task has a GPU (the device tool runs it from the working tree):
+# versions, the GPU suite, and the GPU divergence report, all written to $OUT (or reports/_scratch/gpu).
+# Commit what comes back under reports/gpu/<device>-cudnn<version>/.
+#   usage: scripts/gpu_run.sh [GRID]   (GRID: quick | default (the default) | full)
+set -uo pipefail
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+out=${OUT:-reports/_scratch/gpu}
+grid=${1:-default}
+mkdir -p "$out"
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+python3 - > "$out/versions.json" <<'PY'
+import json, platform, numpy
+import cudnn_backend
+info = cudnn_backend.versions()
+info.update(python=platform.python_version(), numpy=numpy.__version__)
+try:
+    import torch
+    info.update(torch=torch.__version__, torch_cudnn=torch.backends.cudnn.version())
+except ImportError:
+    pass
+print(json.dumps(info, indent=1))
+PY
+cat "$out/versions.json"
+python3 -m pytest compat_tests -m gpu -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx \
+    2>&1 | tee "$out/pytest.txt" | tail -60
+python3 -m compat_tests.cli report --grid "$grid" --backends reference,cudnn,cudnn-tf32,torch-cuda \
+    --jobs 8 --no-progress --out "$out/report" 2>&1 | tail -30
