@@ -75,6 +75,42 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if comparison.passed else 1
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .interop import convert
+
+    overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
+                 "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
+                 "num_proj": args.num_proj, "dtype": args.dtype}
+    model, weights, biases = convert.read(args.source, args.input, overrides)
+    convert.write(args.target, args.output, model, weights, biases)
+    print(f"{args.input} ({args.source}) -> {args.output} ({args.target}): {model!r}")
+    return 0
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from reference import checkpoint
+
+    ck = checkpoint.load(args.checkpoint)
+    x = np.load(args.input, allow_pickle=False)
+    lengths = None if args.lengths is None else np.load(args.lengths, allow_pickle=False)
+    if x.dtype != ck.model.dtype:
+        raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {ck.model.dtype}")
+    result = ck.model.forward(x, None, ck.params(), is_training=False, sequence_lengths=lengths,
+                              time_major=not args.batch_major)
+    out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
+    arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
+                                ("output_c", result.output_c)) if v is not None}
+    if out.suffix == ".npy":
+        np.save(out, result.output)
+    else:
+        np.savez(out, **arrays)
+    print(f"{ck.model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
+          + f" -> {out}")
+    return 0
+
+
 def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
@@ -100,6 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--config", required=True, help="an RNNConfig as JSON")
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
+    conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx)")
+    conv.add_argument("--from", dest="source", required=True, choices=("checkpoint", "torch", "keras", "onnx"))
+    conv.add_argument("--to", dest="target", required=True, choices=("checkpoint", "torch", "keras", "onnx"))
+    conv.add_argument("input")
+    conv.add_argument("output")
+    conv.add_argument("--mode", choices=("relu", "tanh", "lstm", "gru", "classic_gru"),
+                      help="for files without a config (relu vs tanh cannot be read off the weights)")
+    conv.add_argument("--num-layers", type=int)
+    conv.add_argument("--num-units", type=int)
+    conv.add_argument("--input-size", type=int)
+    conv.add_argument("--direction", choices=("unidirectional", "bidirectional"))
+    conv.add_argument("--input-mode", choices=("linear_input", "skip_input"))
+    conv.add_argument("--num-proj", type=int)
+    conv.add_argument("--dtype", choices=("float16", "float32", "float64"))
+
+    infer = sub.add_parser("infer", help="run a checkpoint on the CPU with the NumPy reference")
+    infer.add_argument("checkpoint")
+    infer.add_argument("input", help=".npy of [T, B, input_size] (or [B, T, input_size] with --batch-major)")
+    infer.add_argument("--out", help=".npz (output, output_h, output_c) or .npy (output only)")
+    infer.add_argument("--lengths", help=".npy of sequence lengths [B]")
+    infer.add_argument("--batch-major", action="store_true")
+
     test = sub.add_parser("test", help="run the suite; other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")
 
@@ -109,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "test":
             return cmd_test(args, extra)
-        return {"report": cmd_report, "check": cmd_check}[args.command](args)
-    except ValueError as exc:  # unknown peer or grid, malformed config, existing results: bad arguments
+        commands = {"report": cmd_report, "check": cmd_check, "convert": cmd_convert, "infer": cmd_infer}
+        return commands[args.command](args)
+    except (ValueError, TypeError, OSError) as exc:  # bad arguments or files: named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -28,6 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU with cuDNN 9; skipped elsewhere with the reason "
                                        "from cudnn_backend.available()")
     config.addinivalue_line("filterwarnings", "error::RuntimeWarning")
+    config.addinivalue_line("filterwarnings",  # Keras 3.15 on NumPy 2: not ours to fix
+                            "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -10,7 +10,7 @@ Shapes are time-major throughout: sequences ``[T, B, width]``, states ``[B, widt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -83,55 +83,34 @@ class StackTrace:
     lengths: Array | None
 
 
+Step = Callable[[int, Array, Array, "Array | None"], "tuple[Array, Array | None]"]
+
+
 def run_direction(
-    mode: CellMode,
-    xw: Array,
+    step: Step,
+    inputs: Array,
     h0: Array,
     c0: Array | None,
-    params: PseudoLayerParams,
     lengths: Array | None,
     reverse: bool,
-    trace: bool = False,
-) -> tuple[Array, Array, Array | None, DirectionTrace | None]:
-    """Run one pseudo-layer over time.
+    out_width: int | None = None,
+) -> tuple[Array, Array, Array | None]:
+    """Run one direction of one layer over time: the only place that knows about lengths and reversal.
 
-    ``xw [T, B, G*H]`` is the input projection (a fresh array: the recurrent biases are added into it);
-    ``h0 [B, Hr]``; ``c0 [B, H]`` or ``None``;
-    ``lengths [B]`` (each in 1..T) or ``None`` for full-length sequences.
-    Returns ``y [T, B, Hr]`` (zero at padded steps), the final ``h [B, Hr]`` and ``c [B, H]`` (or ``None``),
-    each taken at the sequence's last valid step, and the trace for backprop when ``trace``.
+    ``step(t, input_t, h, c) -> (h_new, c_new)`` advances every sequence by one step; ``t`` counts steps
+    in run order. ``inputs [T, B, ...]`` (original time order); ``h0 [B, Hr]``; ``c0 [B, H]`` or ``None``;
+    ``lengths [B]`` (each in 1..T) or ``None`` for full-length sequences. The backward direction runs
+    over each sequence reversed within its length (padding stays at the end).
+    Returns ``y [T, B, Hr]`` (zero at padded steps), the final ``h`` and ``c``, each taken at the
+    sequence's last valid step.
     """
-    T, B = xw.shape[:2]
-    H = params.R.shape[0] // mode.num_gates
-    RT = np.ascontiguousarray(params.R.T)  # the per-step GEMM h @ RT reads a contiguous operand
-    inner = [slice(g * H, (g + 1) * H) for g in mode.inner_bias_gates]
-    outer_bias = params.b_R.copy()
-    for block in inner:
-        outer_bias[block] = 0
-    xw += outer_bias  # recurrent biases that add outside any product join the input projection once
-    b_inner = np.concatenate([params.b_R[block] for block in inner]) if inner else None
+    T, B = inputs.shape[:2]
     index = reversal_index(T, lengths) if reverse else slice(None)
-    xw = xw[index]
-    y = np.empty((T, B, h0.shape[1]), dtype=xw.dtype)
-    record = None
-    if trace:
-        record = DirectionTrace(
-            acts=np.empty((T, B, mode.saved_width * H), dtype=xw.dtype),
-            h_prev=np.empty((T, B, h0.shape[1]), dtype=xw.dtype),
-            c_prev=None if c0 is None else np.empty((T, B, H), dtype=xw.dtype),
-            h_raw=None if params.P is None else np.empty((T, B, H), dtype=xw.dtype),
-        )
+    inputs = inputs[index]
+    y = np.empty((T, B, out_width or h0.shape[1]), dtype=h0.dtype)
     h, c = h0, c0
     for t in range(T):
-        if record is not None:
-            record.h_prev[t] = h
-            if c is not None:
-                record.c_prev[t] = c
-        h_new, c_new = mode.step(xw[t], h, c, RT, b_inner, None if record is None else record.acts[t])
-        if params.P is not None:
-            if record is not None:
-                record.h_raw[t] = h_new
-            h_new = h_new @ params.P.T
+        h_new, c_new = step(t, inputs[t], h, c)
         if lengths is not None:
             valid = (t < lengths)[:, None]
             h_new = np.where(valid, h_new, h)
@@ -141,7 +120,46 @@ def run_direction(
         else:
             y[t] = h_new
         h, c = h_new, c_new
-    return y[index], h, c, record
+    return y[index], h, c
+
+
+def fused_step(mode: CellMode, params: PseudoLayerParams, xw: Array, record: DirectionTrace | None) -> Step:
+    """The step of a fused cuDNN cell over its input projection ``xw [T, B, G*H]`` (which it completes with
+    the recurrent biases that add outside a product), recording the trace when ``record`` is given."""
+    H = params.R.shape[0] // mode.num_gates
+    RT = np.ascontiguousarray(params.R.T)  # the per-step GEMM h @ RT reads a contiguous operand
+    inner = [slice(g * H, (g + 1) * H) for g in mode.inner_bias_gates]
+    outer_bias = params.b_R.copy()
+    for block in inner:
+        outer_bias[block] = 0
+    xw += outer_bias  # recurrent biases that add outside any product join the input projection once
+    b_inner = np.concatenate([params.b_R[block] for block in inner]) if inner else None
+    P_T = None if params.P is None else np.ascontiguousarray(params.P.T)
+
+    def step(t: int, xw_t: Array, h: Array, c: Array | None):
+        if record is not None:
+            record.h_prev[t] = h
+            if c is not None:
+                record.c_prev[t] = c
+        h_new, c_new = mode.step(xw_t, h, c, RT, b_inner, None if record is None else record.acts[t])
+        if P_T is not None:
+            if record is not None:
+                record.h_raw[t] = h_new
+            h_new = h_new @ P_T
+        return h_new, c_new
+
+    return step
+
+
+def new_trace(mode: CellMode, params: PseudoLayerParams, T: int, B: int, Hr: int, dtype: np.dtype,
+              has_cell: bool) -> DirectionTrace:
+    H = params.R.shape[0] // mode.num_gates
+    return DirectionTrace(
+        acts=np.empty((T, B, mode.saved_width * H), dtype=dtype),
+        h_prev=np.empty((T, B, Hr), dtype=dtype),
+        c_prev=np.empty((T, B, H), dtype=dtype) if has_cell else None,
+        h_raw=None if params.P is None else np.empty((T, B, H), dtype=dtype),
+    )
 
 
 def run_layers(
@@ -178,8 +196,10 @@ def run_layers(
             pl = layer * num_dirs + direction
             xw = input_projection(layer_input, layers[pl], mode.num_gates)
             c_start = None if c0 is None else c0[pl]
-            y, h_n[pl], c_end, record = run_direction(mode, xw, h0[pl], c_start, layers[pl], lengths,
-                                                      direction == 1, trace)
+            T, B = xw.shape[:2]
+            record = new_trace(mode, layers[pl], T, B, h0.shape[2], xw.dtype, c0 is not None) if trace else None
+            y, h_n[pl], c_end = run_direction(fused_step(mode, layers[pl], xw, record), xw, h0[pl], c_start,
+                                              lengths, direction == 1)
             if c_n is not None:
                 c_n[pl] = c_end
             outputs.append(y)

@@ -18,11 +18,10 @@ import warnings
 
 import numpy as np
 
-from reference.layout import PROJECTION_LIN_LAYER_ID
+from reference.formats.torch import from_state_dict, to_state_dict
 
 from ..config import Case, GradOutputs, Outputs, RNNConfig
 from .base import Capabilities, Peer
-from .canonical import by_pseudo_layer
 
 _CAPABILITIES = Capabilities(
     modes=("relu", "tanh", "lstm", "gru"),
@@ -71,28 +70,10 @@ class TorchPeer(Peer):
             loss = loss + (run.c * _tensor(cfg, case.dc, True, self.device)).sum()
         loss.backward()
         model = cfg.model()
-        H, G = cfg.num_units, len(model.gates)
-        grads = {}
-        for pl in range(cfg.num_layers * cfg.num_dirs):
-            suffix = _suffix(cfg, pl)
-            for kind, part in (("weight", "weight"), ("bias", "bias")):
-                ih = getattr(run.module, f"{part}_ih{suffix}").grad.cpu().numpy()
-                hh = getattr(run.module, f"{part}_hh{suffix}").grad.cpu().numpy()
-                for lin in range(2 * G):
-                    grads[(kind, pl, lin)] = (ih if lin < G else hh)[(lin % G) * H:(lin % G + 1) * H]
-            if cfg.num_proj:
-                grads[("weight", pl, PROJECTION_LIN_LAYER_ID)] = \
-                    getattr(run.module, "weight_hr" + suffix).grad.cpu().numpy()
-        w_regions, b_regions = model.canonical_regions()
-        d_params = model.canonical_to_params([grads[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in w_regions],
-                                             [grads[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions])
+        grads = {name: p.grad.cpu().numpy() for name, p in run.module.named_parameters()}
+        d_params = model.canonical_to_params(*from_state_dict(model, grads))
         return GradOutputs(_numpy(cfg, run.x.grad, False), _numpy(cfg, run.h0.grad, True),
                            None if run.c0 is None else _numpy(cfg, run.c0.grad, True), d_params)
-
-
-def _suffix(cfg: RNNConfig, pseudo_layer: int) -> str:
-    layer, direction = divmod(pseudo_layer, cfg.num_dirs)
-    return f"_l{layer}" + ("_reverse" if direction else "")
 
 
 def _tensor(cfg: RNNConfig, a: np.ndarray, is_state: bool, device: str = "cpu"):
@@ -118,15 +99,10 @@ class _Run:
         torch.backends.cudnn.allow_tf32 = False  # torch-cuda: true FP32, judged by the FP32 budget
         torch.backends.cuda.matmul.allow_tf32 = False
         dtype = getattr(torch, cfg.dtype)
-        self.module = _module(cfg, dtype).to(device)
-        with torch.no_grad():
-            for pl, t in enumerate(by_pseudo_layer(cfg.model(), case.weights, case.biases)):
-                suffix = _suffix(cfg, pl)
-                for name, value in (("weight_ih", np.concatenate(t.W)), ("weight_hh", np.concatenate(t.R)),
-                                    ("bias_ih", np.concatenate(t.b_W)), ("bias_hh", np.concatenate(t.b_R)),
-                                    ("weight_hr", t.P)):
-                    if value is not None:
-                        getattr(self.module, name + suffix).copy_(torch.from_numpy(value))
+        self.module = _module(cfg, dtype)
+        state = to_state_dict(cfg.model(), case.weights, case.biases)
+        self.module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        self.module.to(device)
 
         def state(a: np.ndarray | None, width: int):
             if a is None:

@@ -1,0 +1,1 @@
+"""Interoperability that needs a framework package (onnx): whole-model export and import."""

@@ -1,0 +1,172 @@
+"""A whole reference model as an ONNX graph (and back): one ``GRU``/``LSTM``/``RNN`` node per layer, both
+directions in one node, sequence lengths and initial states as graph inputs, ``T`` and ``B`` symbolic.
+
+Graph inputs: ``X [T, B, input_size]`` (time-major: onnxruntime rejects ``layout=1``), ``sequence_lens
+[B]`` int32, ``initial_h [L*D, B, H]`` and, for LSTMs, ``initial_c``. Outputs ``output [T, B, D*H]``,
+``output_h [L*D, B, H]``, ``output_c``. The model's config rides along in ``metadata_props``, so
+:func:`import_model` restores exactly what was exported; for a foreign graph it reads the config from
+the nodes. Needs the ``onnx`` package.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+import reference
+from reference import checkpoint
+from reference.formats import onnx as onnx_weights
+
+OPSET = 22
+IR_VERSION = 10
+META_KEY = "cudnn_rnn_compat"
+
+
+def export_model(model, weights: list[np.ndarray], biases: list[np.ndarray], with_lengths: bool = True,
+                 with_states: bool = True):
+    """The ``onnx.ModelProto`` of ``model`` with its canonical weights (checked with ``onnx.checker``)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if model.dtype == np.float64:
+        raise ValueError("onnxruntime's recurrent kernels reject double: export float32 or float16")
+    elem = {np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.float32): TensorProto.FLOAT}[model.dtype]
+    D, H, L, I = model.num_dirs, model.num_units, model.num_layers, model.input_size
+    op, attrs = onnx_weights.OPS[model.rnn_mode], dict(onnx_weights.ATTRIBUTES[model.rnn_mode])
+    if "activations" in attrs:
+        attrs["activations"] = attrs["activations"] * D
+    lstm = model.rnn_mode == "lstm"
+    inits, nodes = [], []
+
+    def init(name: str, array: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    inputs = [helper.make_tensor_value_info("X", elem, ["T", "B", I])]
+    if with_lengths:
+        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["B"]))
+    if with_states:
+        inputs.append(helper.make_tensor_value_info("initial_h", elem, [L * D, "B", H]))
+        if lstm:
+            inputs.append(helper.make_tensor_value_info("initial_c", elem, [L * D, "B", H]))
+    init("y_shape", np.array([0, 0, -1], dtype=np.int64))
+    init("axis0", np.array([0], dtype=np.int64))
+
+    def state_slice(name: str, layer: int) -> str:
+        if not with_states or (name == "initial_c" and not lstm):
+            return ""
+        out = f"{name}_{layer}"
+        nodes.append(helper.make_node("Slice", [name, init(f"{out}_start", np.array([layer * D], dtype=np.int64)),
+                                                init(f"{out}_end", np.array([(layer + 1) * D], dtype=np.int64)),
+                                                "axis0"], [out]))
+        return out
+
+    layer_input, h_outs, c_outs = "X", [], []
+    for layer, wrb in enumerate(onnx_weights.to_onnx(model, weights, biases)):
+        names = [layer_input, init(f"W{layer}", wrb["W"]), init(f"R{layer}", wrb["R"]), init(f"B{layer}", wrb["B"]),
+                 "sequence_lens" if with_lengths else "", state_slice("initial_h", layer)]
+        outputs = [f"Y{layer}", f"Yh{layer}"]
+        if lstm:
+            names.append(state_slice("initial_c", layer))
+            outputs.append(f"Yc{layer}")
+            c_outs.append(f"Yc{layer}")
+        while names and names[-1] == "":
+            names.pop()
+        nodes.append(helper.make_node(op, names, outputs, hidden_size=H,
+                                      direction="bidirectional" if D == 2 else "forward", **attrs))
+        nodes.append(helper.make_node("Transpose", [f"Y{layer}"], [f"Yt{layer}"], perm=[0, 2, 1, 3]))
+        layer_input = f"layer{layer}_output"
+        nodes.append(helper.make_node("Reshape", [f"Yt{layer}", "y_shape"], [layer_input]))
+        h_outs.append(f"Yh{layer}")
+    nodes.append(helper.make_node("Identity", [layer_input], ["output"]))
+    nodes.append(helper.make_node("Concat", h_outs, ["output_h"], axis=0))
+    outputs = [helper.make_tensor_value_info("output", elem, ["T", "B", D * H]),
+               helper.make_tensor_value_info("output_h", elem, [L * D, "B", H])]
+    if lstm:
+        nodes.append(helper.make_node("Concat", c_outs, ["output_c"], axis=0))
+        outputs.append(helper.make_tensor_value_info("output_c", elem, [L * D, "B", H]))
+    graph = helper.make_graph(nodes, f"cudnn_rnn_compat_{model.rnn_mode}", inputs, outputs, initializer=inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
+                              producer_name="cudnn-rnn-compat")
+    helper.set_model_props(proto, {META_KEY: json.dumps(checkpoint.model_config(model))})
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def save(path: str | Path, model, weights, biases) -> None:
+    Path(path).write_bytes(export_model(model, weights, biases).SerializeToString())
+
+
+def import_model(source) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+    """``(model, weights, biases)`` of an ONNX file or ``ModelProto`` made of chained recurrent nodes."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
+    meta = {p.key: p.value for p in proto.metadata_props}
+    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")]
+    if not nodes:
+        raise ValueError("the ONNX graph has no GRU, LSTM or RNN node")
+    layers = []
+    for n in nodes:
+        try:
+            layers.append({"W": inits[n.input[1]], "R": inits[n.input[2]], "B": inits[n.input[3]]})
+        except (IndexError, KeyError):
+            raise ValueError(f"node {n.name or n.op_type}: W, R and B must be initializers") from None
+    config = json.loads(meta[META_KEY]) if META_KEY in meta else _config_from_nodes(nodes, layers)
+    model = checkpoint.model_from_config(config)
+    weights, biases = onnx_weights.from_onnx(model, layers)
+    return model, weights, biases
+
+
+def _config_from_nodes(nodes, layers) -> dict:
+    from onnx import helper
+
+    first = nodes[0]
+    attrs = {a.name: helper.get_attribute_value(a) for a in first.attribute}
+    acts = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations", [b"Tanh"])]
+    if first.op_type == "GRU":
+        mode = "gru" if attrs.get("linear_before_reset", 0) else "classic_gru"
+    elif first.op_type == "LSTM":
+        mode = "lstm"
+    else:
+        mode = {"Tanh": "tanh", "Relu": "relu"}.get(acts[0])
+        if mode is None:
+            raise ValueError(f"RNN activation {acts[0]!r} is not a cuDNN mode")
+    direction = attrs.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("forward", "bidirectional"):
+        raise ValueError(f"direction {direction!r} has no cuDNN equivalent")
+    W = layers[0]["W"]
+    return {"format": checkpoint.FORMAT, "version": checkpoint.VERSION, "rnn_mode": mode, "num_layers": len(nodes),
+            "num_units": int(attrs["hidden_size"]), "input_size": int(W.shape[2]), "input_mode": "linear_input",
+            "direction": "bidirectional" if direction == "bidirectional" else "unidirectional", "num_proj": None,
+            "dtype": W.dtype.name}
+
+
+def run(proto, x: np.ndarray, sequence_lengths=None, initial_h=None, initial_c=None):
+    """Run an exported graph with onnxruntime (one thread) on time-major ``x``; ``(output, output_h, output_c)``."""
+    import onnxruntime
+
+    names = {i.name for i in proto.graph.input}
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    T, B = x.shape[:2]
+    feed = {"X": x}
+    L_D = next(o for o in proto.graph.output if o.name == "output_h").type.tensor_type.shape.dim[0].dim_value
+    H = next(o for o in proto.graph.output if o.name == "output_h").type.tensor_type.shape.dim[2].dim_value
+    if "sequence_lens" in names:
+        feed["sequence_lens"] = (np.full(B, T) if sequence_lengths is None else np.asarray(sequence_lengths)).astype(np.int32)
+    if "initial_h" in names:
+        feed["initial_h"] = np.zeros((L_D, B, H), x.dtype) if initial_h is None else initial_h
+    if "initial_c" in names:
+        feed["initial_c"] = np.zeros((L_D, B, H), x.dtype) if initial_c is None else initial_c
+    results = session.run(None, feed)
+    return results[0], results[1], results[2] if len(results) > 2 else None
+
+
+__all__ = ["export_model", "import_model", "run", "save"]

@@ -1,0 +1,320 @@
+"""Weights in and out: TF checkpoints and cells, safetensors/npz files, PyTorch, Keras 3 and ONNX
+converters (each verified by running that framework), the command line, and bad or foreign files."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compat_tests import cli
+from compat_tests.compare import assert_agree_within_policy
+from compat_tests.conditioning import sensitivity
+from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
+from compat_tests.metrics import error_stats
+from compat_tests.peers import PEERS
+from compat_tests.strategies import rnn_configs
+from compat_tests.tolerances import judge
+from reference import checkpoint
+from reference.cells import cells_from_tf, run_cells
+from reference.formats import keras as keras_format
+from reference.formats import onnx as onnx_format
+from reference.formats import safetensors, tf
+from reference.formats import torch as torch_format
+
+SMALL = dict(max_layers=2, max_units=5, max_input=4, max_time=5, max_batch=3)
+
+
+def bias_sums(model, biases):
+    """Per pseudo-layer and gate, b_W + b_R (b_R alone where b_W does not exist): what TF saves."""
+    w_regions, b_regions = model.canonical_regions()
+    by = {(r.pseudo_layer, r.lin_layer_id): b for r, b in zip(b_regions, biases)}
+    G = len(model.gates)
+    return [by.get((pl, g), 0) + by[(pl, G + g)] for pl in range(model.num_layers * model.num_dirs) for g in range(G)]
+
+
+# ---- TF checkpoints and cells -----------------------------------------------------------------------
+
+
+@given(cfg=rnn_configs(dtypes_=("float32", "float64"), **SMALL), suffix=st.sampled_from([".safetensors", ".npz"]))
+def test_checkpoint_round_trip(cfg, suffix, tmp_path_factory):
+    """Weights come back bit for bit; summed biases come back as halves whose sums are bit-exact."""
+    case, model = make_case(cfg), cfg.model()
+    path = tmp_path_factory.mktemp("ck") / f"model{suffix}"
+    checkpoint.save(path, model, case.weights, case.biases)
+    ck = checkpoint.load(path)
+    assert repr(ck.model) == repr(model)
+    for got, sent in zip(ck.weights, case.weights):
+        assert got.tobytes() == sent.tobytes()
+    for got, sent in zip(bias_sums(model, ck.biases), bias_sums(model, case.biases)):
+        assert np.asarray(got).tobytes() == np.asarray(sent).tobytes()
+    restored = run_reference(cfg, case._replace(weights=ck.weights, biases=ck.biases))
+    assert_agree_within_policy(cfg, case, restored, run_reference(cfg, case))
+
+
+def test_tf_names_follow_the_saveable():
+    lstm = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional", num_proj=2).model()
+    names = tf.expected_shapes(lstm)
+    assert names["stack_bidirectional_rnn/cell_0/bidirectional_rnn/fw/cudnn_compatible_lstm_cell/kernel"] == (5, 16)
+    assert names["stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_lstm_cell/kernel"] == (6, 16)
+    assert names["stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_lstm_cell/projection/kernel"] \
+        == (4, 2)
+    gru = RNNConfig("gru", num_layers=1, num_units=4, input_size=3).model()
+    assert sorted(tf.expected_shapes(gru, scope="main").items()) == [
+        ("main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/candidate/hidden_projection/bias", (4,)),
+        ("main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/candidate/hidden_projection/kernel", (4, 4)),
+        ("main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/candidate/input_projection/bias", (4,)),
+        ("main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/candidate/input_projection/kernel", (3, 4)),
+        ("main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/gates/bias", (8,)),
+        ("main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/gates/kernel", (7, 8)),
+    ]
+
+
+def test_tf_lstm_columns_are_icfo_and_gru_candidate_biases_stay_apart():
+    cfg = RNNConfig("lstm", num_units=2, input_size=1)
+    model, case = cfg.model(), make_case(cfg)
+    p = tf.cell_prefix(model, 0)
+    kernel = tf.to_tf(model, case.weights, case.biases)[f"{p}/kernel"]
+    # canonical weights[g] is gate g's input row block (i, f, c, o); TF's columns are i, c, f, o
+    for column, gate in enumerate((0, 2, 1, 3)):
+        np.testing.assert_array_equal(kernel[:1, column * 2:(column + 1) * 2], case.weights[gate].T)
+    gru = RNNConfig("gru", num_units=2, input_size=1)
+    gmodel, gcase = gru.model(), make_case(gru)
+    t = tf.to_tf(gmodel, gcase.weights, gcase.biases)
+    gp = tf.cell_prefix(gmodel, 0)
+    np.testing.assert_array_equal(t[f"{gp}/candidate/input_projection/bias"], gcase.biases[2])
+    np.testing.assert_array_equal(t[f"{gp}/candidate/hidden_projection/bias"], gcase.biases[5])
+
+
+@given(cfg=rnn_configs(dtypes_=("float32", "float64")))
+def test_compatible_cells_equal_the_fused_reference(cfg):
+    case, model = make_case(cfg), cfg.model()
+    cells = cells_from_tf(model, tf.to_tf(model, case.weights, case.biases))
+    got = Outputs(*run_cells(cells, model.num_dirs, case.x, case.h0, case.c0, case.lengths, cfg.time_major))
+    assert_agree_within_policy(cfg, case, got, run_reference(cfg, case))
+
+
+def test_cells_speak_tensorflows_call_convention():
+    from reference.cells import CudnnCompatibleLSTMCell
+
+    cfg = RNNConfig("lstm", num_units=3, input_size=2, seq_len=1, batch=2, dtype="float64")
+    case, model = make_case(cfg), cfg.model()
+    (cell,) = cells_from_tf(model, tf.to_tf(model, case.weights, case.biases))
+    assert isinstance(cell, CudnnCompatibleLSTMCell)
+    out, (c, h) = cell(case.x[0], (case.c0[0], case.h0[0]))
+    ref = run_reference(cfg, case)
+    np.testing.assert_array_equal(out, h)
+    assert_agree_within_policy(cfg, case, Outputs(out[None], h[None], c[None]), ref)
+
+
+# ---- files: safetensors, npz, and what must be refused -------------------------------------------------
+
+
+def test_our_safetensors_files_interoperate_with_the_safetensors_package(tmp_path):
+    st_numpy = pytest.importorskip("safetensors.numpy", reason="interop check against the safetensors package")
+    tensors = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b/c": np.ones(4, np.float16),
+               "d": np.array(3.5, np.float64)}
+    safetensors.save(tmp_path / "ours.safetensors", tensors, {"k": "v"})
+    theirs = st_numpy.load_file(tmp_path / "ours.safetensors")
+    assert set(theirs) == set(tensors) and all(np.array_equal(theirs[k], tensors[k]) for k in tensors)
+    st_numpy.save_file(tensors, tmp_path / "theirs.safetensors", metadata={"k": "v"})
+    mine, meta = safetensors.load(tmp_path / "theirs.safetensors")
+    assert meta == {"k": "v"} and all(np.array_equal(mine[k], tensors[k]) for k in tensors)
+
+
+def _file(header: bytes, data: bytes = b"") -> bytes:
+    return struct.pack("<Q", len(header)) + header + data
+
+
+@pytest.mark.parametrize(("blob", "match"), [
+    (b"\x01\x02", "shorter than"),
+    (struct.pack("<Q", 10**9) + b"{}", "exceeds the file"),
+    (_file(b"nope"), "not JSON"),
+    (_file(b'{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'), "lies outside"),
+    (_file(b'{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', bytes(8)), "needs 12"),
+    (_file(b'{"a":{"dtype":"X9","shape":[2],"data_offsets":[0,8]}}', bytes(8)), "malformed"),
+    (_file(b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],'
+           b'"data_offsets":[2,6]}}', bytes(6)), "overlap"),
+])
+def test_malformed_safetensors_are_refused_with_a_reason(tmp_path, blob, match):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(blob)
+    with pytest.raises(ValueError, match=match):
+        safetensors.load(path)
+
+
+@pytest.fixture
+def gru_checkpoint(tmp_path):
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float32")
+    case = make_case(cfg)
+    path = tmp_path / "gru.safetensors"
+    checkpoint.save(path, cfg.model(), case.weights, case.biases)
+    return path, cfg
+
+
+def _rewrite(path, change):
+    tensors, config = checkpoint.read_tensors(path)
+    change(tensors, config)
+    checkpoint.write_tensors(path, tensors, config)
+
+
+@pytest.mark.parametrize(("change", "error", "match"), [
+    (lambda t, c: t.pop(next(k for k in sorted(t) if k.endswith("gates/kernel"))), ValueError,
+     r"lacks .*gates/kernel'"),
+    (lambda t, c: t.update({k: t[k][:, :-1] for k in t if k.endswith("cell_1/bidirectional_rnn/bw/"
+                                                                       "cudnn_compatible_gru_cell/gates/kernel")}),
+     ValueError, r"cell_1/bidirectional_rnn/bw/cudnn_compatible_gru_cell/gates/kernel' has shape"),
+    (lambda t, c: t.update({k: v.astype(np.float64) for k, v in t.items() if k.endswith("gates/bias")}), TypeError,
+     r"gates/bias' must be a float32 array"),
+    (lambda t, c: t.update({"rnn/stray": np.zeros(2, np.float32)}), ValueError, "does not: \\['rnn/stray'\\]"),
+    (lambda t, c: c.update(rnn_mode="lstm"), ValueError, "lacks .*cudnn_compatible_lstm_cell"),
+    (lambda t, c: c.update(format="something-else"), ValueError, "not a cudnn-rnn-compat"),
+])
+def test_bad_or_foreign_checkpoints_fail_naming_the_tensor(gru_checkpoint, change, error, match):
+    path, _ = gru_checkpoint
+    _rewrite(path, change)
+    with pytest.raises(error, match=match):
+        checkpoint.load(path)
+
+
+def test_pickles_are_refused(tmp_path):
+    pkl = tmp_path / "model.pt"
+    pkl.write_bytes(pickle.dumps({"weight_ih_l0": np.zeros(3)}))
+    with pytest.raises(ValueError, match="pickle-based files are refused"):
+        checkpoint.read_tensors(pkl)
+    obj = tmp_path / "objects.npz"
+    np.savez(obj, a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(ValueError, match="refused"):
+        checkpoint.read_tensors(obj)
+
+
+# ---- PyTorch, Keras 3, ONNX: converted both ways and run by the framework -------------------------------
+
+
+@given(cfg=rnn_configs(PEERS["torch-cpu"].capabilities, dtypes_=("float64",), **SMALL))
+def test_torch_state_dict_both_ways(cfg):
+    torch = pytest.importorskip("torch")
+    from compat_tests.peers.torch_peers import _module
+
+    case, model = make_case(cfg), cfg.model()
+    module = _module(cfg, torch.float64)
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in torch_format.to_state_dict(model, case.weights,
+                                                                                          case.biases).items()})
+    state = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+    weights, biases = torch_format.from_state_dict(model, state)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases))
+    config = torch_format.config_from_state_dict(state, cfg.mode if cfg.mode in ("relu", "tanh") else None)
+    assert config["num_layers"] == cfg.num_layers and config["num_proj"] == cfg.num_proj
+    assert config["direction"] == cfg.direction and config["rnn_mode"] == cfg.mode
+    # That modules loaded this way run to the reference's outputs and gradients is what the torch-cpu peer
+    # checks in test_forward.py and test_backward.py: it loads its weights with to_state_dict.
+
+
+KERAS_CONFIGS = [RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, direction=direction, seq_len=6,
+                           batch=3, time_major=False, dtype="float32", initial_state=False, seed=7)
+                 for mode in ("relu", "tanh", "lstm", "gru", "classic_gru")
+                 for layers, direction in ((1, "unidirectional"), (2, "bidirectional"))]
+
+
+@pytest.mark.parametrize("cfg", KERAS_CONFIGS, ids=lambda c: c.short())
+def test_keras_weights_both_ways(cfg):
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras")
+    case, model = make_case(cfg), cfg.model()
+    layers = keras_format.to_keras(model, case.weights, case.biases)
+    make = {"relu": lambda: keras.layers.SimpleRNN(4, activation="relu", return_sequences=True),
+            "tanh": lambda: keras.layers.SimpleRNN(4, return_sequences=True),
+            "lstm": lambda: keras.layers.LSTM(4, return_sequences=True),
+            "gru": lambda: keras.layers.GRU(4, return_sequences=True, reset_after=True),
+            "classic_gru": lambda: keras.layers.GRU(4, return_sequences=True, reset_after=False)}[cfg.mode]
+    net = keras.Sequential([keras.Input((cfg.seq_len, cfg.input_size))] + [
+        keras.layers.Bidirectional(make()) if cfg.num_dirs == 2 else make() for _ in range(cfg.num_layers)])
+    net.set_weights([w for layer in layers for w in layer])
+    got = keras.ops.convert_to_numpy(net.predict(case.x, verbose=0))  # the output sequence only
+    verdict = judge("keras", cfg.dtype, "output", error_stats(got, run_reference(cfg, case).output.astype(np.float64)),
+                    sensitivity(cfg, case)["output"])
+    assert verdict.passed, verdict.explain("output")
+    flat = net.get_weights()
+    back = keras_format.from_keras(model, [flat[3 * k:3 * k + 3] for k in range(len(layers))])
+    restored = run_reference(cfg, case._replace(weights=back[0], biases=back[1]))
+    assert_agree_within_policy(cfg, case, restored, run_reference(cfg, case))
+
+
+@given(cfg=rnn_configs(PEERS["onnxruntime"].capabilities, dtypes_=("float32",), **SMALL))
+def test_onnx_export_import_round_trip(cfg):
+    pytest.importorskip("onnx")
+    from compat_tests.interop import onnx_model
+
+    case, model = make_case(cfg), cfg.model()
+    proto = onnx_model.export_model(model, case.weights, case.biases)
+    back_model, weights, biases = onnx_model.import_model(proto)
+    assert repr(back_model) == repr(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases))
+    del proto.metadata_props[:]  # a foreign graph: the config is read off the nodes
+    foreign, _, _ = onnx_model.import_model(proto)
+    assert repr(foreign) == repr(model)
+    layers = onnx_format.to_onnx(model, case.weights, case.biases)
+    assert len(layers) == cfg.num_layers and layers[0]["W"].shape[0] == cfg.num_dirs
+
+
+def test_onnx_export_runs_with_dynamic_shapes_and_lengths():
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=5, input_size=3, direction="bidirectional", seq_len=7, batch=4,
+                    lengths=(7, 3, 1, 6), dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    proto = onnx_model.export_model(model, case.weights, case.biases)
+    for T, B in ((7, 4), (3, 2)):  # one file, any T and B
+        sub = case._replace(x=case.x[:T, :B], h0=case.h0[:, :B], lengths=np.minimum(case.lengths[:B], T))
+        got = Outputs(*onnx_model.run(proto, sub.x, sub.lengths, sub.h0))
+        small = cfg.with_(seq_len=T, batch=B, lengths=tuple(int(n) for n in sub.lengths))
+        assert_agree_within_policy(small, sub, got, run_reference(small, sub), peer="onnxruntime")
+
+
+# ---- the command line -------------------------------------------------------------------------------
+
+
+def test_convert_between_every_format_and_infer(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", seq_len=5, batch=2,
+                    dtype="float32")
+    case = make_case(cfg)
+    start = tmp_path / "model.safetensors"
+    checkpoint.save(start, cfg.model(), case.weights, case.biases)
+    chain = [("checkpoint", start), ("torch", tmp_path / "torch.safetensors"), ("keras", tmp_path / "keras.npz"),
+             ("onnx", tmp_path / "model.onnx"), ("checkpoint", tmp_path / "back.npz")]
+    for (src, a), (dst, b) in zip(chain, chain[1:]):
+        assert cli.main(["convert", "--from", src, "--to", dst, str(a), str(b)]) == 0
+    np.save(tmp_path / "x.npy", case.x)
+    assert cli.main(["infer", str(tmp_path / "back.npz"), str(tmp_path / "x.npy"), "--out", str(tmp_path / "y.npz")]) == 0
+    with np.load(tmp_path / "y.npz", allow_pickle=False) as y:
+        got = Outputs(y["output"], y["output_h"], None)
+    expected = cfg.model().forward(case.x, None, cfg.model().canonical_to_params(case.weights, case.biases),
+                                   is_training=False)
+    assert_agree_within_policy(cfg, case._replace(h0=None), got, Outputs(expected.output, expected.output_h, None))
+
+
+def test_a_foreign_torch_file_needs_only_the_mode(tmp_path):
+    cfg = RNNConfig("tanh", num_layers=2, num_units=4, input_size=3, dtype="float32")
+    case = make_case(cfg)
+    state = torch_format.to_state_dict(cfg.model(), case.weights, case.biases)
+    checkpoint.write_tensors(tmp_path / "sd.safetensors", state, None)  # as a PyTorch user would save it
+    argv = ["convert", "--from", "torch", "--to", "checkpoint", str(tmp_path / "sd.safetensors"), str(tmp_path / "c.npz")]
+    assert cli.main(argv) == 2  # relu or tanh? the weights cannot say
+    assert cli.main(argv + ["--mode", "tanh"]) == 0
+    assert repr(checkpoint.load(tmp_path / "c.npz").model) == repr(cfg.model())
+
+
+def test_convert_refuses_what_the_target_cannot_hold(tmp_path):
+    cfg = RNNConfig("lstm", num_units=4, input_size=3, num_proj=2, dtype="float32")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "p.npz", cfg.model(), case.weights, case.biases)
+    for target, name in (("keras", "k.npz"), ("onnx", "p.onnx")):
+        assert cli.main(["convert", "--from", "checkpoint", "--to", target, str(tmp_path / "p.npz"),
+                         str(tmp_path / name)]) == 2

@@ -1,0 +1,180 @@
+"""Platform-independent cells, one time step each, over TensorFlow's cell-format weights
+(``reference.formats.tf``), and a stack runner with ``dynamic_rnn`` / ``stack_bidirectional_dynamic_rnn``
+semantics. They are written the way TensorFlow writes them (``[x, h] @ kernel``), independently of the fused
+reference, which they must equal on the same weights.
+
+Cells take and return TF-style values: ``cell(inputs [B, in], state) -> (output, new_state)`` with state
+``h [B, H]`` for the RNN and GRU cells and ``(c, h)`` (TF's ``LSTMStateTuple`` order) for the LSTM cell.
+Float16 weights compute in float32, as the fused reference does.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .formats.tf import cell_prefix
+from .modes import relu, sigmoid
+from .precision import compute_dtype
+from .recurrence import run_direction
+
+Array = np.ndarray
+
+
+def _compute(*arrays: Array) -> list[Array]:
+    dtype = compute_dtype(arrays[0].dtype)
+    return [a.astype(dtype) for a in arrays]
+
+
+class BasicRNNCell:
+    """TF ``BasicRNNCell``: ``h' = act([x, h] @ kernel + bias)``; ``kernel [in+H, H]``, ``bias [H]``."""
+
+    def __init__(self, kernel: Array, bias: Array, activation: str = "tanh") -> None:
+        self.kernel, self.bias = _compute(kernel, bias)
+        self.num_units = bias.shape[0]
+        self.activation = {"tanh": np.tanh, "relu": relu}[activation]
+
+    def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
+        return self.activation(np.concatenate([x, h], axis=1) @ self.kernel + self.bias), None
+
+    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
+        h, _ = self.step(inputs, state, None)
+        return h, h
+
+
+class CudnnCompatibleLSTMCell:
+    """TF ``CudnnCompatibleLSTMCell`` (``LSTMBlockCell``, forget_bias 0, no peepholes): ``[x, h] @ kernel +
+    bias`` gives gate blocks **i, c, f, o**; ``c' = sigmoid(i) * tanh(ci) + sigmoid(f) * c``,
+    ``h' = sigmoid(o) * tanh(c')``, then ``h' @ projection`` when a ``projection [H, P]`` is given
+    (TF ``LSTMCell(num_proj)``). ``kernel [in+Hr, 4H]``, ``bias [4H]``."""
+
+    def __init__(self, kernel: Array, bias: Array, projection: Array | None = None) -> None:
+        self.kernel, self.bias = _compute(kernel, bias)
+        self.projection = None if projection is None else _compute(projection)[0]
+        self.num_units = bias.shape[0] // 4
+
+    def step(self, x: Array, h: Array, c: Array) -> tuple[Array, Array]:
+        H = self.num_units
+        z = np.concatenate([x, h], axis=1) @ self.kernel + self.bias
+        i, ci, f, o = sigmoid(z[:, :H]), np.tanh(z[:, H:2 * H]), sigmoid(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
+        c_new = ci * i + c * f
+        h_new = o * np.tanh(c_new)
+        return (h_new if self.projection is None else h_new @ self.projection), c_new
+
+    def __call__(self, inputs: Array, state: tuple[Array, Array]) -> tuple[Array, tuple[Array, Array]]:
+        c, h = state
+        h_new, c_new = self.step(inputs, h, c)
+        return h_new, (c_new, h_new)
+
+
+class CudnnCompatibleGRUCell:
+    """TF ``CudnnCompatibleGRUCell``: ``r, u = sigmoid([x, h] @ gates_kernel + gates_bias)``,
+    ``c = tanh(x @ input_kernel + input_bias + r * (h @ hidden_kernel + hidden_bias))``,
+    ``h' = (1 - u) * c + u * h``."""
+
+    def __init__(self, gates_kernel: Array, gates_bias: Array, input_kernel: Array, input_bias: Array,
+                 hidden_kernel: Array, hidden_bias: Array) -> None:
+        (self.gates_kernel, self.gates_bias, self.input_kernel, self.input_bias, self.hidden_kernel,
+         self.hidden_bias) = _compute(gates_kernel, gates_bias, input_kernel, input_bias, hidden_kernel, hidden_bias)
+        self.num_units = input_bias.shape[0]
+
+    def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
+        H = self.num_units
+        gates = sigmoid(np.concatenate([x, h], axis=1) @ self.gates_kernel + self.gates_bias)
+        r, u = gates[:, :H], gates[:, H:]
+        candidate = np.tanh(x @ self.input_kernel + self.input_bias + r * (h @ self.hidden_kernel + self.hidden_bias))
+        return (1 - u) * candidate + u * h, None
+
+    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
+        h, _ = self.step(inputs, state, None)
+        return h, h
+
+
+class GRUCell:
+    """TF ``GRUCell`` (the textbook GRU): gates as ``CudnnCompatibleGRUCell``,
+    ``c = tanh([x, r * h] @ candidate_kernel + candidate_bias)``."""
+
+    def __init__(self, gates_kernel: Array, gates_bias: Array, candidate_kernel: Array, candidate_bias: Array) -> None:
+        self.gates_kernel, self.gates_bias, self.candidate_kernel, self.candidate_bias = _compute(
+            gates_kernel, gates_bias, candidate_kernel, candidate_bias)
+        self.num_units = candidate_bias.shape[0]
+
+    def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
+        H = self.num_units
+        gates = sigmoid(np.concatenate([x, h], axis=1) @ self.gates_kernel + self.gates_bias)
+        r, u = gates[:, :H], gates[:, H:]
+        candidate = np.tanh(np.concatenate([x, r * h], axis=1) @ self.candidate_kernel + self.candidate_bias)
+        return (1 - u) * candidate + u * h, None
+
+    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
+        h, _ = self.step(inputs, state, None)
+        return h, h
+
+
+def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) -> list:
+    """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors."""
+    cells = []
+    for pl in range(model.num_layers * model.num_dirs):
+        p = cell_prefix(model, pl, scope)
+        if model.rnn_mode in ("relu", "tanh"):
+            cells.append(BasicRNNCell(tensors[f"{p}/kernel"], tensors[f"{p}/bias"], model.rnn_mode))
+        elif model.rnn_mode == "lstm":
+            cells.append(CudnnCompatibleLSTMCell(tensors[f"{p}/kernel"], tensors[f"{p}/bias"],
+                                                 tensors.get(f"{p}/projection/kernel")))
+        elif model.rnn_mode == "gru":
+            cells.append(CudnnCompatibleGRUCell(
+                tensors[f"{p}/gates/kernel"], tensors[f"{p}/gates/bias"],
+                tensors[f"{p}/candidate/input_projection/kernel"], tensors[f"{p}/candidate/input_projection/bias"],
+                tensors[f"{p}/candidate/hidden_projection/kernel"], tensors[f"{p}/candidate/hidden_projection/bias"]))
+        else:
+            cells.append(GRUCell(tensors[f"{p}/gates/kernel"], tensors[f"{p}/gates/bias"],
+                                 tensors[f"{p}/candidate/kernel"], tensors[f"{p}/candidate/bias"]))
+    return cells
+
+
+def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | None = None,
+              initial_c: Array | None = None, sequence_lengths=None, time_major: bool = True):
+    """Run a stack of cells (``cells[layer * num_dirs + direction]``) over ``inputs [T, B, in]``; each
+    direction of a layer reads the previous layer's ``[forward | backward]`` output.
+
+    Returns ``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H] or None)`` like the fused
+    reference (``time_major=False`` swaps the first two axes of sequences and states).
+    """
+    storage = inputs.dtype
+    x = inputs if time_major else inputs.transpose(1, 0, 2)
+    x = x.astype(compute_dtype(storage))
+    T, B = x.shape[:2]
+    lengths = None if sequence_lengths is None else np.asarray(sequence_lengths)
+    lstm = isinstance(cells[0], CudnnCompatibleLSTMCell)
+
+    def states(a, width_of):
+        if a is None:
+            return [np.zeros((B, width_of(cell)), dtype=x.dtype) for cell in cells]
+        a = a if time_major else a.transpose(1, 0, 2)
+        return [s.astype(x.dtype) for s in a]
+
+    def state_width(cell) -> int:
+        return cell.projection.shape[1] if getattr(cell, "projection", None) is not None else cell.num_units
+
+    h0 = states(initial_h, state_width)
+    c0 = states(initial_c, lambda cell: cell.num_units) if lstm else [None] * len(cells)
+    h_n, c_n = [], []
+    layer_input = x
+    for layer in range(len(cells) // num_dirs):
+        outputs = []
+        for direction in range(num_dirs):
+            pl = layer * num_dirs + direction
+            cell = cells[pl]
+            y, h, c = run_direction(lambda t, x_t, h, c, cell=cell: cell.step(x_t, h, c), layer_input, h0[pl], c0[pl],
+                                    lengths, direction == 1)
+            outputs.append(y)
+            h_n.append(h)
+            c_n.append(c)
+        layer_input = outputs[0] if num_dirs == 1 else np.concatenate(outputs, axis=2)
+
+    def out(a: Array) -> Array:
+        a = a.astype(storage)
+        return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
+
+    return out(layer_input), out(np.stack(h_n)), out(np.stack(c_n)) if lstm else None

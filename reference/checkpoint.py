@@ -1,0 +1,115 @@
+"""Checkpoints: the canonical tensors under TensorFlow's names (``reference.formats.tf``) plus the model's
+configuration, in a safetensors or ``.npz`` file, so ``rnn-compat infer`` needs nothing else.
+
+Nothing is unpickled: ``.npz`` files are opened with ``allow_pickle=False`` and files that are pickles (a
+PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to save them instead.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .formats import safetensors, tf
+
+FORMAT = "cudnn-rnn-compat/tf-canonical"
+VERSION = 1
+CONFIG_KEY = "cudnn_rnn_compat"  # safetensors metadata key; in .npz files: an array "__cudnn_rnn_compat__"
+NPZ_CONFIG = "__cudnn_rnn_compat__"
+SUFFIXES = (".safetensors", ".npz")
+
+
+@dataclass
+class Checkpoint:
+    """A restored checkpoint: the model, its canonical weights and biases, and its config."""
+
+    model: object
+    weights: list[np.ndarray]
+    biases: list[np.ndarray]
+    config: dict
+
+    def params(self) -> np.ndarray:
+        return self.model.canonical_to_params(self.weights, self.biases)
+
+
+def model_config(model) -> dict:
+    return {"format": FORMAT, "version": VERSION, "rnn_mode": model.rnn_mode, "num_layers": model.num_layers,
+            "num_units": model.num_units, "input_size": model.input_size, "input_mode": model.input_mode,
+            "direction": model.direction, "num_proj": model.num_proj, "dtype": model.dtype.name}
+
+
+def model_from_config(config: dict):
+    from .model import MODELS
+
+    if config.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} checkpoint (format {config.get('format')!r})")
+    if config.get("version") != VERSION:
+        raise ValueError(f"checkpoint version {config.get('version')!r} is not supported (expecting {VERSION})")
+    try:
+        cls = MODELS[config["rnn_mode"]]
+        extra = {"num_proj": config["num_proj"]} if config["rnn_mode"] == "lstm" else {}
+        return cls(config["num_layers"], config["num_units"], config["input_size"], config["input_mode"],
+                   config["direction"], config["dtype"], **extra)
+    except KeyError as exc:
+        raise ValueError(f"checkpoint config lacks {exc}") from None
+
+
+def save(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray],
+         scope: str | None = None) -> None:
+    """Write ``model``'s canonical tensors (validated) under TF names, with its config."""
+    model.canonical_to_params(weights, biases)  # validates counts, shapes and dtypes
+    write_tensors(path, tf.to_tf(model, weights, biases, scope), {**model_config(model), "scope": scope})
+
+
+def write_tensors(path: str | Path, tensors: dict[str, np.ndarray], config: dict | None) -> None:
+    """Named tensors (and a config) into a safetensors or ``.npz`` file, by suffix."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        safetensors.save(path, tensors, {CONFIG_KEY: json.dumps(config)} if config else None)
+    elif path.suffix == ".npz":
+        extra = {NPZ_CONFIG: np.frombuffer(json.dumps(config).encode(), dtype=np.uint8)} if config else {}
+        np.savez(path, **tensors, **extra)
+    else:
+        raise ValueError(f"tensor file path must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
+
+
+def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
+    """The tensors of a safetensors or ``.npz`` file and its embedded config (or ``None``); never unpickles."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        tensors, metadata = safetensors.load(path)
+        config = json.loads(metadata[CONFIG_KEY]) if CONFIG_KEY in metadata else None
+        return tensors, config
+    if path.suffix == ".npz":
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                if any(n.endswith(".pkl") for n in z.namelist()):
+                    raise ValueError(f"{path}: holds a pickle (a PyTorch archive?); refused")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                tensors = {k: data[k] for k in data.files}
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc} (object arrays would need pickle; refused)") from None
+        raw = tensors.pop(NPZ_CONFIG, None)
+        return tensors, None if raw is None else json.loads(raw.tobytes().decode())
+    head = path.read_bytes()[:2]
+    if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or zipfile.is_zipfile(path) or \
+            path.suffix in (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"):
+        raise ValueError(f"{path}: pickle-based files are refused (loading them can run arbitrary code); "
+                         "save the tensors with safetensors or numpy.savez instead")
+    raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
+
+
+def load(path: str | Path) -> Checkpoint:
+    """Restore a checkpoint written by :func:`save` (or any TF-named file with our config)."""
+    tensors, config = read_tensors(path)
+    if config is None:
+        raise ValueError(f"{path}: no model config inside; convert it with `rnn-compat convert` and the model "
+                         "options, or use reference.formats.tf.from_tf with a model you build")
+    model = model_from_config(config)
+    weights, biases = tf.from_tf(model, tensors, config.get("scope"))
+    return Checkpoint(model, weights, biases, config)

@@ -1,0 +1,6 @@
+"""Weight formats, NumPy only: how the canonical (cuDNN) tensors are named and shaped elsewhere.
+
+``tf``: TensorFlow's canonical save format (``CudnnOpaqueParamsSaveable`` / the CudnnCompatible cells),
+``torch``: PyTorch ``state_dict`` names, ``keras``: Keras 3 layer weights, ``onnx``: ONNX ``W``/``R``/``B``,
+``safetensors``: a reader and writer of the safetensors file format (no pickle, no dependency).
+"""

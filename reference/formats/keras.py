@@ -1,0 +1,69 @@
+"""Keras 3 layer weights (NumPy arrays): ``GRU(reset_after=True)`` for the cuDNN GRU, ``GRU(reset_after=
+False)`` for the textbook GRU, ``LSTM`` and ``SimpleRNN``; one weight list per pseudo-layer, in the order a
+stack of (``Bidirectional``) layers lists them: forward layer, then backward layer, layer by layer.
+
+Keras stores ``kernel [in, G*H]`` and ``recurrent_kernel [H, G*H]`` (transposed), orders GRU gates
+**z, r, h** (cuDNN: r, z, h) and LSTM gates i, f, c, o (as cuDNN). ``GRU(reset_after=True)`` keeps both
+bias sets as ``bias [2, 3H]`` (row 0 input, row 1 recurrent); ``LSTM``, ``SimpleRNN`` and the textbook
+``GRU`` have one summed bias, restored as two halves. Keras has no LSTM projection and no skip_input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+
+ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
+LAYERS = {"relu": "SimpleRNN(activation='relu')", "tanh": "SimpleRNN", "lstm": "LSTM",
+          "gru": "GRU(reset_after=True)", "classic_gru": "GRU(reset_after=False)"}
+
+
+def _supported(model) -> None:
+    if model.num_proj:
+        raise ValueError("Keras LSTM has no projection")
+    if model.input_mode == "skip_input":
+        raise ValueError("Keras has no skip_input mode")
+
+
+def to_keras(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """``[kernel, recurrent_kernel, bias]`` per pseudo-layer."""
+    _supported(model)
+    order = ORDER[model.rnn_mode]
+    layers = []
+    for t in by_pseudo_layer(model, weights, biases):
+        kernel = np.concatenate([t.W[g] for g in order]).T
+        recurrent = np.concatenate([t.R[g] for g in order]).T
+        b_in, b_rec = np.concatenate([t.b_W[g] for g in order]), np.concatenate([t.b_R[g] for g in order])
+        bias = np.stack([b_in, b_rec]) if model.rnn_mode == "gru" else b_in + b_rec
+        layers.append([np.ascontiguousarray(kernel), np.ascontiguousarray(recurrent), bias])
+    return layers
+
+
+def from_keras(model, layers: list[list[np.ndarray]]) -> tuple[list, list]:
+    """The canonical lists of ``model`` from per-pseudo-layer Keras weights; errors name the weight."""
+    _supported(model)
+    expected = to_keras(model, *[[np.zeros(s, model.dtype) for s in shapes] for shapes in model.canonical_shapes()])
+    if len(layers) != len(expected):
+        raise ValueError(f"{model!r} has {len(expected)} Keras layers (directions), got {len(layers)}")
+    order, H = ORDER[model.rnn_mode], model.num_units
+    groups = []
+    for pl, (got, want) in enumerate(zip(layers, expected)):
+        if len(got) != 3:
+            raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias], got {len(got)} weights")
+        for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
+            if not isinstance(a, np.ndarray) or a.dtype != model.dtype:
+                raise TypeError(f"layer {pl} {name} must be a {model.dtype} array, got "
+                                f"{getattr(a, 'dtype', type(a).__name__)}")
+            if a.shape != b.shape:
+                raise ValueError(f"layer {pl} {name} has shape {list(a.shape)}, {LAYERS[model.rnn_mode]} of "
+                                 f"{model!r} needs {list(b.shape)}")
+        kernel, recurrent, bias = got
+        b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else (bias / 2, bias / 2)
+        W, R, bW, bR = ([None] * len(order) for _ in range(4))
+        for k, g in enumerate(order):
+            block = slice(k * H, (k + 1) * H)
+            W[g], R[g] = kernel[:, block].T.copy(), recurrent[:, block].T.copy()
+            bW[g], bR[g] = b_in[block].copy(), b_rec[block].copy()
+        groups.append(PseudoLayerTensors(W=W, R=R, b_W=bW, b_R=bR, P=None))
+    return flatten(model, groups)

@@ -1,0 +1,68 @@
+"""ONNX ``GRU`` / ``LSTM`` / ``RNN`` weights per layer (NumPy arrays, no onnx needed): ``W [D, G*H, in]``,
+``R [D, G*H, H]``, ``B [D, 2*G*H] = [b_W | b_R]``, directions stacked forward then backward.
+
+ONNX orders GRU gates **z, r, h** (cuDNN r, z, h) and LSTM gates **i, o, f, c** (cuDNN i, f, c, o). The
+cuDNN GRU is ``linear_before_reset=1``, the textbook GRU ``linear_before_reset=0``; relu and tanh RNNs
+differ only in ``activations``. ONNX has no projection; skip_input is written as identity ``W`` and zero
+input biases (the same function).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+
+ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
+OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
+ATTRIBUTES = {"relu": {"activations": ["Relu"]}, "tanh": {"activations": ["Tanh"]}, "lstm": {},
+              "gru": {"linear_before_reset": 1}, "classic_gru": {"linear_before_reset": 0}}
+
+
+def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """``{"W", "R", "B"}`` per layer."""
+    if model.num_proj:
+        raise ValueError("ONNX LSTM has no projection")
+    order, D = ORDER[model.rnn_mode], model.num_dirs
+    groups = by_pseudo_layer(model, weights, biases)
+    eye = np.eye(model.num_units, dtype=model.dtype)
+    zero = np.zeros(model.num_units, dtype=model.dtype)
+    layers = []
+    for layer in range(model.num_layers):
+        pls = groups[layer * D:(layer + 1) * D]
+        W = [[eye] * len(order) if t.W is None else t.W for t in pls]
+        bW = [[zero] * len(order) if t.b_W is None else t.b_W for t in pls]
+        layers.append({
+            "W": np.stack([np.concatenate([w[g] for g in order]) for w in W]),
+            "R": np.stack([np.concatenate([t.R[g] for g in order]) for t in pls]),
+            "B": np.stack([np.concatenate([b[g] for g in order] + [t.b_R[g] for g in order]) for b, t in zip(bW, pls)]),
+        })
+    return layers
+
+
+def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
+    """The canonical lists of ``model`` from per-layer ``W``/``R``/``B``; errors name the tensor."""
+    expected = to_onnx(model, *[[np.zeros(s, model.dtype) for s in shapes] for shapes in model.canonical_shapes()])
+    if len(layers) != len(expected):
+        raise ValueError(f"{model!r} has {len(expected)} ONNX recurrent nodes, got {len(layers)}")
+    order, H, D = ORDER[model.rnn_mode], model.num_units, model.num_dirs
+    groups = []
+    for layer, (got, want) in enumerate(zip(layers, expected)):
+        for name, b in want.items():
+            a = got.get(name)
+            if not isinstance(a, np.ndarray) or a.dtype != model.dtype or a.shape != b.shape:
+                raise ValueError(f"layer {layer} {name}: expected a {model.dtype} array of shape {list(b.shape)}, got "
+                                 f"{None if a is None else (getattr(a, 'dtype', type(a).__name__), getattr(a, 'shape', None))}")
+        for d in range(D):
+            W, R, bW, bR = ([None] * len(order) for _ in range(4))
+            for k, g in enumerate(order):
+                block = slice(k * H, (k + 1) * H)
+                W[g], R[g] = got["W"][d, block].copy(), got["R"][d, block].copy()
+                bW[g] = got["B"][d, block].copy()
+                bR[g] = got["B"][d, len(order) * H + k * H:len(order) * H + (k + 1) * H].copy()
+            skip = layer == 0 and model.input_mode == "skip_input"
+            if skip and not (all(np.array_equal(w, np.eye(H, dtype=model.dtype)) for w in W)
+                             and not any(b.any() for b in bW)):
+                raise ValueError("layer 0 W, B: skip_input needs identity input matrices and zero input biases")
+            groups.append(PseudoLayerTensors(W=None if skip else W, R=R, b_W=None if skip else bW, b_R=bR, P=None))
+    return flatten(model, groups)

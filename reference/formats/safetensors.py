@@ -1,0 +1,83 @@
+"""The safetensors file format, read and written with NumPy alone (no pickle, no dependency).
+
+Layout: an 8-byte little-endian header length ``N``, ``N`` bytes of JSON (``{name: {"dtype", "shape",
+"data_offsets": [begin, end]}, "__metadata__": {str: str}}``), then the tensors' bytes, C order, little
+endian, offsets relative to the end of the header. The reader checks every offset and size before it
+touches the data, so a malformed or hostile file raises ``ValueError`` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+          "I32": np.int32, "I64": np.int64, "U8": np.uint8, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64,
+          "BOOL": np.bool_}
+CODES = {np.dtype(v): k for k, v in DTYPES.items()}
+MAX_HEADER = 100 * 2**20
+
+
+def save(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    header: dict = {}
+    if metadata:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise TypeError("safetensors metadata must map str to str")
+        header["__metadata__"] = metadata
+    offset, blobs = 0, []
+    for name in sorted(tensors):
+        a = np.asarray(tensors[name], order="C")  # (ascontiguousarray would make a scalar 1-D)
+        if a.dtype not in CODES:
+            raise TypeError(f"tensor {name!r}: dtype {a.dtype} cannot be stored in safetensors")
+        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": CODES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # align the data to 8 bytes, as the reference writer does
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def load(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``(tensors, metadata)``; ``ValueError`` naming the problem for anything malformed."""
+    raw = Path(path).read_bytes()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > min(MAX_HEADER, len(raw) - 8):
+        raise ValueError(f"{path}: not a safetensors file (header length {n} exceeds the file)")
+    try:
+        header = json.loads(raw[8:8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a safetensors file (header is not JSON: {exc})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: safetensors header must be a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    data = memoryview(raw)[8 + n:]
+    tensors, spans = {}, []
+    for name, info in header.items():
+        try:
+            dtype = np.dtype(DTYPES[info["dtype"]]).newbyteorder("<")
+            shape = tuple(int(d) for d in info["shape"])
+            begin, end = (int(v) for v in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: tensor {name!r} has a malformed entry ({exc!r})") from None
+        if any(d < 0 for d in shape) or not 0 <= begin <= end <= len(data):
+            raise ValueError(f"{path}: tensor {name!r} lies outside the file (offsets {begin}..{end})")
+        if (end - begin) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {name!r} has {end - begin} bytes, its shape {list(shape)} "
+                             f"of {info['dtype']} needs {int(np.prod(shape)) * dtype.itemsize}")
+        spans.append((begin, end, name))
+        tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+    spans.sort()
+    for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
+        if begin_b < end_a:
+            raise ValueError(f"{path}: tensors {a!r} and {b!r} overlap")
+    return tensors, dict(metadata)

@@ -1,0 +1,167 @@
+"""TensorFlow's canonical save format: what ``CudnnOpaqueParamsSaveable`` writes and what the
+platform-independent cells (``CudnnCompatibleLSTMCell``, ``CudnnCompatibleGRUCell``, ``BasicRNNCell``)
+read.
+
+Names (``scope/`` optional): unidirectional ``rnn/multi_rnn_cell/cell_{layer}/{cell}/...``, bidirectional
+``stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{fw|bw}/{cell}/...``, with ``{cell}`` one of
+``cudnn_compatible_lstm_cell``, ``cudnn_compatible_gru_cell``, ``basic_rnn_cell`` (tanh and relu) and, for
+the textbook GRU (not a cuDNN mode), TF's ``gru_cell``.
+
+Tensors per cell (``in`` the layer's input width, ``Hr`` num_proj or num_units):
+
+- basic_rnn_cell: ``kernel [in+Hr, H] = [W; R]^T``, ``bias [H] = b_W + b_R``
+- cudnn_compatible_lstm_cell: ``kernel [in+Hr, 4H]``, ``bias [4H]``, gate columns in TF's order **i, c, f, o**
+  (cuDNN's is i, f, c, o), biases summed; with a projection ``projection/kernel [H, P] = P^T``
+- cudnn_compatible_gru_cell: ``gates/kernel [in+H, 2H]`` (columns r | u), ``gates/bias = b_W + b_R`` (r, u);
+  the candidate's biases stay apart: ``candidate/input_projection/{kernel [in, H] = W_h^T, bias = b_Wh}`` and
+  ``candidate/hidden_projection/{kernel [H, H] = R_h^T, bias = b_Rh}``
+- gru_cell (textbook): ``gates/...`` as above, ``candidate/kernel [in+H, H] = [W_h; R_h]^T``,
+  ``candidate/bias = b_Wh + b_Rh``
+
+Restoring a summed bias gives each half of the sum (TF's rule: the sum is what the math sees, and
+``b/2 + b/2 == b`` exactly). With skip_input, layer 0 is saved with identity input matrices and no input
+bias, and restoring checks that they are exactly that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+
+CELL_NAMES = {"relu": "basic_rnn_cell", "tanh": "basic_rnn_cell", "lstm": "cudnn_compatible_lstm_cell",
+              "gru": "cudnn_compatible_gru_cell", "classic_gru": "gru_cell"}
+LSTM_TF_ORDER = (0, 2, 1, 3)  # TF column blocks i, c, f, o as canonical (cuDNN i, f, c, o) gate indices
+
+
+def cell_prefix(model, pseudo_layer: int, scope: str | None = None) -> str:
+    layer, direction = divmod(pseudo_layer, model.num_dirs)
+    if model.num_dirs == 1:
+        base = f"rnn/multi_rnn_cell/cell_{layer}"
+    else:
+        base = f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}"
+    return f"{scope + '/' if scope else ''}{base}/{CELL_NAMES[model.rnn_mode]}"
+
+
+def _input_blocks(model, t: PseudoLayerTensors) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Input matrices and biases; skip_input's identity and zero stand in where cuDNN has none."""
+    G = len(model.gates)
+    if t.W is not None:
+        return t.W, t.b_W
+    eye = np.eye(model.num_units, dtype=model.dtype)
+    return [eye] * G, [np.zeros(model.num_units, dtype=model.dtype)] * G
+
+
+def _sum(t: PseudoLayerTensors, bw: list[np.ndarray], g: int) -> np.ndarray:
+    return bw[g] + t.b_R[g]
+
+
+def to_tf(model, weights: list[np.ndarray], biases: list[np.ndarray], scope: str | None = None) -> dict[str, np.ndarray]:
+    """Canonical lists -> ``{TF variable name: tensor}`` in TF's cell formats."""
+    out: dict[str, np.ndarray] = {}
+    for pl, t in enumerate(by_pseudo_layer(model, weights, biases)):
+        p = cell_prefix(model, pl, scope)
+        W, bW = _input_blocks(model, t)
+
+        def joined(g):
+            return np.concatenate([W[g], t.R[g]], axis=1)
+
+        if model.rnn_mode in ("relu", "tanh"):
+            out[f"{p}/kernel"] = joined(0).T
+            out[f"{p}/bias"] = _sum(t, bW, 0)
+        elif model.rnn_mode == "lstm":
+            out[f"{p}/kernel"] = np.concatenate([joined(g) for g in LSTM_TF_ORDER], axis=0).T
+            out[f"{p}/bias"] = np.concatenate([_sum(t, bW, g) for g in LSTM_TF_ORDER])
+            if t.P is not None:
+                out[f"{p}/projection/kernel"] = t.P.T
+        else:
+            out[f"{p}/gates/kernel"] = np.concatenate([joined(0), joined(1)], axis=0).T
+            out[f"{p}/gates/bias"] = np.concatenate([_sum(t, bW, 0), _sum(t, bW, 1)])
+            if model.rnn_mode == "gru":
+                out[f"{p}/candidate/input_projection/kernel"] = W[2].T
+                out[f"{p}/candidate/input_projection/bias"] = bW[2]
+                out[f"{p}/candidate/hidden_projection/kernel"] = t.R[2].T
+                out[f"{p}/candidate/hidden_projection/bias"] = t.b_R[2]
+            else:
+                out[f"{p}/candidate/kernel"] = joined(2).T
+                out[f"{p}/candidate/bias"] = _sum(t, bW, 2)
+    return {name: np.ascontiguousarray(a) for name, a in out.items()}
+
+
+def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...]]:
+    """Every tensor name of ``model``'s TF checkpoint with its shape."""
+    zeros_w, zeros_b = model.canonical_shapes()
+    dummy = to_tf(model, [np.zeros(s, model.dtype) for s in zeros_w], [np.zeros(s, model.dtype) for s in zeros_b],
+                  scope)
+    return {name: a.shape for name, a in dummy.items()}
+
+
+def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> tuple[list, list]:
+    """``{TF variable name: tensor}`` -> canonical lists; errors name the offending tensor."""
+    shapes = expected_shapes(model, scope)
+    missing = [n for n in shapes if n not in tensors]
+    if missing:
+        raise ValueError(f"checkpoint lacks {len(missing)} tensor(s) of {model!r}, e.g. {missing[0]!r} "
+                         f"(expected shape {list(shapes[missing[0]])})")
+    extra = sorted(set(tensors) - set(shapes))
+    if extra:
+        raise ValueError(f"checkpoint has tensor(s) {model!r} does not: {extra[:3]}"
+                         f"{' ...' if len(extra) > 3 else ''}")
+    for name, shape in shapes.items():
+        a = tensors[name]
+        if not isinstance(a, np.ndarray) or a.dtype != model.dtype:
+            raise TypeError(f"tensor {name!r} must be a {model.dtype} array, got "
+                            f"{getattr(a, 'dtype', type(a).__name__)}")
+        if a.shape != shape:
+            raise ValueError(f"tensor {name!r} has shape {list(a.shape)}, {model!r} needs {list(shape)}")
+
+    G, H = len(model.gates), model.num_units
+    groups = []
+    for pl in range(model.num_layers * model.num_dirs):
+        p = cell_prefix(model, pl, scope)
+        layer = pl // model.num_dirs
+        width = model.input_size if layer == 0 else model.num_dirs * model.state_width
+        W, R, bW, bR = [None] * G, [None] * G, [None] * G, [None] * G
+
+        def split(kernel_t: np.ndarray, gates_order, summed: np.ndarray):
+            for k, g in enumerate(gates_order):
+                rows = kernel_t[k * H:(k + 1) * H]
+                W[g], R[g] = rows[:, :width].copy(), rows[:, width:].copy()
+                bW[g] = bR[g] = summed[k * H:(k + 1) * H] / 2
+
+        if model.rnn_mode in ("relu", "tanh"):
+            split(tensors[f"{p}/kernel"].T, (0,), tensors[f"{p}/bias"])
+        elif model.rnn_mode == "lstm":
+            split(tensors[f"{p}/kernel"].T, LSTM_TF_ORDER, tensors[f"{p}/bias"])
+        else:
+            split(tensors[f"{p}/gates/kernel"].T, (0, 1), tensors[f"{p}/gates/bias"])
+            if model.rnn_mode == "gru":
+                W[2] = tensors[f"{p}/candidate/input_projection/kernel"].T.copy()
+                bW[2] = tensors[f"{p}/candidate/input_projection/bias"].copy()
+                R[2] = tensors[f"{p}/candidate/hidden_projection/kernel"].T.copy()
+                bR[2] = tensors[f"{p}/candidate/hidden_projection/bias"].copy()
+            else:
+                _split_candidate(tensors, p, width, W, R, bW, bR)
+        bR = [b.copy() for b in bR]
+        bW = [b.copy() for b in bW]
+        P = tensors[f"{p}/projection/kernel"].T.copy() if model.num_proj else None
+        if layer == 0 and model.input_mode == "skip_input":
+            eye = np.eye(H, dtype=model.dtype)
+            for g in range(G):
+                if not np.array_equal(W[g], eye):
+                    raise ValueError(f"{p}: skip_input needs identity input matrices, gate {model.gates[g]!r} "
+                                     "is not the identity")
+                bR[g] = bR[g] + bW[g]  # no input bias in skip mode: the whole sum is recurrent
+            if model.rnn_mode == "gru" and np.any(tensors[f"{p}/candidate/input_projection/bias"]):
+                raise ValueError(f"{p}/candidate/input_projection/bias must be zero with skip_input")
+            W_, bW_ = None, None
+        else:
+            W_, bW_ = W, bW
+        groups.append(PseudoLayerTensors(W=W_, R=R, b_W=bW_, b_R=bR, P=P))
+    return flatten(model, groups)
+
+
+def _split_candidate(tensors, p, width, W, R, bW, bR) -> None:
+    kernel_t = tensors[f"{p}/candidate/kernel"].T
+    W[2], R[2] = kernel_t[:, :width].copy(), kernel_t[:, width:].copy()
+    bW[2] = bR[2] = tensors[f"{p}/candidate/bias"] / 2

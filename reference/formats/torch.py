@@ -1,0 +1,93 @@
+"""PyTorch's ``state_dict`` names for ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` (NumPy arrays, no torch needed).
+
+``weight_ih_l{k}[_reverse]`` stacks the canonical input matrices (PyTorch's gate orders equal cuDNN's:
+GRU r, z, n; LSTM i, f, g, o), ``weight_hh_l{k}`` the recurrent ones, ``bias_ih``/``bias_hh`` the two bias
+sets, ``weight_hr_l{k}`` the LSTM projection. PyTorch has no textbook GRU and no skip_input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+
+
+def _suffix(model, pl: int) -> str:
+    layer, direction = divmod(pl, model.num_dirs)
+    return f"_l{layer}" + ("_reverse" if direction else "")
+
+
+def _supported(model) -> None:
+    if model.rnn_mode == "classic_gru":
+        raise ValueError("PyTorch has no textbook GRU (its nn.GRU is the cuDNN variant)")
+    if model.input_mode == "skip_input":
+        raise ValueError("PyTorch has no skip_input mode")
+
+
+def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> dict[str, np.ndarray]:
+    _supported(model)
+    out = {}
+    for pl, t in enumerate(by_pseudo_layer(model, weights, biases)):
+        s = _suffix(model, pl)
+        out[f"weight_ih{s}"] = np.concatenate(t.W)
+        out[f"weight_hh{s}"] = np.concatenate(t.R)
+        out[f"bias_ih{s}"] = np.concatenate(t.b_W)
+        out[f"bias_hh{s}"] = np.concatenate(t.b_R)
+        if t.P is not None:
+            out[f"weight_hr{s}"] = t.P
+    return out
+
+
+def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
+    """The canonical lists of ``model`` from a state_dict; errors name the tensor."""
+    _supported(model)
+    expected = {k: v.shape for k, v in to_state_dict(model, *_zeros(model)).items()}
+    for name, shape in expected.items():
+        if name not in state:
+            raise ValueError(f"state_dict lacks {name!r} (expected shape {list(shape)}) for {model!r}")
+        a = state[name]
+        if not isinstance(a, np.ndarray) or a.dtype != model.dtype:
+            raise TypeError(f"{name!r} must be a {model.dtype} array, got {getattr(a, 'dtype', type(a).__name__)}")
+        if a.shape != shape:
+            raise ValueError(f"{name!r} has shape {list(a.shape)}, {model!r} needs {list(shape)}")
+    extra = sorted(set(state) - set(expected))
+    if extra:
+        raise ValueError(f"state_dict has tensors {model!r} does not: {extra[:3]}")
+    G, H = len(model.gates), model.num_units
+    groups = []
+    for pl in range(model.num_layers * model.num_dirs):
+        s = _suffix(model, pl)
+        blocks = {n: [state[f"{n}{s}"][g * H:(g + 1) * H].copy() for g in range(G)]
+                  for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+        groups.append(PseudoLayerTensors(W=blocks["weight_ih"], R=blocks["weight_hh"], b_W=blocks["bias_ih"],
+                                         b_R=blocks["bias_hh"],
+                                         P=state[f"weight_hr{s}"].copy() if model.num_proj else None))
+    return flatten(model, groups)
+
+
+def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = None) -> dict:
+    """What a state_dict's names and shapes tell about the network; relu and tanh need ``rnn_mode``."""
+    if "weight_ih_l0" not in state or "weight_hh_l0" not in state:
+        raise ValueError("not a PyTorch RNN state_dict: no 'weight_ih_l0' / 'weight_hh_l0'")
+    w_ih, w_hh = state["weight_ih_l0"], state["weight_hh_l0"]
+    proj = state["weight_hr_l0"].shape[0] if "weight_hr_l0" in state else None
+    H = state["weight_hr_l0"].shape[1] if proj else w_hh.shape[1]
+    G, rest = divmod(w_hh.shape[0], H)
+    modes = {1: ("relu", "tanh"), 3: ("gru",), 4: ("lstm",)}.get(G if not rest else 0)
+    if modes is None:
+        raise ValueError(f"weight_hh_l0 has {w_hh.shape[0]} rows for hidden size {H}: not 1, 3 or 4 gates")
+    if rnn_mode is None and len(modes) > 1:
+        raise ValueError("relu and tanh RNNs have the same weights: say which (rnn_mode / --mode)")
+    mode = rnn_mode or modes[0]
+    if mode not in modes:
+        raise ValueError(f"the state_dict holds {G}-gate cells, which cannot be a {mode!r} RNN")
+    layers = 1 + max(int(k[len("weight_ih_l"):].split("_")[0]) for k in state if k.startswith("weight_ih_l"))
+    return {"rnn_mode": mode, "num_layers": layers, "num_units": H, "input_size": w_ih.shape[1],
+            "input_mode": "linear_input",
+            "direction": "bidirectional" if "weight_ih_l0_reverse" in state else "unidirectional",
+            "num_proj": proj, "dtype": w_ih.dtype.name}
+
+
+def _zeros(model):
+    w, b = model.canonical_shapes()
+    return [np.zeros(s, model.dtype) for s in w], [np.zeros(s, model.dtype) for s in b]
