@@ -59,7 +59,35 @@ def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     return train
 
 
-IMPLS = {"reference": reference_call, "torch": torch_call}
+def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+    import onnxruntime
+
+    import reference
+    from compat_tests.interop.onnx_model import export_model
+
+    if task != "infer":
+        raise SystemExit("onnxruntime has no backward pass")
+    model = reference.MODELS[mode](L, H, I, direction="bidirectional" if bidi else "unidirectional",
+                                   dtype=np.float32)
+    rng = np.random.default_rng(0)
+    w_shapes, b_shapes = model.canonical_shapes()
+    weights = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in w_shapes]
+    biases = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in b_shapes]
+    proto = export_model(model, weights, biases, with_lengths=False, with_states=False)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    return lambda: session.run(None, {"X": x})
+
+
+def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+    """The machine's float32 GEMM rate (``T x T @ T x T``), for "% of peak"."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((T, T)).astype(np.float32)
+    b = rng.standard_normal((T, T)).astype(np.float32)
+    return lambda: a @ b
+
+
+IMPLS = {"reference": reference_call, "torch": torch_call, "onnxruntime": onnxruntime_call, "gemm": gemm_call}
 
 
 def main() -> None:

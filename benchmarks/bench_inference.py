@@ -1,0 +1,58 @@
+"""Reference inference against PyTorch and ONNX Runtime on the CPU, float32, one process per measurement.
+
+``python -m benchmarks.bench_inference [--rounds 3] [--seconds 1.5] [--modes gru,lstm,tanh]``: for each
+(T, B, I, H, L, bidirectional) of the issue and each cell, the medians, the ratio reference / fastest peer,
+and the reference's GFLOP/s as a share of this machine's measured float32 GEMM rate (numpy, 2048^3).
+Goals: at batch >= 16 no slower than the fastest peer; at batch 1 within 1.5x; at H >= 512 at least 85%
+of the GEMM rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+from statistics import median
+
+from .harness import Case, measure
+
+SHAPES = [(100, 32, 128, 256, 1, False), (100, 64, 256, 512, 2, False), (50, 16, 128, 128, 1, True),
+          (200, 1, 64, 128, 1, False), (100, 128, 512, 1024, 1, False)]
+GATES = {"gru": 3, "lstm": 4, "tanh": 1, "relu": 1}
+
+
+def flops(case: Case) -> float:
+    G, D = GATES[case.mode], 2 if case.bidi else 1
+    total = 0.0
+    for layer in range(case.L):
+        width = case.I if layer == 0 else D * case.H
+        total += D * 2 * case.B * case.T * (width * G * case.H + case.H * G * case.H)
+    return total
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=1.5)
+    p.add_argument("--modes", default="gru,lstm,tanh")
+    a = p.parse_args()
+    gemm = median(measure("gemm", "infer", Case("gemm", 2048, 0, 0, 0, 0, False), a.seconds) for _ in range(3))
+    peak = 2 * 2048**3 / gemm / 1e9
+    print(f"float32 GEMM rate (numpy, 2048^3): {peak:.1f} GFLOP/s; ratios are reference / fastest peer")
+    impls = ["reference", "torch", "onnxruntime"]
+    for mode in a.modes.split(","):
+        for shape in SHAPES:
+            case = Case(mode, *shape)
+            samples = {impl: [] for impl in impls}
+            for _ in range(a.rounds):
+                for impl in impls:
+                    samples[impl].append(measure(impl, "infer", case, a.seconds))
+            med = {impl: median(v) for impl, v in samples.items()}
+            fastest = min(("torch", "onnxruntime"), key=med.get)
+            rate = flops(case) / med["reference"] / 1e9
+            print(f"{case.label():44s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
+                  f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  reference/{fastest} = "
+                  f"{med['reference'] / med[fastest]:.2f}  {rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
