@@ -91,7 +91,7 @@ def test_tf_lstm_columns_are_icfo_and_gru_candidate_biases_stay_apart():
     np.testing.assert_array_equal(t[f"{gp}/candidate/hidden_projection/bias"], gcase.biases[5])
 
 
-@given(cfg=rnn_configs(dtypes_=("float32", "float64")))
+@given(cfg=rnn_configs(dtypes_=("float16", "float32", "float64")))
 def test_compatible_cells_equal_the_fused_reference(cfg):
     case, model = make_case(cfg), cfg.model()
     cells = cells_from_tf(model, tf.to_tf(model, case.weights, case.biases))
@@ -140,6 +140,11 @@ def _file(header: bytes, data: bytes = b"") -> bytes:
     (_file(b'{"a":{"dtype":"X9","shape":[2],"data_offsets":[0,8]}}', bytes(8)), "malformed"),
     (_file(b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],'
            b'"data_offsets":[2,6]}}', bytes(6)), "overlap"),
+    (_file(b'{"a":{"dtype":"U8","shape":"12","data_offsets":[0,2]}}', bytes(2)), "malformed shape"),
+    (_file(b'{"a":{"dtype":"U8","shape":[true],"data_offsets":[0,1]}}', bytes(1)), "malformed shape"),
+    (_file(b'{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}'), "needs"),
+    (_file(b'{"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,0]}}'), "needs"),
+    (_file(b'{"__metadata__":["x"]}'), "__metadata__"),
 ])
 def test_malformed_safetensors_are_refused_with_a_reason(tmp_path, blob, match):
     path = tmp_path / "bad.safetensors"
@@ -180,6 +185,20 @@ def test_bad_or_foreign_checkpoints_fail_naming_the_tensor(gru_checkpoint, chang
     _rewrite(path, change)
     with pytest.raises(error, match=match):
         checkpoint.load(path)
+
+
+def test_a_config_that_is_not_an_object_is_refused(tmp_path):
+    safetensors.save(tmp_path / "c.safetensors", {"a": np.zeros(1, np.float32)}, {checkpoint.CONFIG_KEY: "[1, 2]"})
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        checkpoint.load(tmp_path / "c.safetensors")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_restored_bias_halves_sum_to_the_saved_bias_exactly(dtype):
+    finfo = np.finfo(dtype)
+    saved = np.array([3 * finfo.smallest_subnormal, finfo.max, -finfo.tiny, 1 / 3, 0.0], dtype=dtype)
+    a, b = tf.halves(saved)
+    assert (a + b).tobytes() == saved.tobytes()
 
 
 def test_pickles_are_refused(tmp_path):

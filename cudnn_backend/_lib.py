@@ -136,13 +136,15 @@ class Library:
     def __init__(self, path: str) -> None:
         self.path = path
         self.cdll = ctypes.CDLL(path)
+        get_version = self.cdll.cudnnGetVersion
+        get_version.argtypes, get_version.restype = [], c_size_t
+        self.version = int(get_version())
+        if self.version // 10000 != 9:  # before declaring the rest: cuDNN 8 lacks some of them
+            raise LibraryNotFound(f"{path} is cuDNN {self.version}, this backend needs cuDNN 9")
         for name, (argtypes, restype) in SIGNATURES.items():
             fn = getattr(self.cdll, name)
             fn.argtypes = argtypes
             fn.restype = None if restype == "void" else (c_int if restype is None else restype)
-        self.version = int(self.cdll.cudnnGetVersion())
-        if self.version // 10000 != 9:
-            raise LibraryNotFound(f"{path} is cuDNN {self.version}, this backend needs cuDNN 9")
         self.call("cudnnAdvVersionCheck")
         self.call("cudnnOpsVersionCheck")
 
@@ -178,7 +180,7 @@ def load() -> Library:
         _preload_cublaslt()
         try:
             return Library(path)
-        except OSError as exc:
+        except (OSError, AttributeError, CudnnError) as exc:  # not loadable, too old, a sub-library missing
             failures.append(f"{path}: {exc}")
     raise LibraryNotFound(f"{LIBRARY} not found (no nvidia/cudnn/lib on sys.path, none from the system loader"
                           + (f"; {'; '.join(failures)}" if failures else "") + ")")

@@ -35,7 +35,9 @@ class Owned:
         return self._finalizer.alive
 
     def close(self) -> None:
+        """Destroy now (once); later calls with this object hand cuDNN a NULL, which it refuses."""
         self._finalizer()
+        self.ptr = c_void_p(None)
 
     def __enter__(self):
         return self

@@ -30,6 +30,9 @@ from . import _lib
 from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
 
 MATH_TYPES = tuple(_lib.MATH_TYPE)
+# cuDNN's documented math types per data type: HALF allows DEFAULT or TENSOR_OP (PyTorch uses TENSOR_OP),
+# DOUBLE only DEFAULT; FLOAT with FMA is true FP32 (DEFAULT would allow TF32 on Ampere and later).
+DEFAULT_MATH_TYPE = {"float16": "tensor_op", "float32": "fma", "float64": "default"}
 ALGOS = tuple(_lib.ALGO)
 _FILL = {"float16": ctypes.c_uint16(0), "float32": ctypes.c_float(0.0), "float64": ctypes.c_double(0.0)}
 
@@ -90,10 +93,12 @@ class _CudnnModel:
 
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 *, math_type: str = "fma", algo: str = "standard", _num_proj: int | None = None) -> None:
+                 *, math_type: str | None = None, algo: str = "standard", _num_proj: int | None = None) -> None:
         extra = {"num_proj": _num_proj} if self.rnn_mode == "lstm" else {}
         spec = reference.MODELS[self.rnn_mode](num_layers, num_units, input_size, input_mode, direction, dtype,
                                                dropout, seed, **extra)
+        if math_type is None:  # what cuDNN documents per data type: FMA is true FP32
+            math_type = DEFAULT_MATH_TYPE[spec.dtype.name]
         self.math_type = checks.one_of("math_type", math_type, MATH_TYPES)
         self.algo = checks.one_of("algo", algo, ALGOS)
         for name in ("num_layers", "num_units", "input_size", "input_mode", "direction", "num_dirs", "dtype",
@@ -110,6 +115,7 @@ class _CudnnModel:
         self._lib = _lib.load()
         self._dtype_name = self.dtype.name
         self._data_type = _lib.DATA_TYPE[self._dtype_name]
+        self._device = cp.cuda.Device().id
         self._handle = shared_handle(self._lib)
         self._handle.bind(cp.cuda.get_current_stream().ptr)
         self._dropout_desc = DropoutDescriptor(self._lib).set(
@@ -213,7 +219,7 @@ class _CudnnModel:
     def _check_params(self, name: str, params):
         params = _device_array(name, params, self.dtype, 1, "[params_size()]")
         checks.shape(name, params, (self._params_size,), "[params_size()]")
-        return params
+        return _cupy().ascontiguousarray(params)  # cuDNN reads a bare pointer
 
     # ---- forward ----------------------------------------------------------------------------------
 
@@ -258,7 +264,9 @@ class _CudnnModel:
             lengths = checks.sequence_lengths(host, B, T)
             host_lengths = lengths.astype(np.int32)
 
-        x = cp.ascontiguousarray(x)
+        x = cp.array(x, order="C")  # private copies: backward must read what forward read
+        hx = None if hx is None else cp.array(hx, order="C")
+        cx = None if cx is None else cp.array(cx, order="C")
         layout = _lib.SEQ_MAJOR_UNPACKED if time_major else _lib.BATCH_MAJOR_UNPACKED
         x_desc = self._data_desc(layout, T, B, self.input_size, host_lengths, fill=False)
         y_desc = self._data_desc(layout, T, B, self.num_dirs * Hr, host_lengths, fill=True)
@@ -269,7 +277,7 @@ class _CudnnModel:
         cy = cp.empty((LD, B, H), dtype=self.dtype) if self.rnn_mode == "lstm" else None
         dev_lengths = cp.asarray(host_lengths)
         mode = _lib.FWD_TRAINING if is_training else _lib.FWD_INFERENCE
-        self._handle.bind(cp.cuda.get_current_stream().ptr)
+        self._bind()
         if self.algo == "persist_dynamic":
             self._lib.call("cudnnBuildRNNDynamic", self._handle.ptr, self._rnn.ptr, B)
         work, reserve = self._temp_space(mode, x_desc)
@@ -279,16 +287,25 @@ class _CudnnModel:
                        work.nbytes, _ptr(work), 0 if reserve is None else reserve.nbytes, _ptr(reserve))
         state = _to_layout(time_major)
         record = CudnnReserve(self._token, is_training, time_major, lengths, x_desc, y_desc, h_desc, c_desc,
-                              x, y, hx, cx, w, dev_lengths, reserve)
+                              x, y.copy() if is_training else y, hx, cx, w, dev_lengths, reserve)
         return ForwardResult(y, state(hy), None if cy is None else state(cy), record)
 
-    def _temp_space(self, mode: int, x_desc: RNNDataDescriptor):
+    def _bind(self) -> None:
+        """This thread's handle on this model's device, bound to the current CuPy stream."""
+        cp = _cupy()
+        if cp.cuda.Device().id != self._device:
+            raise ValueError(f"this model lives on CUDA device {self._device}, the current device is "
+                             f"{cp.cuda.Device().id}: run it under `with cupy.cuda.Device({self._device}):`")
+        self._handle = shared_handle(self._lib)
+        self._handle.bind(cp.cuda.get_current_stream().ptr)
+
+    def _temp_space(self, mode: int, x_desc: RNNDataDescriptor, with_reserve: bool = True):
         cp = _cupy()
         work, reserve = c_size_t(), c_size_t()
         self._lib.call("cudnnGetRNNTempSpaceSizes", self._handle.ptr, self._rnn.ptr, mode, x_desc.ptr,
                        byref(work), byref(reserve))
-        return (cp.empty(max(work.value, 1), dtype=cp.uint8),
-                cp.empty(reserve.value, dtype=cp.uint8) if mode == _lib.FWD_TRAINING else None)
+        keep = with_reserve and mode == _lib.FWD_TRAINING
+        return cp.empty(max(work.value, 1), dtype=cp.uint8), cp.empty(reserve.value, dtype=cp.uint8) if keep else None
 
     # ---- backward ---------------------------------------------------------------------------------
 
@@ -321,21 +338,22 @@ class _CudnnModel:
         else:
             dcy = None
         if params_backprop_out is not None:
+            if not isinstance(params_backprop_out, cp.ndarray) or not params_backprop_out.flags.c_contiguous:
+                raise TypeError("params_backprop_out must be a contiguous cupy.ndarray (cuDNN adds into it on the "
+                                "device)")
             dw = self._check_params("params_backprop_out", params_backprop_out)
-            if not isinstance(params_backprop_out, cp.ndarray):
-                raise TypeError("params_backprop_out must be a CuPy array (cuDNN adds into it on the device)")
         else:
             dw = cp.zeros(self._params_size, dtype=self.dtype)
 
-        dy = cp.array(dy)  # a copy: padded steps are zeroed below
+        dy = cp.array(dy, order="C")  # a contiguous copy: padded steps are zeroed below
         valid = _valid_steps(r, r.y.shape)
-        if valid is not None:
-            dy *= valid
+        if valid is not None:  # select, never multiply: the caller's padding may hold NaN
+            dy = cp.where(valid, dy, 0).astype(self.dtype)
         dx = cp.empty_like(r.x)
         dhx = cp.empty((LD, B, Hr), dtype=self.dtype)
         dcx = cp.empty((LD, B, H), dtype=self.dtype) if self.rnn_mode == "lstm" else None
-        self._handle.bind(cp.cuda.get_current_stream().ptr)
-        work, _ = self._temp_space(_lib.FWD_TRAINING, r.x_desc)
+        self._bind()
+        work, _ = self._temp_space(_lib.FWD_TRAINING, r.x_desc, with_reserve=False)
         r.consumed = True
         self._lib.call("cudnnRNNBackwardData_v8", self._handle.ptr, self._rnn.ptr, _ptr(r.dev_lengths),
                        r.y_desc.ptr, _ptr(r.y), _ptr(dy), r.x_desc.ptr, _ptr(dx),
@@ -345,14 +363,14 @@ class _CudnnModel:
                        _ptr(r.dev_lengths), r.x_desc.ptr, _ptr(r.x), r.h_desc.ptr, _ptr(r.hx), r.y_desc.ptr, _ptr(r.y),
                        self._weight_bytes, _ptr(dw), work.nbytes, _ptr(work), r.reserve.nbytes, _ptr(r.reserve))
         valid = _valid_steps(r, r.x.shape)
-        if valid is not None:
-            dx *= valid
+        if valid is not None:  # cuDNN leaves padded steps of dx undefined (maybe NaN): select zeros
+            dx = cp.where(valid, dx, 0).astype(self.dtype)
         state = _to_layout(r.time_major)
         return Gradients(dx, state(dhx), None if dcx is None else state(dcx), dw)
 
 
 def _valid_steps(r: CudnnReserve, shape):
-    """``1`` at valid steps and ``0`` past each length, broadcastable to a sequence of ``shape``."""
+    """``True`` at valid steps, ``False`` past each length, broadcastable to a sequence of ``shape``."""
     if r.sequence_lengths is None:
         return None
     cp = _cupy()
@@ -360,7 +378,7 @@ def _valid_steps(r: CudnnReserve, shape):
     lengths = cp.asarray(r.sequence_lengths)
     mask = steps[:, None] < lengths[None, :]
     mask = mask if r.time_major else mask.T
-    return mask[..., None].astype(r.y.dtype)
+    return mask[..., None]
 
 
 def _to_layout(time_major: bool):
@@ -401,7 +419,7 @@ class CudnnLSTM(LSTMCall, _CudnnModel):
 
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 num_proj: int | None = None, *, math_type: str = "fma", algo: str = "standard") -> None:
+                 num_proj: int | None = None, *, math_type: str | None = None, algo: str = "standard") -> None:
         super().__init__(num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
                          math_type=math_type, algo=algo, _num_proj=num_proj)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .formats.tf import cell_prefix
 from .modes import relu, sigmoid
-from .precision import compute_dtype
+from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
 from .recurrence import run_direction
 
 Array = np.ndarray
@@ -172,6 +172,8 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
             h_n.append(h)
             c_n.append(c)
         layer_input = outputs[0] if num_dirs == 1 else np.concatenate(outputs, axis=2)
+        if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
+            layer_input = layer_input.astype(storage).astype(x.dtype)
 
     def out(a: Array) -> Array:
         a = a.astype(storage)

@@ -45,6 +45,8 @@ def model_config(model) -> dict:
 def model_from_config(config: dict):
     from .model import MODELS
 
+    if not isinstance(config, dict):
+        raise ValueError(f"checkpoint config must be a JSON object, got {type(config).__name__}")
     if config.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} checkpoint (format {config.get('format')!r})")
     if config.get("version") != VERSION:
@@ -82,8 +84,7 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
     path = Path(path)
     if path.suffix == ".safetensors":
         tensors, metadata = safetensors.load(path)
-        config = json.loads(metadata[CONFIG_KEY]) if CONFIG_KEY in metadata else None
-        return tensors, config
+        return tensors, _config(metadata.get(CONFIG_KEY), path)
     if path.suffix == ".npz":
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
@@ -95,13 +96,26 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc} (object arrays would need pickle; refused)") from None
         raw = tensors.pop(NPZ_CONFIG, None)
-        return tensors, None if raw is None else json.loads(raw.tobytes().decode())
-    head = path.read_bytes()[:2]
+        return tensors, None if raw is None else _config(raw.tobytes().decode(errors="replace"), path)
+    with open(path, "rb") as f:
+        head = f.read(2)
     if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or zipfile.is_zipfile(path) or \
             path.suffix in (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"):
         raise ValueError(f"{path}: pickle-based files are refused (loading them can run arbitrary code); "
                          "save the tensors with safetensors or numpy.savez instead")
     raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
+
+
+def _config(text: str | None, path) -> dict | None:
+    if text is None:
+        return None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: the embedded model config is not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: the embedded model config must be a JSON object")
+    return config
 
 
 def load(path: str | Path) -> Checkpoint:

@@ -12,7 +12,7 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     ReferencePeer(),
     TorchPeer("torch-cpu", "cpu"),
     OnnxRuntimeCPU(),
-    CudnnPeer("cudnn", "fma", ("float16", "float32", "float64")),
+    CudnnPeer("cudnn", None, ("float16", "float32", "float64")),
     CudnnPeer("cudnn-tf32", "tensor_op", ("float32",)),
     TorchPeer("torch-cuda", "cuda"),
 )}

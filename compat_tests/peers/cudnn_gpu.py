@@ -1,6 +1,7 @@
-"""cuDNN itself, through ``cudnn_backend`` (ctypes over libcudnn.so.9): ``cudnn`` with true FP32 math
-(``CUDNN_FMA_MATH``) in every dtype, ``cudnn-tf32`` with tensor-op math in float32 (TF32 on Ampere and
-later), so the TF32 divergence is measured and shown rather than hidden inside a loose tolerance."""
+"""cuDNN itself, through ``cudnn_backend`` (ctypes over libcudnn.so.9): ``cudnn`` with each data type's
+documented math (float32: ``CUDNN_FMA_MATH``, true FP32; float16: tensor ops with FLOAT math; float64:
+default), ``cudnn-tf32`` with tensor-op math in float32 (TF32 on Ampere and later), so the TF32 divergence
+is measured and shown rather than hidden inside a loose tolerance."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the 
 
 
 class CudnnPeer(Peer):
-    def __init__(self, name: str, math_type: str, dtypes: tuple[str, ...]) -> None:
+    def __init__(self, name: str, math_type: str | None, dtypes: tuple[str, ...]) -> None:
         self.name, self.math_type = name, math_type
         notes = _NOTES + ((("dtype", "tensor-op math differs from FMA math only in float32 (TF32)"),)
                           if math_type == "tensor_op" else ())

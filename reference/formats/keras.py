@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 LAYERS = {"relu": "SimpleRNN(activation='relu')", "tanh": "SimpleRNN", "lstm": "LSTM",
@@ -59,7 +60,7 @@ def from_keras(model, layers: list[list[np.ndarray]]) -> tuple[list, list]:
                 raise ValueError(f"layer {pl} {name} has shape {list(a.shape)}, {LAYERS[model.rnn_mode]} of "
                                  f"{model!r} needs {list(b.shape)}")
         kernel, recurrent, bias = got
-        b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else (bias / 2, bias / 2)
+        b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else halves(bias)
         W, R, bW, bR = ([None] * len(order) for _ in range(4))
         for k, g in enumerate(order):
             block = slice(k * H, (k + 1) * H)

@@ -60,20 +60,29 @@ def load(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     if not isinstance(header, dict):
         raise ValueError(f"{path}: safetensors header must be a JSON object")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in metadata.items()):
+        raise ValueError(f"{path}: safetensors __metadata__ must map strings to strings")
     data = memoryview(raw)[8 + n:]
     tensors, spans = {}, []
     for name, info in header.items():
         try:
             dtype = np.dtype(DTYPES[info["dtype"]]).newbyteorder("<")
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(v) for v in info["data_offsets"])
-        except (KeyError, TypeError, ValueError) as exc:
+            shape, offsets = info["shape"], info["data_offsets"]
+        except (KeyError, TypeError) as exc:
             raise ValueError(f"{path}: tensor {name!r} has a malformed entry ({exc!r})") from None
-        if any(d < 0 for d in shape) or not 0 <= begin <= end <= len(data):
+        if not (_ints(shape) and _ints(offsets) and len(offsets) == 2):
+            raise ValueError(f"{path}: tensor {name!r} has a malformed shape or data_offsets")
+        begin, end = offsets
+        if not 0 <= begin <= end <= len(data):
             raise ValueError(f"{path}: tensor {name!r} lies outside the file (offsets {begin}..{end})")
-        if (end - begin) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        needed = dtype.itemsize
+        for d in shape:  # Python ints: no overflow
+            needed *= d
+        if end - begin != needed:
             raise ValueError(f"{path}: tensor {name!r} has {end - begin} bytes, its shape {list(shape)} "
-                             f"of {info['dtype']} needs {int(np.prod(shape)) * dtype.itemsize}")
+                             f"of {info['dtype']} needs {needed}")
+        shape = tuple(shape)
         spans.append((begin, end, name))
         tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
     spans.sort()
@@ -81,3 +90,9 @@ def load(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         if begin_b < end_a:
             raise ValueError(f"{path}: tensors {a!r} and {b!r} overlap")
     return tensors, dict(metadata)
+
+
+def _ints(values) -> bool:
+    """A JSON list of non-negative integers (not booleans)."""
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                            for v in values)

@@ -18,8 +18,8 @@ Tensors per cell (``in`` the layer's input width, ``Hr`` num_proj or num_units):
 - gru_cell (textbook): ``gates/...`` as above, ``candidate/kernel [in+H, H] = [W_h; R_h]^T``,
   ``candidate/bias = b_Wh + b_Rh``
 
-Restoring a summed bias gives each half of the sum (TF's rule: the sum is what the math sees, and
-``b/2 + b/2 == b`` exactly). With skip_input, layer 0 is saved with identity input matrices and no input
+Restoring a summed bias gives each half of the sum (TF's rule: the sum is what the math sees); the two
+halves are chosen so that they add up to the saved sum exactly. With skip_input, layer 0 is saved with identity input matrices and no input
 bias, and restoring checks that they are exactly that.
 """
 
@@ -127,7 +127,7 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
             for k, g in enumerate(gates_order):
                 rows = kernel_t[k * H:(k + 1) * H]
                 W[g], R[g] = rows[:, :width].copy(), rows[:, width:].copy()
-                bW[g] = bR[g] = summed[k * H:(k + 1) * H] / 2
+                bW[g], bR[g] = halves(summed[k * H:(k + 1) * H])
 
         if model.rnn_mode in ("relu", "tanh"):
             split(tensors[f"{p}/kernel"].T, (0,), tensors[f"{p}/bias"])
@@ -164,4 +164,11 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
 def _split_candidate(tensors, p, width, W, R, bW, bR) -> None:
     kernel_t = tensors[f"{p}/candidate/kernel"].T
     W[2], R[2] = kernel_t[:, :width].copy(), kernel_t[:, width:].copy()
-    bW[2] = bR[2] = tensors[f"{p}/candidate/bias"] / 2
+    bW[2], bR[2] = halves(tensors[f"{p}/candidate/bias"])
+
+
+def halves(summed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two biases whose sum is exactly ``summed`` (``s/2`` twice is not, for odd multiples of the
+    smallest subnormal)."""
+    half = summed / 2
+    return half, summed - half
