@@ -53,6 +53,7 @@ def test_torch_float64_agrees_to_1e12(mode, feature):
     for name, expected in truth._asdict().items():
         if expected is not None:
             stats = error_stats(getattr(got, name), expected)
+            assert stats.nonfinite_mismatch == 0 and stats.count == expected.size, (name, stats)
             assert stats.max_abs / stats.scale <= TORCH_FLOAT64_AGREEMENT, (name, stats)
 
 
@@ -73,3 +74,16 @@ def test_nan_input_propagates_to_its_own_sequence_only(peer, mode, request):
     assert np.isnan(out.output[:t0, b0]).sum() == 0, "NaN leaked backwards in time (unidirectional)"
     assert np.isnan(out.output_h[:, b0]).all()
     assert np.isfinite(np.delete(out.output, b0, axis=1)).all(), "NaN leaked into other sequences"
+
+
+@pytest.mark.parametrize(("mode", "saturates"), [("relu", False), ("tanh", True), ("lstm", True), ("gru", True)])
+def test_inf_input_saturates_bounded_cells_and_poisons_relu_only_in_its_sequence(mode, saturates):
+    """+inf in one input: tanh/sigmoid cells saturate to finite values; a relu RNN carries inf into the next
+    GEMM, where inf - inf makes NaN. Other sequences never see it."""
+    cfg = RNNConfig(mode, num_layers=2, num_units=4, input_size=3, seq_len=6, batch=3, dtype="float64")
+    case = make_case(cfg)
+    case.x[2, 1, 0] = np.inf
+    with np.errstate(all="ignore"):
+        out = PEERS["reference"].forward(cfg.with_(dtype="float32"), case.astype(np.float32))
+    assert np.isfinite(np.delete(out.output, 1, axis=1)).all()
+    assert np.isfinite(out.output[2:, 1]).all() == saturates

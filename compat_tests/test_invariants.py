@@ -11,6 +11,7 @@ from compat_tests.compare import assert_agree_within_policy
 from compat_tests.config import Case, Outputs, RNNConfig, ground_truth, make_case, run_reference
 from compat_tests.peers.canonical import by_pseudo_layer
 from compat_tests.strategies import rnn_configs
+from compat_tests.tolerances import GRU_VARIANTS_DIFFER_BY
 
 REFERENCE_DTYPES = ("float32", "float64")
 
@@ -157,9 +158,8 @@ def test_skip_input_equals_linear_input_with_identity_matrices(cfg):
 def test_gru_variants_agree_when_the_reset_gate_is_one(cfg):
     """With r == 1 both candidates reduce to tanh(W_h x + b_Wh + R_h h + b_Rh)."""
     case = make_case(cfg)
-    G, H = 3, cfg.num_units
     biases = [b.copy() for b in case.biases]
-    w_regions, b_regions = cfg.model().canonical_regions()
+    _, b_regions = cfg.model().canonical_regions()
     for i, r in enumerate(b_regions):
         if r.lin_layer_id == 3:  # b_Rr (present in every input mode): sigmoid(1e4) == 1.0 exactly
             biases[i][:] = 1e4
@@ -175,4 +175,33 @@ def test_gru_variants_differ_in_general():
     case = make_case(cfg)
     cudnn = ground_truth(cfg, case)
     classic = ground_truth(cfg.with_(mode="classic_gru"), case)
-    assert np.abs(cudnn.output - classic.output).max() > 1e-2
+    assert np.abs(cudnn.output - classic.output).max() > GRU_VARIANTS_DIFFER_BY
+
+
+@given(cfg=rnn_configs(dtypes_=("float16",)))
+def test_float16_is_float32_math_rounded_where_cudnn_stores_half(cfg):
+    """The float16 contract, exactly: the float32 computation of the same (float16) values, each layer's
+    output rounded to float16 before the next layer reads it, the results rounded once."""
+    case = make_case(cfg)
+    half = run_reference(cfg, case)
+    layer_input = case.x.astype(np.float32)
+    tensors = by_pseudo_layer(cfg.model(), case.weights, case.biases)
+    h_n, c_n = [], []
+    for layer in range(cfg.num_layers):
+        one = cfg.with_(num_layers=1, dtype="float32", input_size=layer_input.shape[2],
+                        input_mode=cfg.input_mode if layer == 0 else "linear_input")
+        pls = tensors[layer * cfg.num_dirs:(layer + 1) * cfg.num_dirs]
+        sl = slice(layer * cfg.num_dirs, (layer + 1) * cfg.num_dirs)
+        states = (lambda a: None if a is None else (a[sl] if cfg.time_major else a[:, sl]).astype(np.float32))
+        out = run_reference(one, Case([w.astype(np.float32) for t in pls
+                                       for w in (t.W or []) + t.R + ([] if t.P is None else [t.P])],
+                                      [b.astype(np.float32) for t in pls for b in (t.b_W or []) + t.b_R],
+                                      layer_input, states(case.h0), states(case.c0), case.lengths))
+        layer_input = out.output.astype(np.float16).astype(np.float32)
+        h_n.append(out.output_h)
+        c_n.append(out.output_c)
+    axis = 0 if cfg.time_major else 1
+    np.testing.assert_array_equal(half.output, layer_input.astype(np.float16))
+    np.testing.assert_array_equal(half.output_h, np.concatenate(h_n, axis=axis).astype(np.float16))
+    if half.output_c is not None:
+        np.testing.assert_array_equal(half.output_c, np.concatenate(c_n, axis=axis).astype(np.float16))

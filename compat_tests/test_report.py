@@ -13,10 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-jsonschema = pytest.importorskip("jsonschema", reason="the report tests validate against the JSON Schema")
-
 from compat_tests import cli
-from compat_tests.config import Outputs, RNNConfig
+from compat_tests.config import Outputs
 from compat_tests.peers import PEERS
 from compat_tests.peers.reference_peer import ReferencePeer
 from compat_tests.report import SCHEMA
@@ -55,10 +53,15 @@ def tiny_report(tmp_path_factory):
     return status, out, json.loads((out / "report.json").read_text())
 
 
+def _validate(report: dict) -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="schema validation needs jsonschema")
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+
+
 def test_report_validates_against_its_schema(tiny_report):
     status, _, report = tiny_report
     assert status == 0 and report["passed"]
-    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+    _validate(report)
 
 
 def test_markdown_and_html_name_every_backend_and_config(tiny_report):
@@ -78,12 +81,29 @@ def test_markdown_and_html_name_every_backend_and_config(tiny_report):
     assert report["studies"]["drift"] and report["studies"]["amplification"]
 
 
-def test_every_record_carries_config_and_a_reproduce_command(tiny_report):
+METRICS = {"max_abs", "max_rel", "max_eps", "rms_eps", "max_ulp", "scale", "per_step", "kappa", "conditioned",
+           "budget", "passed", "nonfinite_mismatch"}
+
+
+def test_every_record_carries_its_metrics_and_a_command_that_reruns_it(tiny_report, capsys):
     _, out, _ = tiny_report
-    for record in read_records(out / RESULTS):
-        assert RNNConfig.from_json(json.dumps(record["config"]))
-        if record["study"] == "compat":
-            assert record["reproduce"]["forward"].startswith(f"rnn-compat check --peer {record['backend']} ")
+    compat = [r for r in read_records(out / RESULTS) if r["study"] == "compat"]
+    assert compat
+    for record in compat:
+        for kind in ("forward", "gradients"):
+            if kind not in record:
+                continue
+            command = record["reproduce"][kind]
+            assert command.startswith(f"rnn-compat check --peer {record['backend']} ")
+            assert ("--backward" in command) == (kind == "gradients")
+            config = json.loads(command.split("--config '")[1].rstrip("'"))
+            assert config == record["config"], "the command must re-run exactly the record's config"
+            for quantity, stats in record[kind].items():
+                assert METRICS <= set(stats), (quantity, sorted(METRICS - set(stats)))
+    gradient = next(r for r in compat if "gradients" in r)
+    argv = gradient["reproduce"]["gradients"].split(" --config ")[0].split()[1:]
+    assert cli.main([*argv, "--config", json.dumps(gradient["config"])]) == 0
+    assert "(gradients)" in capsys.readouterr().out
 
 
 def test_a_planted_divergence_fails_with_its_reproduce_command(tmp_path, monkeypatch, capsys):
@@ -109,25 +129,30 @@ def test_a_killed_run_resumes_to_the_same_report(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "compat_tests.cli", "report", "--grid", str(grid), "--backends", "reference",
            "--jobs", "1", "--no-progress"]
-    proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    results = killed / RESULTS
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if results.exists() and len(read_records(results)) >= 2:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = len(read_records(results))
+    log = tmp_path / "killed.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        results = killed / RESULTS
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if results.exists() and len(read_records(results)) >= 2:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    before = read_records(results)
     units, _ = plan(load_grid(str(grid), 0), [PEERS["reference"]])
-    assert 2 <= done < len(units), "the run must be killed half-way for this test to mean anything"
+    assert 2 <= len(before) < len(units), ("the run must be killed half-way for this test to mean anything; "
+                                           f"its stderr:\n{log.read_text()}")
     with results.open("a") as f:  # as if killed in the middle of writing a record
         f.write('{"id": "torn')
     common = ["report", "--grid", str(grid), "--backends", "reference", "--no-progress"]
     resumed = cli.main([*common, "--out", str(killed), "--jobs", "2", "--resume"])
     clean = tmp_path / "clean"
     assert cli.main([*common, "--out", str(clean), "--jobs", "1"]) == resumed == 0
-    assert len(read_records(results)) == len(units)
+    after = read_records(results)
+    assert after[:len(before)] == before, "resuming must keep the records already written, not redo them"
+    assert sorted(r["id"] for r in after) == sorted(u.id for u in units), "each unit exactly once"
     a = json.loads((killed / "report.json").read_text())
     b = json.loads((clean / "report.json").read_text())
     assert deterministic(a) == deterministic(b)
@@ -150,6 +175,12 @@ def test_a_grid_file_with_an_unknown_study_is_refused(tmp_path):
     bad = tmp_path / "grid.json"
     bad.write_text(json.dumps([{"study": "astrology", "config": {"mode": "gru"}}]))
     assert cli.main(["report", "--grid", str(bad), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+
+
+def test_the_seed_changes_the_embedded_grids_data_not_their_shape():
+    a, b = GRIDS["quick"](0), GRIDS["quick"](1)
+    assert [(s, c.with_(seed=0)) for s, c in a] == [(s, c.with_(seed=0)) for s, c in b]
+    assert all(ca.seed != cb.seed for (_, ca), (_, cb) in zip(a, b))
 
 
 @pytest.mark.parametrize("name", sorted(GRIDS))
@@ -178,4 +209,4 @@ def test_a_crashing_backend_becomes_an_error_record_not_a_crash(tmp_path, monkey
     assert report["totals"]["errors"] > 0 and not report["passed"]
     errors = [w for w in report["worst"] if w["quantity"] == "error"]
     assert errors and "kernel exploded" in errors[0]["error"] and errors[0]["reproduce"].startswith("rnn-compat check")
-    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+    _validate(report)

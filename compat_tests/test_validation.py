@@ -40,9 +40,10 @@ def test_constructor_rejects(kwargs, error, match):
         reference.CudnnGRU(**args)
 
 
-@pytest.mark.parametrize("num_proj", [0, 4, 5, 2.0])
-def test_lstm_rejects_bad_num_proj(num_proj):
-    with pytest.raises((ValueError, TypeError), match="num_proj"):
+@pytest.mark.parametrize(("num_proj", "error"), [(0, ValueError), (4, ValueError), (5, ValueError),
+                                                (2.0, TypeError), (True, TypeError)])
+def test_lstm_rejects_bad_num_proj(num_proj, error):
+    with pytest.raises(error, match="num_proj"):
         reference.CudnnLSTM(1, 4, 2, num_proj=num_proj)
 
 

@@ -40,12 +40,14 @@ class Budget:
 DEFAULTS: dict[tuple[str, str], Budget] = {
     ("float64", "forward"): Budget(16.0, "GEMM + elementwise rounding in float64; calibration max 8.6"),
     ("float32", "forward"): Budget(16.0, "GEMM + elementwise rounding in float32; calibration max 8.8"),
-    ("float16", "forward"): Budget(2.0, "float16 storage, float32 math: results rounded once to half "
-                                        "(<= 0.5 ulp) plus layer-boundary rounding; calibration max 0.27"),
+    ("float16", "forward"): Budget(1.0, "float16 storage, float32 math: results rounded once to half "
+                                        "(<= 0.5 ulp) plus layer-boundary rounding; calibration max 0.27. "
+                                        "float16 math instead scores 0.5-0.65: the exact contract is "
+                                        "tested directly in test_invariants.py"),
     ("float64", "gradient"): Budget(32.0, "backward GEMMs and elementwise chains in float64, errors made "
                                           "inside the backward pass; calibration max 4.9"),
     ("float32", "gradient"): Budget(32.0, "as float64, in float32; calibration max 4.0"),
-    ("float16", "gradient"): Budget(4.0, "float32 math, gradients rounded once to half; relu kinks crossed "
+    ("float16", "gradient"): Budget(2.0, "float32 math, gradients rounded once to half; relu kinks crossed "
                                          "by half-precision rounding are in kappa; calibration max 0.93"),
 }
 
@@ -68,9 +70,13 @@ _TORCH_HALF = Budget(8.0, "PyTorch's CPU float16 RNNs round more intermediates t
 # correct TF32 run is off by up to about eps(TF32) * kappa. UNCONFIRMED: no GPU run has calibrated it yet.
 _TF32 = Budget(2.0 * 8192, "TF32 tensor-core GEMMs: operands rounded to 10 mantissa bits (eps 2^-10 = 8192 "
                            "float32 eps); 2 TF32 eps x kappa. Not yet calibrated on a GPU.")
-OVERRIDES: tuple[Override, ...] = tuple(
-    Override("torch-cpu", "float16", q, _TORCH_HALF) for q in FORWARD_QUANTITIES
-) + tuple(Override("cudnn-tf32", "float32", q, _TF32) for q in FORWARD_QUANTITIES + GRADIENT_QUANTITIES)
+_TORCH_HALF_GRADIENTS = Budget(4.0, "as _TORCH_HALF, in PyTorch's CPU float16 autograd: measured up to 1.5 "
+                                    "(d_input_h) where the reference's float16 gradients stay within 0.93")
+OVERRIDES: tuple[Override, ...] = (
+    tuple(Override("torch-cpu", "float16", q, _TORCH_HALF) for q in FORWARD_QUANTITIES)
+    + tuple(Override("torch-cpu", "float16", q, _TORCH_HALF_GRADIENTS) for q in GRADIENT_QUANTITIES)
+    + tuple(Override("cudnn-tf32", "float32", q, _TF32) for q in FORWARD_QUANTITIES + GRADIENT_QUANTITIES)
+)
 
 # Beyond this condition estimate the float64 truth is itself only good to kappa * eps(float64) > 2e-6
 # relative (exploding relu stacks, chaotic tanh RNNs over long sequences): such a comparison is reported
@@ -150,8 +156,23 @@ TORCH_FLOAT64_AGREEMENT = 1e-12
 # 2e-10 * |loss|; a wrong gradient term is off by O(1). A coordinate whose difference quotients at steps
 # h and h/2 disagree sits on a kink (relu at 0) and is not judged.
 FINITE_DIFFERENCE_STEP = 1e-6
-FINITE_DIFFERENCE_RTOL = 1e-6  # relative to max(1, |loss|, |analytic|)
+FINITE_DIFFERENCE_RTOL = 1e-8  # relative to max(1, |loss|, |analytic|); worst seen over 3,761 probes: 9e-10
 
 # cuDNN dropout seen through an identity layer (compat_tests/test_gpu.py): the kept values are the
 # undropped ones times 1 / (1 - p), up to the scale multiply and the identity GEMM's float32 roundings.
 DROPOUT_SCALE_RTOL = 1e-5
+
+# Statistical bounds: a Bernoulli(keep) count over n draws stays within this many standard deviations of
+# n * keep except with probability ~2e-9 (a test that can fail by chance must almost never do so).
+DROPOUT_RATE_SIGMAS = 6.0
+
+# Resource hygiene: after warm-up, repeating a call this many times may not grow the process by more than
+# allocator noise (bytes).
+DESCRIPTOR_CHURN_RSS = 8 * 2**20  # 10,000 lifetimes of each host-side descriptor
+GPU_CALLS_POOL_BYTES = 2**20  # CuPy pool growth over 2,000 forward+backward calls
+GPU_CALLS_RSS = 32 * 2**20  # host memory growth over the same calls
+
+# The two GRU variants under the same weights are different functions: over 8 steps of a 6-unit GRU at
+# PyTorch's initial scale they differ by O(0.1) (the report's study: 0.11-0.25 at scale 1); 1e-2 is far
+# above any rounding and far below the typical difference.
+GRU_VARIANTS_DIFFER_BY = 1e-2

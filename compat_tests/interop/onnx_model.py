@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-import reference
 from reference import checkpoint
 from reference.formats import onnx as onnx_weights
 
