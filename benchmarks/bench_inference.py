@@ -12,15 +12,16 @@ from __future__ import annotations
 import argparse
 from statistics import median
 
-from .harness import Case, measure
+from reference.modes import MODES
+
+from .harness import Case, measure, medians
 
 SHAPES = [(100, 32, 128, 256, 1, False), (100, 64, 256, 512, 2, False), (50, 16, 128, 128, 1, True),
           (200, 1, 64, 128, 1, False), (100, 128, 512, 1024, 1, False)]
-GATES = {"gru": 3, "lstm": 4, "tanh": 1, "relu": 1}
 
 
 def flops(case: Case) -> float:
-    G, D = GATES[case.mode], 2 if case.bidi else 1
+    G, D = MODES[case.mode].num_gates, 2 if case.bidi else 1
     total = 0.0
     for layer in range(case.L):
         width = case.I if layer == 0 else D * case.H
@@ -41,11 +42,7 @@ def main() -> None:
     for mode in a.modes.split(","):
         for shape in SHAPES:
             case = Case(mode, *shape)
-            samples = {impl: [] for impl in impls}
-            for _ in range(a.rounds):
-                for impl in impls:
-                    samples[impl].append(measure(impl, "infer", case, a.seconds))
-            med = {impl: median(v) for impl, v in samples.items()}
+            med = medians("infer", case, impls, a.rounds, a.seconds)
             fastest = min(("torch", "onnxruntime"), key=med.get)
             rate = flops(case) / med["reference"] / 1e9
             print(f"{case.label():44s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "

@@ -38,16 +38,21 @@ def measure(impl: str, task: str, case: Case, seconds: float) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
+def medians(task: str, case: Case, impls: list[str], rounds: int, seconds: float) -> dict[str, float]:
+    """Seconds per call of each implementation: the median over ``rounds`` that alternate them."""
+    samples: dict[str, list[float]] = {impl: [] for impl in impls}
+    for _ in range(rounds):
+        for impl in impls:
+            samples[impl].append(measure(impl, task, case, seconds))
+    return {impl: median(v) for impl, v in samples.items()}
+
+
 def compare(task: str, cases: list[Case], impls: list[str], rounds: int, seconds: float) -> list[dict]:
     rows = []
     for case in cases:
-        samples: dict[str, list[float]] = {impl: [] for impl in impls}
-        for _ in range(rounds):
-            for impl in impls:
-                samples[impl].append(measure(impl, task, case, seconds))
-        medians = {impl: median(v) for impl, v in samples.items()}
-        rows.append({"case": case.label(), **{f"{i}_ms": 1e3 * m for i, m in medians.items()},
-                     **{f"reference/{i}": medians["reference"] / medians[i] for i in impls if i != "reference"}})
+        times = medians(task, case, impls, rounds, seconds)
+        rows.append({"case": case.label(), **{f"{i}_ms": 1e3 * m for i, m in times.items()},
+                     **{f"reference/{i}": times["reference"] / times[i] for i in impls if i != "reference"}})
         print(format_row(rows[-1]), flush=True)
     return rows
 

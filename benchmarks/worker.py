@@ -14,11 +14,15 @@ import time
 import numpy as np
 
 
-def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+def _reference_model(mode: str, I: int, H: int, L: int, bidi: bool):
     import reference
 
-    cls = reference.MODELS[mode]
-    model = cls(L, H, I, direction="bidirectional" if bidi else "unidirectional", dtype=np.float32)
+    return reference.make_model(mode, L, H, I, direction="bidirectional" if bidi else "unidirectional",
+                                dtype=np.float32)
+
+
+def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+    model = _reference_model(mode, I, H, L, bidi)
     rng = np.random.default_rng(0)
     params = (rng.standard_normal(model.params_size()) * H**-0.5).astype(np.float32)
     x = rng.standard_normal((T, B, I)).astype(np.float32)
@@ -62,13 +66,11 @@ def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
 def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
     import onnxruntime
 
-    import reference
     from compat_tests.interop.onnx_model import export_model
 
     if task != "infer":
         raise SystemExit("onnxruntime has no backward pass")
-    model = reference.MODELS[mode](L, H, I, direction="bidirectional" if bidi else "unidirectional",
-                                   dtype=np.float32)
+    model = _reference_model(mode, I, H, L, bidi)
     rng = np.random.default_rng(0)
     w_shapes, b_shapes = model.canonical_shapes()
     weights = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in w_shapes]

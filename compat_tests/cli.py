@@ -11,7 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from .config import RNNConfig
+from reference.model import DIRECTIONS
+
+from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
+from .interop.convert import FORMATS
 
 
 def _backends(names: str | None):
@@ -137,19 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
     conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx)")
-    conv.add_argument("--from", dest="source", required=True, choices=("checkpoint", "torch", "keras", "onnx"))
-    conv.add_argument("--to", dest="target", required=True, choices=("checkpoint", "torch", "keras", "onnx"))
+    conv.add_argument("--from", dest="source", required=True, choices=FORMATS)
+    conv.add_argument("--to", dest="target", required=True, choices=FORMATS)
     conv.add_argument("input")
     conv.add_argument("output")
-    conv.add_argument("--mode", choices=("relu", "tanh", "lstm", "gru", "classic_gru"),
+    conv.add_argument("--mode", choices=MODE_NAMES,
                       help="for files without a config (relu vs tanh cannot be read off the weights)")
     conv.add_argument("--num-layers", type=int)
     conv.add_argument("--num-units", type=int)
     conv.add_argument("--input-size", type=int)
-    conv.add_argument("--direction", choices=("unidirectional", "bidirectional"))
+    conv.add_argument("--direction", choices=DIRECTIONS)
     conv.add_argument("--input-mode", choices=("linear_input", "skip_input"))
     conv.add_argument("--num-proj", type=int)
-    conv.add_argument("--dtype", choices=("float16", "float32", "float64"))
+    conv.add_argument("--dtype", choices=DTYPE_NAMES)
 
     infer = sub.add_parser("infer", help="run a checkpoint on the CPU with the NumPy reference")
     infer.add_argument("checkpoint")

@@ -65,12 +65,13 @@ class RNNConfig:
     def with_(self, **changes: object) -> "RNNConfig":
         return replace(self, **changes)
 
-    def model(self, dtype: str | None = None, dropout: float = 0.0, seed: int = 0) -> reference.model._CudnnRNN:
-        """The reference model of this config (in ``dtype``, default the config's)."""
-        cls = reference.MODELS[self.mode]
-        extra = {"num_proj": self.num_proj} if self.mode == "lstm" else {}
-        return cls(self.num_layers, self.num_units, self.input_size, self.input_mode, self.direction,
-                   np.dtype(dtype or self.dtype), dropout, seed, **extra)
+    def model(self, dtype: str | None = None, dropout: float = 0.0, seed: int = 0, *, models: dict | None = None,
+              **options) -> reference.model._CudnnRNN:
+        """The reference model of this config (in ``dtype``, default the config's), or with ``models`` (e.g.
+        ``cudnn_backend.MODELS``) and that backend's ``options`` another backend's."""
+        return reference.make_model(self.mode, self.num_layers, self.num_units, self.input_size, self.input_mode,
+                                    self.direction, np.dtype(dtype or self.dtype), dropout, seed, self.num_proj,
+                                    models=models, **options)
 
     # ---- reproduction -----------------------------------------------------------------------------
 
@@ -169,13 +170,19 @@ class Outputs(NamedTuple):
     output_c: np.ndarray | None
 
 
+def forward_case(model, cfg: RNNConfig, case: Case, is_training: bool, params=None):
+    """``model.forward`` (any backend's) on ``case`` in ``cfg``'s layout, with ``params`` or the case's
+    canonical weights packed by ``model``."""
+    if params is None:
+        params = model.canonical_to_params(case.weights, case.biases)
+    return model.forward(case.x, case.h0, params, input_c=case.c0, is_training=is_training,
+                         sequence_lengths=case.lengths, time_major=cfg.time_major)
+
+
 def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_training: bool):
     model = cfg.model(dtype)
     case = case.astype(model.dtype)
-    params = model.canonical_to_params(case.weights, case.biases)
-    result = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=is_training,
-                           sequence_lengths=case.lengths, time_major=cfg.time_major)
-    return model, case, result
+    return model, case, forward_case(model, cfg, case, is_training)
 
 
 def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:

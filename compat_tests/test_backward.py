@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import reference
 from compat_tests.compare import compare_peer
-from compat_tests.config import RNNConfig, make_case
+from compat_tests.config import RNNConfig, forward_case, make_case
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
 
@@ -86,9 +86,7 @@ def test_peer_gradients_match_float64_reference(grad_peer, data):
 def _backward(cfg: RNNConfig, case=None, **kwargs):
     case = case or make_case(cfg)
     model = cfg.model()
-    params = model.canonical_to_params(case.weights, case.biases)
-    fwd = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=True,
-                        sequence_lengths=case.lengths, time_major=cfg.time_major)
+    fwd = forward_case(model, cfg, case, is_training=True)
     return model, fwd, model.backward(fwd, case.dy, case.dh, case.dc, **kwargs)
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compat_tests.compare import assert_agree_within_policy
-from compat_tests.config import Case, Outputs, RNNConfig, make_case, run_reference
+from compat_tests.config import Case, Outputs, RNNConfig, forward_case, make_case, run_reference
 from compat_tests.peers.canonical import by_pseudo_layer
 from compat_tests.tolerances import DROPOUT_RATE_SIGMAS
 
@@ -73,18 +73,13 @@ def dropout_setup(p, seed=7, mode="gru", direction="bidirectional"):
     return cfg, case, model, params
 
 
-def forward(model, case, params, cfg, training):
-    return model.forward(case.x, case.h0, params, input_c=case.c0, is_training=training,
-                         sequence_lengths=case.lengths, time_major=cfg.time_major)
-
-
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 @pytest.mark.parametrize("p", [0.3, 0.5, 1.0])
 def test_dropout_masks_replay_layer_by_layer(mode, p):
     """Rebuild the stack from 1-layer models: each layer's output times its recorded mask / (1 - p)
     (zero when p == 1) is the next layer's input; the last layer gets no dropout."""
     cfg, case, model, params = dropout_setup(p, mode=mode)
-    result = forward(model, case, params, cfg, training=True)
+    result = forward_case(model, cfg, case, True, params)
     masks = result.reserve.dropout_masks
     assert len(masks) == cfg.num_layers - 1
     tensors = by_pseudo_layer(model, case.weights, case.biases)
@@ -108,8 +103,8 @@ def test_dropout_masks_replay_layer_by_layer(mode, p):
 def test_inference_ignores_dropout(p):
     cfg, case, model, params = dropout_setup(p)
     _, _, no_dropout, _ = dropout_setup(0.0)
-    a = forward(model, case, params, cfg, training=False)
-    b = forward(no_dropout, case, params, cfg, training=False)
+    a = forward_case(model, cfg, case, False, params)
+    b = forward_case(no_dropout, cfg, case, False, params)
     assert a.reserve.dropout_masks == ()
     np.testing.assert_array_equal(a.output, b.output)
     np.testing.assert_array_equal(a.output_h, b.output_h)
@@ -119,7 +114,7 @@ def test_one_layer_has_no_dropout():
     cfg = RNNConfig("tanh", num_layers=1, seq_len=4, batch=2)
     model = cfg.model(dropout=0.9)
     case = make_case(cfg)
-    result = forward(model, case, model.canonical_to_params(case.weights, case.biases), cfg, training=True)
+    result = forward_case(model, cfg, case, True)
     assert result.reserve.dropout_masks == ()
 
 
@@ -128,7 +123,7 @@ def test_dropout_keep_rate(p, seed):
     cfg = RNNConfig("relu", num_layers=2, num_units=64, input_size=3, seq_len=50, batch=20)
     model = cfg.model(dropout=p, seed=seed)
     case = make_case(cfg)
-    (mask,) = forward(model, case, model.canonical_to_params(case.weights, case.biases), cfg, True).reserve.dropout_masks
+    (mask,) = forward_case(model, cfg, case, True).reserve.dropout_masks
     n = mask.size
     kept = mask.mean()
     bound = DROPOUT_RATE_SIGMAS * np.sqrt(p * (1 - p) / n)
@@ -139,10 +134,10 @@ def test_dropout_is_seeded_and_advances():
     cfg, case, a, params = dropout_setup(0.5, seed=123)
     _, _, b, _ = dropout_setup(0.5, seed=123)
     _, _, c, _ = dropout_setup(0.5, seed=124)
-    first_a = forward(a, case, params, cfg, True).reserve.dropout_masks
-    first_b = forward(b, case, params, cfg, True).reserve.dropout_masks
-    first_c = forward(c, case, params, cfg, True).reserve.dropout_masks
-    second_a = forward(a, case, params, cfg, True).reserve.dropout_masks
+    first_a = forward_case(a, cfg, case, True, params).reserve.dropout_masks
+    first_b = forward_case(b, cfg, case, True, params).reserve.dropout_masks
+    first_c = forward_case(c, cfg, case, True, params).reserve.dropout_masks
+    second_a = forward_case(a, cfg, case, True, params).reserve.dropout_masks
     assert all(np.array_equal(x, y) for x, y in zip(first_a, first_b)), "same seed, same masks"
     assert not all(np.array_equal(x, y) for x, y in zip(first_a, first_c)), "another seed, other masks"
     assert not all(np.array_equal(x, y) for x, y in zip(first_a, second_a)), "each call draws new masks"
@@ -153,8 +148,8 @@ def test_batch_major_masks_are_in_the_calls_layout_and_are_the_ones_applied():
     bm = cfg.with_(time_major=False)
     bm_case = case._replace(x=np.ascontiguousarray(case.x.transpose(1, 0, 2)),
                             h0=np.ascontiguousarray(case.h0.transpose(1, 0, 2)))
-    time_major = forward(dropout_setup(0.5, seed=99)[2], case, params, cfg, True)
-    batch_major = forward(dropout_setup(0.5, seed=99)[2], bm_case, params, bm, True)
+    time_major = forward_case(dropout_setup(0.5, seed=99)[2], cfg, case, True, params)
+    batch_major = forward_case(dropout_setup(0.5, seed=99)[2], bm, bm_case, True, params)
     for tm_mask, bm_mask in zip(time_major.reserve.dropout_masks, batch_major.reserve.dropout_masks):
         assert bm_mask.shape == (cfg.batch, cfg.seq_len, 2 * cfg.num_units)
         np.testing.assert_array_equal(bm_mask, tm_mask.transpose(1, 0, 2))

@@ -30,10 +30,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"cuDNN backend
 CUDNN_CAPS = PEERS["cudnn"].capabilities
 
 
-def cudnn_model(cfg: RNNConfig, **kwargs):
-    extra = {"num_proj": cfg.num_proj} if cfg.mode == "lstm" else {}
-    return cudnn_backend.MODELS[cfg.mode](cfg.num_layers, cfg.num_units, cfg.input_size, cfg.input_mode,
-                                          cfg.direction, np.dtype(cfg.dtype), **extra, **kwargs)
+def cudnn_model(cfg: RNNConfig, **options):
+    return cfg.model(models=cudnn_backend.MODELS, **options)
 
 
 @given(cfg=rnn_configs(CUDNN_CAPS))

@@ -44,15 +44,15 @@ def available() -> tuple[bool, str]:
         from .descriptors import Handle
 
         Handle(lib).close()
-        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-        return True, f"cuDNN {lib.version_string} on {name.decode() if isinstance(name, bytes) else name}"
+        return True, f"cuDNN {lib.version_string} on {_device_name(_device_properties(cupy))}"
     except Exception as exc:
         return False, f"cuDNN could not start: {type(exc).__name__}: {exc}"
 
 
 def versions() -> dict:
     """cuDNN, the CUDA runtime cuDNN was built with, CuPy, the CUDA runtime and driver, the device."""
-    info: dict = {"available": available()[0], "reason": available()[1]}
+    ok, why = available()
+    info: dict = {"available": ok, "reason": why}
     try:
         lib = _lib.load()
         info.update(cudnn=lib.version_string, cudnn_library=lib.path, cudnn_cudart=int(lib.cdll.cudnnGetCudartVersion()))
@@ -63,14 +63,22 @@ def versions() -> dict:
 
         info.update(cupy=cupy.__version__, cuda_runtime=int(cupy.cuda.runtime.runtimeGetVersion()),
                     cuda_driver=int(cupy.cuda.runtime.driverGetVersion()))
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        name = props["name"]
-        info.update(device=name.decode() if isinstance(name, bytes) else name,
+        props = _device_properties(cupy)
+        info.update(device=_device_name(props),
                     compute_capability=f"{props['major']}.{props['minor']}",
                     multiprocessors=int(props["multiProcessorCount"]))
     except Exception as exc:
         info.setdefault("cupy", f"unavailable: {type(exc).__name__}: {exc}")
     return info
+
+
+def _device_properties(cupy) -> dict:
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+
+
+def _device_name(props: dict) -> str:
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else name
 
 
 __all__ = ["BackendUnavailable", "CudnnError", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh",

@@ -24,7 +24,7 @@ import numpy as np
 import reference
 from reference import checks
 from reference.layout import Region
-from reference.model import ForwardResult, Gradients, LSTMCall, NoCellStateCall
+from reference.model import ForwardResult, Gradients, LSTMCall, NoCellStateCall, training_reserve
 
 from . import _lib
 from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
@@ -94,9 +94,8 @@ class _CudnnModel:
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
                  *, math_type: str | None = None, algo: str = "standard", _num_proj: int | None = None) -> None:
-        extra = {"num_proj": _num_proj} if self.rnn_mode == "lstm" else {}
-        spec = reference.MODELS[self.rnn_mode](num_layers, num_units, input_size, input_mode, direction, dtype,
-                                               dropout, seed, **extra)
+        spec = reference.make_model(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction, dtype,
+                                    dropout, seed, _num_proj)
         if math_type is None:  # what cuDNN documents per data type: FMA is true FP32
             math_type = DEFAULT_MATH_TYPE[spec.dtype.name]
         self.math_type = checks.one_of("math_type", math_type, MATH_TYPES)
@@ -232,6 +231,12 @@ class _CudnnModel:
         checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
         return _cupy().ascontiguousarray(state if time_major else state.transpose(1, 0, 2))
 
+    def _cell_states(self, name: str, value, LD: int, B: int, time_major: bool):
+        """An LSTM's cell state as :meth:`_states`; the other modes refuse one."""
+        if self.rnn_mode != "lstm":
+            return checks.no_cell_state(name, value, self.rnn_mode)
+        return self._states(name, value, LD, B, self.num_units, time_major)
+
     def _data_desc(self, layout: int, T: int, B: int, width: int, lengths: np.ndarray, fill: bool):
         return RNNDataDescriptor(self._lib).set(self._data_type, layout, T, B, width, lengths,
                                                 _FILL[self._dtype_name] if fill else None)
@@ -250,12 +255,7 @@ class _CudnnModel:
                              f"input_size = {self.input_size}, got {x.shape}")
         LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
         hx = self._states("input_h", input_h, LD, B, Hr, time_major)
-        if self.rnn_mode == "lstm":
-            cx = self._states("input_c", input_c, LD, B, H, time_major)
-        elif input_c is not None:
-            raise ValueError(f"input_c must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
-        else:
-            cx = None
+        cx = self._cell_states("input_c", input_c, LD, B, time_major)
         w = self._check_params("params", params)
         if sequence_lengths is None:
             lengths, host_lengths = None, np.full(B, T, dtype=np.int32)
@@ -314,14 +314,7 @@ class _CudnnModel:
         """``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8`` (``CUDNN_WGRAD_MODE_ADD`` into a
         zeroed buffer, or into ``params_backprop_out``); the reference's ``backward`` contract."""
         cp = _cupy()
-        if not isinstance(fwd, ForwardResult) or not isinstance(fwd.reserve, CudnnReserve):
-            raise TypeError(f"fwd must be the ForwardResult of this model's forward(), got {type(fwd).__name__}")
-        r = fwd.reserve
-        if r.model_token != self._token:
-            raise ValueError("fwd comes from another model's forward(); backward needs this model's own result")
-        if not r.is_training:
-            raise ValueError("backward needs a forward pass run with is_training=True "
-                             "(TensorFlow: 'To use CudnnRNN in gradients, is_training must be set to True')")
+        r = training_reserve(fwd, self._token, CudnnReserve)
         if r.consumed:
             raise ValueError("this ForwardResult was already backpropagated: cuDNN's BackwardData writes into "
                              "the reserve space, so run forward again")
@@ -331,12 +324,7 @@ class _CudnnModel:
         checks.shape("output_backprop", dy, r.y.shape, seq_doc)
         B = r.y.shape[1] if r.time_major else r.y.shape[0]
         dhy = self._states("output_h_backprop", output_h_backprop, LD, B, Hr, r.time_major)
-        if self.rnn_mode == "lstm":
-            dcy = self._states("output_c_backprop", output_c_backprop, LD, B, H, r.time_major)
-        elif output_c_backprop is not None:
-            raise ValueError(f"output_c_backprop must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
-        else:
-            dcy = None
+        dcy = self._cell_states("output_c_backprop", output_c_backprop, LD, B, r.time_major)
         if params_backprop_out is not None:
             if not isinstance(params_backprop_out, cp.ndarray) or not params_backprop_out.flags.c_contiguous:
                 raise TypeError("params_backprop_out must be a contiguous cupy.ndarray (cuDNN adds into it on the "

@@ -14,6 +14,7 @@ from .model import (
     Gradients,
     MODELS,
     Reserve,
+    make_model,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "MODELS",
     "Region",
     "Reserve",
+    "make_model",
 ]

@@ -42,6 +42,15 @@ def model_config(model) -> dict:
             "direction": model.direction, "num_proj": model.num_proj, "dtype": model.dtype.name}
 
 
+CONFIG_DEFAULTS = {"format": FORMAT, "version": VERSION, "input_mode": "linear_input", "direction": "unidirectional",
+                   "num_proj": None}
+
+
+def complete_config(fields: dict) -> dict:
+    """A config from what a foreign file tells (``fields``), the options it cannot tell at their defaults."""
+    return {**CONFIG_DEFAULTS, **fields}
+
+
 def model_from_config(config: dict):
     from .model import MODELS
 

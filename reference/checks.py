@@ -47,6 +47,13 @@ def shape(name: str, value: np.ndarray, expected: tuple[int, ...], dims_doc: str
         raise ValueError(f"{name} must have shape {dims_doc} = {expected}, got {value.shape}")
 
 
+def no_cell_state(name: str, value: object, rnn_mode: str) -> None:
+    """``None``, the only cell state a mode without one accepts."""
+    if value is not None:
+        raise ValueError(f"{name} must be None for rnn_mode={rnn_mode!r} (no cell state)")
+    return None
+
+
 def sequence_lengths(value: object, batch: int, max_time: int) -> np.ndarray:
     """Lengths as an int64 ``[B]`` array, each in ``1..T``."""
     lengths = np.asarray(value)

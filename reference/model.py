@@ -63,6 +63,20 @@ class Gradients(NamedTuple):
     params: np.ndarray
 
 
+def training_reserve(fwd: object, model_token: int, reserve_type: type):
+    """The reserve of ``fwd`` when it is a training ``forward()`` result of the model ``model_token`` names;
+    the error says which of the three it is not."""
+    if not isinstance(fwd, ForwardResult) or not isinstance(fwd.reserve, reserve_type):
+        raise TypeError(f"fwd must be the ForwardResult of this model's forward(), got {type(fwd).__name__}")
+    reserve = fwd.reserve
+    if reserve.model_token != model_token:
+        raise ValueError("fwd comes from another model's forward(); backward needs this model's own result")
+    if not reserve.is_training:
+        raise ValueError("backward needs a forward pass run with is_training=True "
+                         "(TensorFlow: 'To use CudnnRNN in gradients, is_training must be set to True')")
+    return reserve
+
+
 class _CudnnRNN:
     """A cuDNN RNN of one cell mode over an opaque parameter buffer (see the subclasses)."""
 
@@ -233,12 +247,7 @@ class _CudnnRNN:
                              f"input_size = {self.input_size}, got {input_data.shape}")
         LD = self.num_layers * self.num_dirs
         h0 = self._check_state("input_h", input_h, LD, B, self.state_width, time_major)
-        if self._mode.has_cell_state:
-            c0 = self._check_state("input_c", input_c, LD, B, self.num_units, time_major)
-        elif input_c is not None:
-            raise ValueError(f"input_c must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
-        else:
-            c0 = None
+        c0 = self._check_cell_state("input_c", input_c, LD, B, time_major)
         params = self._check_params(params)
         lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
 
@@ -285,14 +294,7 @@ class _CudnnRNN:
         (``CUDNN_WGRAD_MODE_ADD``), and the buffer is returned as ``Gradients.params``.
         Float16 models compute in float32 and round the gradients to float16.
         """
-        if not isinstance(fwd, ForwardResult):
-            raise TypeError(f"fwd must be the ForwardResult of this model's forward(), got {type(fwd).__name__}")
-        reserve = fwd.reserve
-        if reserve.model_token != self._token:
-            raise ValueError("fwd comes from another model's forward(); backward needs this model's own result")
-        if not reserve.is_training or reserve.trace is None:
-            raise ValueError("backward needs a forward pass run with is_training=True "
-                             "(TensorFlow: 'To use CudnnRNN in gradients, is_training must be set to True')")
+        reserve = training_reserve(fwd, self._token, Reserve)
         trace = reserve.trace
         T, B = trace.inputs[0].shape[:2]
         LD = self.num_layers * self.num_dirs
@@ -302,12 +304,7 @@ class _CudnnRNN:
         dy = checks.array("output_backprop", output_backprop, self.dtype, 3, seq_doc)
         checks.shape("output_backprop", dy, (*lead, self.num_dirs * self.state_width), seq_doc)
         dh = self._check_state("output_h_backprop", output_h_backprop, LD, B, self.state_width, tm)
-        if self._mode.has_cell_state:
-            dc = self._check_state("output_c_backprop", output_c_backprop, LD, B, self.num_units, tm)
-        elif output_c_backprop is not None:
-            raise ValueError(f"output_c_backprop must be None for rnn_mode={self.rnn_mode!r} (no cell state)")
-        else:
-            dc = None
+        dc = self._check_cell_state("output_c_backprop", output_c_backprop, LD, B, tm)
         if params_backprop_out is not None:
             self._check_params(params_backprop_out, "params_backprop_out")
             if not params_backprop_out.flags.writeable:
@@ -349,6 +346,13 @@ class _CudnnRNN:
         state = checks.array(name, value, self.dtype, 3, doc)
         checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
         return state if time_major else state.transpose(1, 0, 2)
+
+    def _check_cell_state(self, name: str, value: np.ndarray | None, LD: int, B: int,
+                          time_major: bool) -> np.ndarray | None:
+        """An LSTM's ``[L*D, B, H]`` cell state (zeros for ``None``); ``None`` for the other modes, which refuse one."""
+        if not self._mode.has_cell_state:
+            return checks.no_cell_state(name, value, self.rnn_mode)
+        return self._check_state(name, value, LD, B, self.num_units, time_major)
 
     def _draw_dropout_masks(self, T: int, B: int) -> tuple[np.ndarray, ...]:
         if self.dropout == 0.0:
@@ -448,3 +452,14 @@ class CudnnLSTM(LSTMCall, _CudnnRNN):
 MODELS: dict[str, type[_CudnnRNN]] = {
     cls.rnn_mode: cls for cls in (CudnnRNNRelu, CudnnRNNTanh, CudnnLSTM, CudnnGRU, ClassicGRU)
 }
+
+
+def make_model(rnn_mode: str, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
+               direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
+               num_proj: int | None = None, *, models: dict | None = None, **options):
+    """A model of ``rnn_mode`` from ``models`` (default :data:`MODELS`; ``cudnn_backend.MODELS`` takes the
+    same arguments plus its keyword ``options``), with every mode's constructor called alike: ``num_proj``
+    goes to the LSTM, the only mode that has it."""
+    extra = {"num_proj": num_proj} if rnn_mode == "lstm" else {}
+    return (MODELS if models is None else models)[rnn_mode](num_layers, num_units, input_size, input_mode,
+                                                            direction, dtype, dropout, seed, **extra, **options)

@@ -19,12 +19,7 @@ FORMATS = ("checkpoint", "torch", "keras", "onnx")
 
 
 def _config(found: dict | None, overrides: dict, what: str) -> dict:
-    config = {**(found or {}), **{k: v for k, v in overrides.items() if v is not None}}
-    config.setdefault("format", checkpoint.FORMAT)
-    config.setdefault("version", checkpoint.VERSION)
-    config.setdefault("input_mode", "linear_input")
-    config.setdefault("direction", "unidirectional")
-    config.setdefault("num_proj", None)
+    config = checkpoint.complete_config({**(found or {}), **{k: v for k, v in overrides.items() if v is not None}})
     missing = [k for k in ("rnn_mode", "num_layers", "num_units", "input_size", "dtype") if k not in config]
     if missing:
         raise ValueError(f"{what} carries no model config; give {', '.join('--' + m.replace('_', '-') for m in missing)}")
@@ -44,8 +39,7 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None):
     tensors, found = checkpoint.read_tensors(path)
     if fmt == "torch":
         if found is None:
-            found = {**torch.config_from_state_dict(tensors, overrides.get("rnn_mode")), "format": checkpoint.FORMAT,
-                     "version": checkpoint.VERSION}
+            found = torch.config_from_state_dict(tensors, overrides.get("rnn_mode"))
         model = checkpoint.model_from_config(_config(found, overrides, str(path)))
         return (model, *torch.from_state_dict(model, tensors))
     if fmt == "keras":

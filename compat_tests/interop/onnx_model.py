@@ -140,10 +140,9 @@ def _config_from_nodes(nodes, layers) -> dict:
     if direction not in ("forward", "bidirectional"):
         raise ValueError(f"direction {direction!r} has no cuDNN equivalent")
     W = layers[0]["W"]
-    return {"format": checkpoint.FORMAT, "version": checkpoint.VERSION, "rnn_mode": mode, "num_layers": len(nodes),
-            "num_units": int(attrs["hidden_size"]), "input_size": int(W.shape[2]), "input_mode": "linear_input",
-            "direction": "bidirectional" if direction == "bidirectional" else "unidirectional", "num_proj": None,
-            "dtype": W.dtype.name}
+    return checkpoint.complete_config({
+        "rnn_mode": mode, "num_layers": len(nodes), "num_units": int(attrs["hidden_size"]), "input_size": int(W.shape[2]),
+        "direction": "bidirectional" if direction == "bidirectional" else "unidirectional", "dtype": W.dtype.name})
 
 
 def run(proto, x: np.ndarray, sequence_lengths=None, initial_h=None, initial_c=None):

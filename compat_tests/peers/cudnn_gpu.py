@@ -5,9 +5,7 @@ is measured and shown rather than hidden inside a loose tolerance."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..config import Case, GradOutputs, Outputs, RNNConfig
+from ..config import Case, GradOutputs, Outputs, RNNConfig, forward_case
 from .base import Capabilities, Peer
 
 _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the reference's"),)
@@ -25,19 +23,11 @@ class CudnnPeer(Peer):
 
         return cudnn_backend.available()
 
-    def _model(self, cfg: RNNConfig):
+    def _forward(self, cfg: RNNConfig, case: Case, training: bool):
         import cudnn_backend
 
-        extra = {"num_proj": cfg.num_proj} if cfg.mode == "lstm" else {}
-        return cudnn_backend.MODELS[cfg.mode](cfg.num_layers, cfg.num_units, cfg.input_size, cfg.input_mode,
-                                              cfg.direction, np.dtype(cfg.dtype), math_type=self.math_type, **extra)
-
-    def _forward(self, cfg: RNNConfig, case: Case, training: bool):
-        model = self._model(cfg)
-        params = model.canonical_to_params(case.weights, case.biases)
-        fwd = model.forward(case.x, case.h0, params, input_c=case.c0, is_training=training,
-                            sequence_lengths=case.lengths, time_major=cfg.time_major)
-        return model, fwd
+        model = cfg.model(models=cudnn_backend.MODELS, math_type=self.math_type)
+        return model, forward_case(model, cfg, case, training)
 
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
         import cupy

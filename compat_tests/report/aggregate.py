@@ -36,8 +36,7 @@ def environment() -> dict:
     import cudnn_backend
 
     ok, why = cudnn_backend.available()
-    env["cudnn"] = cudnn_backend.versions() if ok and hasattr(cudnn_backend, "versions") else {"available": False,
-                                                                                               "reason": why}
+    env["cudnn"] = cudnn_backend.versions() if ok else {"available": False, "reason": why}
     return env
 
 
@@ -65,7 +64,7 @@ def _judged(record: dict, kind: str):
             yield q, v
 
 
-def _share(v: dict) -> float:
+def budget_share(v: dict) -> float:
     """Share of the budget used: conditioned error / budget (None-safe: non-finite errors count as inf)."""
     c = v.get("conditioned")
     return float("inf") if c is None else c / v["budget"]
@@ -86,7 +85,7 @@ def _worst(records: list[dict], kind: str) -> dict | None:
     best = None
     for r in records:
         for q, v in _judged(r, kind):
-            if best is None or _share(v) > _share(best[1]):
+            if best is None or budget_share(v) > budget_share(best[1]):
                 best = (q, v)
     if best is None:
         return None
@@ -101,27 +100,14 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
     for r in compat:
         groups[(r["backend"], r["config"]["dtype"], r["config"]["mode"])].append(r)
 
-    def count(rs, what):
-        return sum(1 for r in rs if what(r))
-
-    def failed(r):
-        return not r["passed"]
-
-    summary = []
-    for (backend, dtype, mode), rs in sorted(groups.items()):
-        summary.append({
-            "backend": backend, "dtype": dtype, "mode": mode, "units": len(rs),
-            "passed": count(rs, lambda r: r["passed"] and not r["indeterminate"]),
-            "failed": count(rs, failed),
-            "indeterminate": count(rs, lambda r: r["passed"] and r["indeterminate"]),
-            "errors": count(rs, lambda r: r["status"] == "error"),
-            "worst_forward": _worst(rs, "forward"), "worst_gradient": _worst(rs, "gradients"),
-        })
+    summary = [{"backend": backend, "dtype": dtype, "mode": mode, "units": len(rs), **_tally(rs),
+                "worst_forward": _worst(rs, "forward"), "worst_gradient": _worst(rs, "gradients")}
+               for (backend, dtype, mode), rs in sorted(groups.items())]
 
     worst = []
     for r in compat:  # one entry per comparison (forward, gradients): its worst quantity
         for kind in ("forward", "gradients"):
-            judged = sorted(_judged(r, kind), key=lambda qv: -_share(qv[1]))
+            judged = sorted(_judged(r, kind), key=lambda qv: -budget_share(qv[1]))
             if judged:
                 q, v = judged[0]
                 worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
@@ -132,8 +118,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
             worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
                           "quantity": "error", "conditioned": None, "budget": None, "passed": False,
                           "reproduce": r["reproduce"]["forward"], "error": r["error"]})
-    worst.sort(key=lambda w: (-(float("inf") if w["conditioned"] is None else w["conditioned"] / w["budget"]),
-                              w["id"], w["quantity"]))
+    worst.sort(key=lambda w: (-budget_share(w), w["id"], w["quantity"]))
 
     report = {
         "schema_version": SCHEMA_VERSION,
@@ -148,14 +133,8 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
             "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
                            "reason": o.budget.reason} for o in tolerances.OVERRIDES],
         },
-        "totals": {
-            "units": len(records),
-            "compat_units": len(compat),
-            "passed": count(compat, lambda r: r["passed"] and not r["indeterminate"]),
-            "failed": count(compat, failed),
-            "indeterminate": count(compat, lambda r: r["passed"] and r["indeterminate"]),
-            "errors": count(records, lambda r: r["status"] == "error"),
-        },
+        "totals": {"units": len(records), "compat_units": len(compat), **_tally(compat),
+                   "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too
         "summary": summary,
         "worst": worst[:WORST_CASES],
         "skipped": [{"backend": b, "reason": why, "count": n}
@@ -167,6 +146,14 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
     }
     report["passed"] = report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0
     return report
+
+
+def _tally(records: list[dict]) -> dict[str, int]:
+    """Units passed (and judged), failed, passed but indeterminate, and ended by an error."""
+    return {"passed": sum(r["passed"] and not r["indeterminate"] for r in records),
+            "failed": sum(not r["passed"] for r in records),
+            "indeterminate": sum(r["passed"] and r["indeterminate"] for r in records),
+            "errors": sum(r["status"] == "error" for r in records)}
 
 
 def _unrun(records: list[dict], skipped: list[tuple[str, str, RNNConfig]]) -> list[dict]:

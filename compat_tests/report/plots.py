@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import base64
 import io
-import math
 from collections import defaultdict
 
 from ..config import DTYPE_NAMES, MODE_NAMES
+from .aggregate import budget_share
 
 
 def _png(fig) -> str:
@@ -45,8 +45,7 @@ def _heatmaps(report: dict) -> str | None:
     for row in report["summary"]:
         ws = [w for w in (row["worst_forward"], row["worst_gradient"]) if w]
         if ws:
-            shares[row["backend"]][(row["mode"], row["dtype"])] = max(
-                math.inf if w["conditioned"] is None else w["conditioned"] / w["budget"] for w in ws)
+            shares[row["backend"]][(row["mode"], row["dtype"])] = max(budget_share(w) for w in ws)
     if not shares:
         return None
     backends = sorted(shares)

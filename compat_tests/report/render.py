@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from ..config import MODE_NAMES
 from . import plots
-from .aggregate import config_label
+from .aggregate import budget_share, config_label
 
 MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
            "config's measured sensitivity; shown as error / budget (compat_tests/tolerances.py)")
@@ -33,20 +33,16 @@ def _backend_rows(report: dict) -> list[list[str]]:
         for k in ("units", "passed", "failed", "indeterminate"):
             g[k] += row[k]
         for key, worst in (("fwd", row["worst_forward"]), ("grad", row["worst_gradient"])):
-            if worst and (g[key] is None or _ratio(worst) > _ratio(g[key])):
+            if worst and (g[key] is None or budget_share(worst) > budget_share(g[key])):
                 g[key] = worst
     return [[b, d, str(g["units"]), str(g["passed"]), str(g["failed"]), str(g["indeterminate"]),
              _cell(g["fwd"]), _cell(g["grad"])] for (b, d), g in sorted(groups.items())]
 
 
-def _ratio(worst: dict) -> float:
-    return float("inf") if worst["conditioned"] is None else worst["conditioned"] / worst["budget"]
-
-
 def _mode_rows(report: dict) -> list[list[str]]:
     cells = defaultdict(dict)
     for row in report["summary"]:
-        shares = [_ratio(w) for w in (row["worst_forward"], row["worst_gradient"]) if w]
+        shares = [budget_share(w) for w in (row["worst_forward"], row["worst_gradient"]) if w]
         mark = "FAIL " if row["failed"] else ""
         cells[(row["backend"], row["dtype"])][row["mode"]] = mark + (_fmt(max(shares), 2) if shares else "-")
     return [[b, d, *(cells[(b, d)].get(m, "") for m in MODE_NAMES)] for (b, d) in sorted(cells)]

@@ -39,7 +39,7 @@ class Unit:
     @property
     def id(self) -> str:
         """Stable identity (for --resume): a hash of what the unit computes."""
-        text = json.dumps({"study": self.study, "backend": self.backend, "config": asdict(self.cfg)}, sort_keys=True)
+        text = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:

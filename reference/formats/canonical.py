@@ -57,3 +57,26 @@ def flatten(model, groups: list[PseudoLayerTensors]) -> tuple[list[np.ndarray], 
     w_regions, b_regions = model.canonical_regions()
     return ([found[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in w_regions],
             [found[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions])
+
+
+def zeros(model) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Zero canonical lists of ``model``: what a format's writer is run on to learn its names and shapes."""
+    w, b = model.canonical_shapes()
+    return [np.zeros(s, model.dtype) for s in w], [np.zeros(s, model.dtype) for s in b]
+
+
+def input_blocks(model, t: PseudoLayerTensors) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-gate input matrices and biases; where cuDNN has none (skip_input, layer 0) the identity and zero
+    that give the same function stand in, for formats that always store them."""
+    if t.W is not None:
+        return t.W, t.b_W
+    G = len(model.gates)
+    return [np.eye(model.num_units, dtype=model.dtype)] * G, [np.zeros(model.num_units, dtype=model.dtype)] * G
+
+
+def check_tensor(label: str, a: object, dtype: np.dtype, shape: tuple[int, ...], owner: str) -> None:
+    """``a`` is an array of ``dtype`` and ``shape``; errors name the tensor (``label``) and who needs it."""
+    if not isinstance(a, np.ndarray) or a.dtype != dtype:
+        raise TypeError(f"{label} must be a {dtype} array, got {getattr(a, 'dtype', type(a).__name__)}")
+    if a.shape != shape:
+        raise ValueError(f"{label} has shape {list(a.shape)}, {owner} needs {list(shape)}")

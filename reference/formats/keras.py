@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, zeros
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
@@ -44,7 +44,7 @@ def to_keras(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list
 def from_keras(model, layers: list[list[np.ndarray]]) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-pseudo-layer Keras weights; errors name the weight."""
     _supported(model)
-    expected = to_keras(model, *[[np.zeros(s, model.dtype) for s in shapes] for shapes in model.canonical_shapes()])
+    expected = to_keras(model, *zeros(model))
     if len(layers) != len(expected):
         raise ValueError(f"{model!r} has {len(expected)} Keras layers (directions), got {len(layers)}")
     order, H = ORDER[model.rnn_mode], model.num_units
@@ -53,12 +53,7 @@ def from_keras(model, layers: list[list[np.ndarray]]) -> tuple[list, list]:
         if len(got) != 3:
             raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias], got {len(got)} weights")
         for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
-            if not isinstance(a, np.ndarray) or a.dtype != model.dtype:
-                raise TypeError(f"layer {pl} {name} must be a {model.dtype} array, got "
-                                f"{getattr(a, 'dtype', type(a).__name__)}")
-            if a.shape != b.shape:
-                raise ValueError(f"layer {pl} {name} has shape {list(a.shape)}, {LAYERS[model.rnn_mode]} of "
-                                 f"{model!r} needs {list(b.shape)}")
+            check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, f"{LAYERS[model.rnn_mode]} of {model!r}")
         kernel, recurrent, bias = got
         b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else halves(bias)
         W, R, bW, bR = ([None] * len(order) for _ in range(4))

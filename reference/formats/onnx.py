@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten, input_blocks, zeros
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -25,13 +25,10 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
         raise ValueError("ONNX LSTM has no projection")
     order, D = ORDER[model.rnn_mode], model.num_dirs
     groups = by_pseudo_layer(model, weights, biases)
-    eye = np.eye(model.num_units, dtype=model.dtype)
-    zero = np.zeros(model.num_units, dtype=model.dtype)
     layers = []
     for layer in range(model.num_layers):
         pls = groups[layer * D:(layer + 1) * D]
-        W = [[eye] * len(order) if t.W is None else t.W for t in pls]
-        bW = [[zero] * len(order) if t.b_W is None else t.b_W for t in pls]
+        W, bW = zip(*(input_blocks(model, t) for t in pls))
         layers.append({
             "W": np.stack([np.concatenate([w[g] for g in order]) for w in W]),
             "R": np.stack([np.concatenate([t.R[g] for g in order]) for t in pls]),
@@ -42,7 +39,7 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
 
 def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-layer ``W``/``R``/``B``; errors name the tensor."""
-    expected = to_onnx(model, *[[np.zeros(s, model.dtype) for s in shapes] for shapes in model.canonical_shapes()])
+    expected = to_onnx(model, *zeros(model))
     if len(layers) != len(expected):
         raise ValueError(f"{model!r} has {len(expected)} ONNX recurrent nodes, got {len(layers)}")
     order, H, D = ORDER[model.rnn_mode], model.num_units, model.num_dirs

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, input_blocks, zeros
 
 CELL_NAMES = {"relu": "basic_rnn_cell", "tanh": "basic_rnn_cell", "lstm": "cudnn_compatible_lstm_cell",
               "gru": "cudnn_compatible_gru_cell", "classic_gru": "gru_cell"}
@@ -43,15 +43,6 @@ def cell_prefix(model, pseudo_layer: int, scope: str | None = None) -> str:
     return f"{scope + '/' if scope else ''}{base}/{CELL_NAMES[model.rnn_mode]}"
 
 
-def _input_blocks(model, t: PseudoLayerTensors) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Input matrices and biases; skip_input's identity and zero stand in where cuDNN has none."""
-    G = len(model.gates)
-    if t.W is not None:
-        return t.W, t.b_W
-    eye = np.eye(model.num_units, dtype=model.dtype)
-    return [eye] * G, [np.zeros(model.num_units, dtype=model.dtype)] * G
-
-
 def _sum(t: PseudoLayerTensors, bw: list[np.ndarray], g: int) -> np.ndarray:
     return bw[g] + t.b_R[g]
 
@@ -61,7 +52,7 @@ def to_tf(model, weights: list[np.ndarray], biases: list[np.ndarray], scope: str
     out: dict[str, np.ndarray] = {}
     for pl, t in enumerate(by_pseudo_layer(model, weights, biases)):
         p = cell_prefix(model, pl, scope)
-        W, bW = _input_blocks(model, t)
+        W, bW = input_blocks(model, t)
 
         def joined(g):
             return np.concatenate([W[g], t.R[g]], axis=1)
@@ -90,10 +81,7 @@ def to_tf(model, weights: list[np.ndarray], biases: list[np.ndarray], scope: str
 
 def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...]]:
     """Every tensor name of ``model``'s TF checkpoint with its shape."""
-    zeros_w, zeros_b = model.canonical_shapes()
-    dummy = to_tf(model, [np.zeros(s, model.dtype) for s in zeros_w], [np.zeros(s, model.dtype) for s in zeros_b],
-                  scope)
-    return {name: a.shape for name, a in dummy.items()}
+    return {name: a.shape for name, a in to_tf(model, *zeros(model), scope).items()}
 
 
 def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> tuple[list, list]:
@@ -108,12 +96,7 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
         raise ValueError(f"checkpoint has tensor(s) {model!r} does not: {extra[:3]}"
                          f"{' ...' if len(extra) > 3 else ''}")
     for name, shape in shapes.items():
-        a = tensors[name]
-        if not isinstance(a, np.ndarray) or a.dtype != model.dtype:
-            raise TypeError(f"tensor {name!r} must be a {model.dtype} array, got "
-                            f"{getattr(a, 'dtype', type(a).__name__)}")
-        if a.shape != shape:
-            raise ValueError(f"tensor {name!r} has shape {list(a.shape)}, {model!r} needs {list(shape)}")
+        check_tensor(f"tensor {name!r}", tensors[name], model.dtype, shape, repr(model))
 
     G, H = len(model.gates), model.num_units
     groups = []

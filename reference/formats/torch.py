@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, zeros
 
 
 def _suffix(model, pl: int) -> str:
@@ -41,15 +41,11 @@ def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray]) ->
 def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     """The canonical lists of ``model`` from a state_dict; errors name the tensor."""
     _supported(model)
-    expected = {k: v.shape for k, v in to_state_dict(model, *_zeros(model)).items()}
+    expected = {k: v.shape for k, v in to_state_dict(model, *zeros(model)).items()}
     for name, shape in expected.items():
         if name not in state:
             raise ValueError(f"state_dict lacks {name!r} (expected shape {list(shape)}) for {model!r}")
-        a = state[name]
-        if not isinstance(a, np.ndarray) or a.dtype != model.dtype:
-            raise TypeError(f"{name!r} must be a {model.dtype} array, got {getattr(a, 'dtype', type(a).__name__)}")
-        if a.shape != shape:
-            raise ValueError(f"{name!r} has shape {list(a.shape)}, {model!r} needs {list(shape)}")
+        check_tensor(repr(name), state[name], model.dtype, shape, repr(model))
     extra = sorted(set(state) - set(expected))
     if extra:
         raise ValueError(f"state_dict has tensors {model!r} does not: {extra[:3]}")
@@ -86,8 +82,3 @@ def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = 
             "input_mode": "linear_input",
             "direction": "bidirectional" if "weight_ih_l0_reverse" in state else "unidirectional",
             "num_proj": proj, "dtype": w_ih.dtype.name}
-
-
-def _zeros(model):
-    w, b = model.canonical_shapes()
-    return [np.zeros(s, model.dtype) for s in w], [np.zeros(s, model.dtype) for s in b]
