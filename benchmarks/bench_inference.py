@@ -2,7 +2,8 @@
 
 ``python -m benchmarks.bench_inference [--rounds 3] [--seconds 1.5] [--modes gru,lstm,tanh]``: for each
 (T, B, I, H, L, bidirectional) of the issue and each cell, the medians, the ratio reference / fastest peer,
-and the reference's GFLOP/s as a share of this machine's measured float32 GEMM rate (numpy, 2048^3).
+the same ratio for the reference's GEMMs alone (its floor), and the reference's GFLOP/s as a share of this
+machine's measured float32 GEMM rate (numpy, 2048^3).
 Goals: at batch >= 16 no slower than the fastest peer; at batch 1 within 1.5x; at H >= 512 at least 85%
 of the GEMM rate.
 """
@@ -38,7 +39,9 @@ def main() -> None:
     gemm = median(measure("gemm", "infer", Case("gemm", 2048, 0, 0, 0, 0, False), a.seconds) for _ in range(3))
     peak = 2 * 2048**3 / gemm / 1e9
     print(f"float32 GEMM rate (numpy, 2048^3): {peak:.1f} GFLOP/s; ratios are reference / fastest peer")
-    impls = ["reference", "torch", "onnxruntime"]
+    print("floor = the reference's GEMMs alone (same shapes, numpy); floor/fastest > 1 means no NumPy "
+          "implementation of this algorithm can reach the fastest peer here")
+    impls = ["reference", "torch", "onnxruntime", "floor"]
     for mode in a.modes.split(","):
         for shape in SHAPES:
             case = Case(mode, *shape)
@@ -46,9 +49,10 @@ def main() -> None:
             fastest = min(("torch", "onnxruntime"), key=med.get)
             rate = flops(case) / med["reference"] / 1e9
             print(f"{case.label():44s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
-                  f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  reference/{fastest} = "
-                  f"{med['reference'] / med[fastest]:.2f}  {rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM",
-                  flush=True)
+                  f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
+                  f"reference/{fastest} = {med['reference'] / med[fastest]:.2f}  "
+                  f"floor/{fastest} = {med['floor'] / med[fastest]:.2f}  "
+                  f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM", flush=True)
 
 
 if __name__ == "__main__":

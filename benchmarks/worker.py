@@ -1,7 +1,8 @@
 """Time one implementation on one config in this process; print one JSON line of seconds per call.
 
 ``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--repeat N] [--seconds S]``
-IMPL: reference | torch; TASK: train (forward + backward, all gradients) | infer (forward only).
+IMPL: reference | torch | onnxruntime | floor (the reference's GEMMs alone) | gemm;
+TASK: train (forward + backward, all gradients) | infer (forward only).
 Run by ``benchmarks.harness``, one process per measurement, so thread pools never share the cores.
 """
 
@@ -12,6 +13,8 @@ import json
 import time
 
 import numpy as np
+
+from reference.modes import MODES
 
 
 def _reference_model(mode: str, I: int, H: int, L: int, bidi: bool):
@@ -81,6 +84,33 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
     return lambda: session.run(None, {"X": x})
 
 
+def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+    """Only the GEMMs the reference's forward pass makes for this config, on the same shapes and layouts
+    (per pseudo-layer the input projection ``W @ x_rows.T``, then ``R @ h`` per step into a buffer): the
+    time no NumPy implementation of this algorithm can beat on this machine's BLAS."""
+    if task != "infer":
+        raise SystemExit("the GEMM floor is measured for inference")
+    G, D = MODES[mode].num_gates, 2 if bidi else 1
+    rng = np.random.default_rng(0)
+    layers = []
+    for layer in range(L):
+        width = I if layer == 0 else D * H
+        for _ in range(D):
+            layers.append((rng.standard_normal((G * H, width)).astype(np.float32),
+                           rng.standard_normal((G * H, H)).astype(np.float32)))
+    xs = [rng.standard_normal((T * B, I if layer == 0 else D * H)).astype(np.float32) for layer in range(L)]
+    h = rng.standard_normal((H, B)).astype(np.float32)
+    z = np.empty((G * H, B), dtype=np.float32)
+
+    def gemms():
+        for k, (W, R) in enumerate(layers):
+            W @ xs[k // D].T
+            for _ in range(T):
+                np.matmul(R, h, out=z)
+
+    return gemms
+
+
 def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
     """The machine's float32 GEMM rate (``T x T @ T x T``), for "% of peak"."""
     rng = np.random.default_rng(0)
@@ -89,7 +119,8 @@ def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi
     return lambda: a @ b
 
 
-IMPLS = {"reference": reference_call, "torch": torch_call, "onnxruntime": onnxruntime_call, "gemm": gemm_call}
+IMPLS = {"reference": reference_call, "torch": torch_call, "onnxruntime": onnxruntime_call, "floor": floor_call,
+         "gemm": gemm_call}
 
 
 def main() -> None:

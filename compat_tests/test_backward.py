@@ -217,3 +217,21 @@ def test_output_c_backprop_is_refused_without_a_cell_state():
 
 def test_gradients_type_is_public():
     assert reference.Gradients._fields == ("input", "input_h", "input_c", "params")
+
+
+WIDE = [  # widths past the reference's 32-feature layout-change blocks, not a multiple of them
+    RNNConfig("lstm", num_layers=2, num_units=37, input_size=70, direction="bidirectional", num_proj=33,
+              seq_len=5, batch=3, lengths=(5, 2, 4), time_major=False),
+    RNNConfig("gru", num_layers=2, num_units=40, input_size=33, direction="bidirectional", seq_len=4, batch=2),
+    RNNConfig("relu", num_layers=1, num_units=65, input_size=64, seq_len=3, batch=2, lengths=(3, 1),
+              time_major=False, weight_scale=0.5),
+]
+
+
+@pytest.mark.parametrize("cfg", WIDE, ids=lambda c: c.mode)
+def test_wide_layers_forward_and_gradients_match_peer(grad_peer, cfg):
+    why = grad_peer.capabilities.unsupported(cfg)
+    if why:
+        pytest.skip(why)
+    comparison = compare_peer(grad_peer, cfg, backward=True)
+    assert comparison.passed, comparison.explain()

@@ -7,7 +7,8 @@ step; gradients of a layer's output flow through the dropout mask of the forward
 float16 between layers is treated as the identity. The per-step loop only carries the recurrent
 gradient; the weight gradients are one GEMM over all time steps per matrix block.
 
-Shapes are time-major: sequences ``[T, B, width]``, states ``[B, width]`` per pseudo-layer.
+Shapes are feature-major, as in ``recurrence.py``: sequences ``[width, T, B]``, states ``[width, B]`` per
+pseudo-layer; only the layer inputs kept in the trace are ``[T, B, width]``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Sequence
 import numpy as np
 
 from .modes import CellMode
-from .recurrence import DirectionTrace, PseudoLayerParams, StackTrace, reversal_index
+from .recurrence import DirectionTrace, PseudoLayerParams, StackTrace, run_order, zero_padded
 
 Array = np.ndarray
 
 
 def _rows(a: Array) -> Array:
-    return a.reshape(-1, a.shape[-1])
+    """``[width, T, B]`` -> ``[width, T*B]`` (a copy only where ``a`` is not contiguous)."""
+    return a.reshape(a.shape[0], -1)
 
 
 def backprop_direction(
@@ -38,57 +40,60 @@ def backprop_direction(
 ) -> tuple[Array, Array, Array | None, PseudoLayerParams]:
     """Backprop one pseudo-layer.
 
-    ``dy [T, B, Hr]`` is the gradient of its outputs (original time order), ``dh_n [B, Hr]`` and
-    ``dc_n [B, H]`` (or ``None``) of its final states. Returns the gradient of its input projection
-    ``d_xw [T, B, G*H]`` (original order, zero at padded steps), of its initial states ``dh0``, ``dc0``,
+    ``dy [Hr, T, B]`` is the gradient of its outputs (original time order), ``dh_n [Hr, B]`` and
+    ``dc_n [H, B]`` (or ``None``) of its final states. Returns the gradient of its input projection
+    ``d_xw [G*H, T, B]`` (original order, zero at padded steps), of its initial states ``dh0``, ``dc0``,
     and its recurrent parameter gradients as ``PseudoLayerParams(W=None, b_W=None, R, b_R, P)``.
     """
-    T, B = dy.shape[:2]
+    T, B = dy.shape[1:]
     GH = params.R.shape[0]
     H = GH // mode.num_gates
-    index = reversal_index(T, lengths) if reverse else slice(None)
+    index = run_order(T, lengths, reverse)
     dy = dy[index]
-    d_xw = np.empty((T, B, GH), dtype=dy.dtype)
-    d_rec = np.empty((T, B, GH), dtype=dy.dtype) if mode.separate_rec_grad else d_xw
+    d_xw = np.empty((GH, T, B), dtype=dy.dtype)
+    d_rec = np.empty((GH, T, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw
     g_out = None if params.P is None else np.empty_like(dy)
+    RT = np.ascontiguousarray(params.R.T)
+    PT = None if params.P is None else np.ascontiguousarray(params.P.T)
+    # A step's many elementwise ops run on contiguous scratch: one strided copy in, one out per array.
+    acts_t = np.empty((trace.acts.shape[0], B), dtype=dy.dtype)
+    d_xw_t = np.empty((GH, B), dtype=dy.dtype)
+    d_rec_t = np.empty((GH, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw_t
     dh, dc = dh_n, dc_n
     for t in range(T - 1, -1, -1):
-        g = dh + dy[t]
+        g = dh + dy[:, t]
         gc = dc
-        valid = None if lengths is None else (t < lengths)[:, None]
+        valid = None if lengths is None else t < lengths  # [B], broadcast over the feature rows
         if valid is not None:  # a padded step passed its state through unchanged and output a constant 0
             g = np.where(valid, g, 0.0)
             gc = None if dc is None else np.where(valid, dc, 0.0)
-        if params.P is not None:
-            g_out[t] = g
-            g = g @ params.P
-        c_prev = None if trace.c_prev is None else trace.c_prev[t]
-        dh_prev, dc_prev = mode.step_backward(g, gc, trace.acts[t], trace.h_prev[t], c_prev, params.R,
-                                              d_xw[t], d_rec[t])
-        if valid is not None:  # select, never multiply: padded steps may hold NaN from padded input
-            d_xw[t] = np.where(valid, d_xw[t], 0.0)
+        if PT is not None:
+            g_out[:, t] = g
+            g = PT @ g
+        c_prev = None if trace.c_prev is None else trace.c_prev[:, t]
+        np.copyto(acts_t, trace.acts[:, t])
+        dh_prev, dc_prev = mode.step_backward(g, gc, acts_t, trace.h_prev[:, t], c_prev, RT, d_xw_t, d_rec_t)
+        if valid is None:
+            d_xw[:, t] = d_xw_t
             if d_rec is not d_xw:
-                d_rec[t] = np.where(valid, d_rec[t], 0.0)
+                d_rec[:, t] = d_rec_t
+        else:  # select, never multiply: padded steps may hold NaN from padded input
+            d_xw[:, t] = np.where(valid, d_xw_t, 0.0)
+            if d_rec is not d_xw:
+                d_rec[:, t] = np.where(valid, d_rec_t, 0.0)
             dh_prev = np.where(valid, dh_prev, dh)
             dc_prev = None if dc is None else np.where(valid, dc_prev, dc)
         dh, dc = dh_prev, dc_prev
 
     dR = np.empty_like(params.R)
+    d_rec_rows = _rows(d_rec)
     for rows, inputs in mode.recurrent_inputs(trace.h_prev, trace.acts, H):
-        dR[rows] = _rows(d_rec[..., rows]).T @ _rows(_zero_padded(inputs, lengths))
+        dR[rows] = d_rec_rows[rows] @ _rows(zero_padded(inputs, lengths, 0)).T
     dP = None
     if params.P is not None:
-        dP = _rows(g_out).T @ _rows(_zero_padded(trace.h_raw, lengths))
-    grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=_rows(d_rec).sum(axis=0), P=dP)
+        dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw, lengths, 0)).T
+    grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=d_rec_rows.sum(axis=1), P=dP)
     return d_xw[index], dh, dc, grads
-
-
-def _zero_padded(seq: Array, lengths: Array | None) -> Array:
-    """``seq [T, B, ...]`` with padded steps zeroed, so they add nothing (not even NaN) to a GEMM."""
-    if lengths is None:
-        return seq
-    valid = (np.arange(seq.shape[0])[:, None] < lengths[None, :])[..., None]
-    return np.where(valid, seq, 0.0)
 
 
 def backprop_layers(
@@ -101,8 +106,8 @@ def backprop_layers(
 ) -> tuple[Array, Array, Array | None, list[PseudoLayerParams]]:
     """Backprop the stack recorded by ``run_layers(..., trace=True)``.
 
-    ``dy [T, B, D*Hr]``, ``dh_n [L*D, B, Hr]``, ``dc_n [L*D, B, H]`` or ``None``.
-    Returns ``dx [T, B, input_size]``, ``dh0 [L*D, B, Hr]``, ``dc0`` and per pseudo-layer gradients
+    ``dy [D*Hr, T, B]`` (feature-major), ``dh_n [L*D, B, Hr]``, ``dc_n [L*D, B, H]`` or ``None``.
+    Returns ``dx [input_size, T, B]``, ``dh0 [L*D, B, Hr]``, ``dc0`` and per pseudo-layer gradients
     (``PseudoLayerParams`` of gradients; ``W``/``b_W`` ``None`` where the parameter does not exist).
     """
     layers: Sequence[PseudoLayerParams] = stack.layers
@@ -113,26 +118,29 @@ def backprop_layers(
     grads: list[PseudoLayerParams | None] = [None] * len(layers)
     d_out = dy
     for layer in range(num_layers - 1, -1, -1):
-        x = stack.inputs[layer]
-        x_rows = _rows(_zero_padded(x, stack.lengths))
-        d_in = np.zeros_like(x)
-        width = d_out.shape[2] // num_dirs
+        x = stack.inputs[layer]  # [T, B, width]
+        x_rows = zero_padded(x, stack.lengths, 2).reshape(-1, x.shape[2])
+        d_in = np.zeros((x.shape[2], *x.shape[:2]), dtype=x.dtype)
+        width = d_out.shape[0] // num_dirs
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             p = layers[pl]
-            d_xw, dh0[pl], dc_start, g = backprop_direction(
-                mode, stack.directions[pl], p, d_out[..., direction * width : (direction + 1) * width],
-                dh_n[pl], None if dc_n is None else dc_n[pl], stack.lengths, direction == 1)
+            d_xw, dh, dc_start, g = backprop_direction(
+                mode, stack.directions[pl], p, d_out[direction * width : (direction + 1) * width],
+                dh_n[pl].T, None if dc_n is None else dc_n[pl].T, stack.lengths, direction == 1)
+            dh0[pl] = dh.T
             if dc0 is not None:
-                dc0[pl] = dc_start
+                dc0[pl] = dc_start.T
             d_rows = _rows(d_xw)
             if p.W is None:  # skip_input: the input fed every gate as is
-                d_in += d_xw.reshape(*d_xw.shape[:2], G, -1).sum(axis=2)
+                d_in += d_rows.reshape(G, -1, *d_in.shape[1:]).sum(axis=0)
                 dW = None
             else:
-                d_in += (d_rows @ p.W).reshape(d_in.shape)
-                dW = d_rows.T @ x_rows
-            grads[pl] = PseudoLayerParams(W=dW, b_W=None if p.b_W is None else d_rows.sum(axis=0),
+                d_in += (p.W.T @ d_rows).reshape(d_in.shape)
+                dW = d_rows @ x_rows
+            grads[pl] = PseudoLayerParams(W=dW, b_W=None if p.b_W is None else d_rows.sum(axis=1),
                                           R=g.R, b_R=g.b_R, P=g.P)
-        d_out = d_in if layer == 0 or not stack.dropout_scales else d_in * stack.dropout_scales[layer - 1]
+        if layer > 0 and stack.dropout_scales:
+            d_in *= stack.dropout_scales[layer - 1].transpose(2, 0, 1)  # the [T, B, w] multiplier, feature-major
+        d_out = d_in
     return d_out, dh0, dc0, grads  # type: ignore[return-value]

@@ -17,7 +17,7 @@ import numpy as np
 from .formats.tf import cell_prefix
 from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
-from .recurrence import run_direction
+from .recurrence import feature_major, run_direction, sequence_major
 
 Array = np.ndarray
 
@@ -143,8 +143,8 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
     """
     storage = inputs.dtype
     x = inputs if time_major else inputs.transpose(1, 0, 2)
-    x = x.astype(compute_dtype(storage))
-    T, B = x.shape[:2]
+    x = feature_major(x, compute_dtype(storage))  # run_direction works on [width, T, B]
+    T, B = x.shape[1:]
     lengths = None if sequence_lengths is None else np.asarray(sequence_lengths)
     lstm = isinstance(cells[0], CudnnCompatibleLSTMCell)
 
@@ -157,6 +157,15 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
     def state_width(cell) -> int:
         return cell.projection.shape[1] if getattr(cell, "projection", None) is not None else cell.num_units
 
+    def cell_step(cell):
+        """A TF cell (batch-major ``[B, width]`` values) as a ``run_direction`` step (feature-major)."""
+        def step(t, x_t, h, c, h_out):
+            h_new, c_new = cell.step(x_t.T, h.T, None if c is None else c.T)
+            h_out[...] = h_new.T
+            return h_out, None if c_new is None else c_new.T
+
+        return step
+
     h0 = states(initial_h, state_width)
     c0 = states(initial_c, lambda cell: cell.num_units) if lstm else [None] * len(cells)
     h_n, c_n = [], []
@@ -165,13 +174,13 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
         outputs = []
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
-            cell = cells[pl]
-            y, h, c = run_direction(lambda t, x_t, h, c, cell=cell: cell.step(x_t, h, c), layer_input, h0[pl], c0[pl],
-                                    lengths, direction == 1)
+            y = np.empty((h0[pl].shape[1], T, B), dtype=x.dtype)
+            h, c = run_direction(cell_step(cells[pl]), layer_input, h0[pl].T, None if c0[pl] is None else c0[pl].T,
+                                 lengths, direction == 1, y)
             outputs.append(y)
-            h_n.append(h)
-            c_n.append(c)
-        layer_input = outputs[0] if num_dirs == 1 else np.concatenate(outputs, axis=2)
+            h_n.append(h.T)
+            c_n.append(None if c is None else c.T)
+        layer_input = np.concatenate(outputs, axis=0)
         if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
             layer_input = layer_input.astype(storage).astype(x.dtype)
 
@@ -179,4 +188,5 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
         a = a.astype(storage)
         return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
 
-    return out(layer_input), out(np.stack(h_n)), out(np.stack(c_n)) if lstm else None
+    return (sequence_major(layer_input, (1, 2) if time_major else (2, 1), storage), out(np.stack(h_n)),
+            out(np.stack(c_n)) if lstm else None)

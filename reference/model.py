@@ -17,7 +17,7 @@ from .layout import LayoutSpec, Region
 from .modes import MODES, CellMode
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
 from .backward import backprop_layers
-from .recurrence import PseudoLayerParams, StackTrace, run_layers
+from .recurrence import PseudoLayerParams, StackTrace, feature_major, run_layers, sequence_major
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -195,11 +195,12 @@ class _CudnnRNN:
         return params
 
     def _pseudo_layers(self, params: np.ndarray) -> list[PseudoLayerParams]:
-        """Per pseudo-layer parameters, gate blocks stacked, in the compute dtype."""
+        """Per pseudo-layer parameters, gate blocks stacked in the mode's compute order, in the compute dtype."""
         cdt = compute_dtype(self.dtype)
         G = self._mode.num_gates
+        order = self._mode.gate_order
 
-        def stacked(kind: str, pl: int, lin_ids: range) -> np.ndarray | None:
+        def stacked(kind: str, pl: int, lin_ids: Sequence[int]) -> np.ndarray | None:
             regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
             if regions[0] is None:
                 return None
@@ -209,8 +210,8 @@ class _CudnnRNN:
         for pl in range(self.num_layers * self.num_dirs):
             proj = self._regions.get(("weight", pl, layout.PROJECTION_LIN_LAYER_ID))
             layers.append(PseudoLayerParams(
-                W=stacked("weight", pl, range(G)), b_W=stacked("bias", pl, range(G)),
-                R=stacked("weight", pl, range(G, 2 * G)), b_R=stacked("bias", pl, range(G, 2 * G)),
+                W=stacked("weight", pl, order), b_W=stacked("bias", pl, order),
+                R=stacked("weight", pl, [G + g for g in order]), b_R=stacked("bias", pl, [G + g for g in order]),
                 P=None if proj is None else layout.view(params, proj).astype(cdt),
             ))
         return layers
@@ -257,7 +258,8 @@ class _CudnnRNN:
         scales = [m * (1.0 / keep if keep > 0 else 0.0) for m in masks]
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             y, h_n, c_n, trace = run_layers(
-                self._mode, x.astype(cdt), h0.astype(cdt), None if c0 is None else c0.astype(cdt),
+                self._mode, np.ascontiguousarray(x, dtype=cdt), h0.astype(cdt),
+                None if c0 is None else c0.astype(cdt),
                 self._pseudo_layers(params), self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
                 self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
@@ -269,6 +271,7 @@ class _CudnnRNN:
         return ForwardResult(out(y), out(h_n), None if c_n is None else out(c_n), reserve)
 
     def _to_storage(self, time_major: bool):
+        """``[T, B, ...]`` -> the model's dtype in the caller's layout."""
         def out(a: np.ndarray) -> np.ndarray:
             a = a.astype(self.dtype, copy=False)
             return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
@@ -314,18 +317,20 @@ class _CudnnRNN:
         if not tm:
             dy = dy.transpose(1, 0, 2)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, dy.astype(cdt), dh.astype(cdt),
-                                                  None if dc is None else dc.astype(cdt))
+            dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, feature_major(dy, cdt),
+                                                  dh.astype(cdt), None if dc is None else dc.astype(cdt))
             d_params = self._scatter(grads)
         out = self._to_storage(tm)
         if params_backprop_out is not None:
             params_backprop_out += d_params
             d_params = params_backprop_out
-        return Gradients(out(dx), out(dh0), None if dc0 is None else out(dc0), d_params)
+        dx = sequence_major(dx, (1, 2) if tm else (2, 1), self.dtype)
+        return Gradients(dx, out(dh0), None if dc0 is None else out(dc0), d_params)
 
     def _scatter(self, grads: Sequence[PseudoLayerParams]) -> np.ndarray:
-        """Per pseudo-layer stacked gradients -> one opaque buffer in the storage dtype."""
+        """Per pseudo-layer stacked gradients (compute order) -> one opaque buffer in the storage dtype."""
         H, G = self.num_units, self._mode.num_gates
+        position = {gate: k for k, gate in enumerate(self._mode.gate_order)}
         params = np.zeros(self._params_size, dtype=self.dtype)
         for (kind, pl, lin), region in self._regions.items():
             g = grads[pl]
@@ -333,7 +338,8 @@ class _CudnnRNN:
                 block = g.P
             else:
                 stacked = (g.W if kind == "weight" else g.b_W) if lin < G else (g.R if kind == "weight" else g.b_R)
-                block = stacked[(lin % G) * H : (lin % G + 1) * H]
+                k = position[lin % G]
+                block = stacked[k * H : (k + 1) * H]
             params[region.offset : region.offset + region.size] = block.reshape(-1)
         return params
 

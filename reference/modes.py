@@ -1,33 +1,40 @@
 """The cell modes as a table: one row per cuDNN ``cudnnRNNMode_t`` (plus the textbook GRU).
 
 Every row names its gates in canonical (cuDNN ``lin_layer_id``) order and carries one step function.
-A step receives the input projection of the current time step ``xw [B, G*H]`` (gate blocks in canonical
-order), which already holds the input-side biases *and* every recurrent bias that adds outside a product
-(``x @ W.T + b_W + b_R``, except the gates listed in the row's ``inner_bias_gates``), the previous
-recurrent state ``h [B, Hr]`` (``Hr`` = num_proj or num_units), the previous cell state ``c [B, H]`` or
-``None``, the recurrent matrices transposed ``RT [Hr, G*H]`` (contiguous: the per-step GEMM is
-``h @ RT``) and the recurrent biases of ``inner_bias_gates`` (``[n*H]``, or ``None``). It returns the new
-hidden output *before* any LSTM projection, ``[B, H]``, and the new cell state (or ``None``).
+A row may compute with its gate blocks in another order, ``compute_order`` (canonical gate ids, in the
+order their blocks are stacked in ``W``, ``R``, biases, ``xw`` and gradients): the LSTM stacks
+i, f, o, c so that its three sigmoid gates are one contiguous block.
+Steps work **feature-major**: a state is ``[width, B]`` (features down, batch across), so each gate block
+is a contiguous block of rows and the per-step GEMM is ``R @ h`` (``[G*H, Hr] @ [Hr, B]``), which OpenBLAS
+runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``).
 
-When ``acts`` (a ``[B, mode.saved_width * H]`` buffer) is given, the step writes there the activations a
+``step(ws, xw, h, c, h_out, c_out, acts)`` receives the :class:`Workspace` of its pseudo-layer (``R``,
+the inner recurrent biases, scratch buffers), the input projection of the current time step
+``xw [G*H, B]`` (gate blocks in compute order), which already holds the input-side biases *and* every
+recurrent bias that adds outside a product (``W x + b_W + b_R``, except the gates listed in the row's
+``inner_bias_gates``), the previous recurrent state ``h [Hr, B]`` (``Hr`` = num_proj or num_units) and
+cell state ``c [H, B]`` or ``None``. It writes the new hidden output *before* any LSTM projection into
+``h_out [H, B]`` and the new cell state into ``c_out`` (LSTM); neither aliases an input.
+When ``acts`` (a ``[mode.saved_width * H, B]`` buffer) is given, the step writes there the activations a
 backward pass needs (see ``saved`` in each row).
 
-A row's ``step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec)`` takes the gradients of the step's
-outputs (``g`` of the new hidden output before projection, ``gc`` of the new cell state or ``None``),
-writes the gradients of the input projection ``xw`` into ``d_xw`` and of the recurrent pre-activation
-(``recurrent_input @ R.T + b_R``) into ``d_rec`` (both ``[B, G*H]``; the same array unless the row has
-``separate_rec_grad``: only the cuDNN GRU's candidate differs) and returns ``(dh_prev, dc_prev)``.
-``recurrent_inputs(h_prev, acts, H)`` names, per block of rows of ``R``, the tensor that block multiplies
-(``h_prev`` for every mode but the textbook GRU's candidate, which multiplies ``r * h_prev``); it works on
-whole sequences, so the weight gradient is one GEMM over all time steps.
+A row's ``step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec)`` takes the gradients of the step's
+outputs (``g`` of the new hidden output before projection, ``gc`` of the new cell state or ``None``) and
+``RT = R.T`` (contiguous, ``[Hr, G*H]``), writes the gradients of the input projection ``xw`` into ``d_xw``
+and of the recurrent pre-activation (``R @ recurrent_input + b_R``) into ``d_rec`` (both ``[G*H, B]``; the
+same array unless the row has ``separate_rec_grad``: only the cuDNN GRU's candidate differs) and returns
+``(dh_prev, dc_prev)``. ``recurrent_inputs(h_prev, acts, H)`` names, per block of rows of ``R``, the tensor
+that block multiplies (``h_prev`` for every mode but the textbook GRU's candidate, which multiplies
+``r * h_prev``); it works on whole sequences ``[width, T, B]``, so the weight gradient is one GEMM over
+all time steps.
 
-Equations (rows are vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMode_t`` documentation:
+Equations (column vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMode_t`` documentation:
 
-- relu / tanh: ``h' = act(xw + h R^T + b_R)``
+- relu / tanh: ``h' = act(xw + R h + b_R)``
 - lstm (gates i, f, c, o): ``c' = σ(f)*c + σ(i)*tanh(g_c)``, ``h' = σ(o)*tanh(c')``
-- gru (cuDNN, gates r, z, h): ``r = σ(xw_r + hR_r^T + b_Rr)``, ``z = σ(...)``,
-  ``n = tanh(xw_h + r*(h R_h^T + b_Rh))``, ``h' = (1-z)*n + z*h``
-- classic_gru (textbook, same weights): ``n = tanh(xw_h + (r*h) R_h^T + b_Rh)``
+- gru (cuDNN, gates r, z, h): ``r = σ(xw_r + R_r h + b_Rr)``, ``z = σ(...)``,
+  ``n = tanh(xw_h + r*(R_h h + b_Rh))``, ``h' = (1-z)*n + z*h``
+- classic_gru (textbook, same weights): ``n = tanh(xw_h + R_h (r*h) + b_Rh)``
 """
 
 from __future__ import annotations
@@ -38,8 +45,21 @@ from typing import Callable, Optional
 import numpy as np
 
 Array = np.ndarray
-StepFn = Callable[[Array, Array, Optional[Array], Array, Optional[Array], Optional[Array]],
-                  tuple[Array, Optional[Array]]]
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]``, the recurrent biases of the
+    row's ``inner_bias_gates`` as a column ``[n*H, 1]`` (or ``None``), and scratch ``z [G*H, B]``,
+    ``tmp [H, B]``."""
+
+    R: Array
+    b_inner: Array | None
+    z: Array
+    tmp: Array
+
+
+StepFn = Callable[[Workspace, Array, Array, Optional[Array], Array, Optional[Array], Optional[Array]], None]
 BackwardFn = Callable[[Array, Optional[Array], Array, Array, Optional[Array], Array, Array, Array],
                       tuple[Array, Optional[Array]]]
 RecurrentInputsFn = Callable[[Array, Array, int], list[tuple[slice, Array]]]
@@ -48,8 +68,9 @@ RecurrentInputsFn = Callable[[Array, Array, int], list[tuple[slice, Array]]]
 def sigmoid(x: Array, out: Array | None = None) -> Array:
     """Logistic sigmoid ``1 / (1 + exp(-x))``, relatively accurate everywhere (no ``tanh`` cancellation).
 
-    Negation is a multiply: NumPy 2.4.6's float32 ``np.negative(v, out=v)`` on a strided view (a gate
-    block of ``[B, G*H]``) reads with the wrong stride and returns wrong values (found by this suite).
+    Negation is a multiply: NumPy 2.4.6's float32 ``np.negative(v, out=v)`` on a small strided view (such
+    as one time step of a ``[width, T, B]`` sequence) reads with the wrong stride and returns wrong values
+    (found by this suite).
     """
     out = np.multiply(x, -1.0, out=out)
     np.exp(out, out=out)
@@ -63,13 +84,12 @@ def relu(x: Array, out: Array | None = None) -> Array:
 
 
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
-    def step(xw, h, c, RT, b_inner, acts=None):
-        pre = h @ RT
-        pre += xw
-        h_new = activation(pre, out=pre)
+    def step(ws, xw, h, c, h_out, c_out, acts=None):
+        z = np.matmul(ws.R, h, out=ws.z)
+        z += xw
+        activation(z, out=h_out)
         if acts is not None:
-            acts[...] = h_new
-        return h_new, None
+            acts[...] = h_out
 
     return step
 
@@ -77,9 +97,9 @@ def _simple_step(activation: Callable[..., Array]) -> StepFn:
 def _simple_step_backward(derivative: Callable[[Array, Array, Array], None]) -> BackwardFn:
     """``derivative(g, h, out)``: the gradient of the pre-activation from the output's gradient and the output."""
 
-    def step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
+    def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
         derivative(g, acts, d_xw)
-        return d_xw @ R, None
+        return RT @ d_xw, None
 
     return step_backward
 
@@ -94,28 +114,27 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
     np.copyto(out, np.where(h > 0, g, 0.0))  # the subgradient 0 at 0, as PyTorch's threshold_backward
 
 
-def _lstm_step(xw, h, c, RT, b_inner, acts=None):
-    H = c.shape[1]
-    z = h @ RT
+def _lstm_step(ws, xw, h, c, h_out, c_out, acts=None):
+    H = c.shape[0]
+    z = np.matmul(ws.R, h, out=ws.z)
     z += xw
-    sigmoid(z[:, : 2 * H], out=z[:, : 2 * H])  # i and f, one pass
-    i, f, g, o = z[:, :H], z[:, H : 2 * H], z[:, 2 * H : 3 * H], z[:, 3 * H :]
+    sigmoid(z[: 3 * H], out=z[: 3 * H])  # i, f and o: one block in compute order
+    i, f, o, g = z[:H], z[H : 2 * H], z[2 * H : 3 * H], z[3 * H :]
     np.tanh(g, out=g)
-    sigmoid(o, out=o)
-    c_new = f * c
-    c_new += i * g
-    tanh_c = np.tanh(c_new)
-    h_new = o * tanh_c
+    np.multiply(f, c, out=c_out)
+    tanh_c = np.multiply(i, g, out=ws.tmp)
+    c_out += tanh_c
+    np.tanh(c_out, out=tanh_c)
+    np.multiply(o, tanh_c, out=h_out)
     if acts is not None:
-        acts[:, : 4 * H] = z
-        acts[:, 4 * H :] = tanh_c
-    return h_new, c_new
+        acts[: 4 * H] = z
+        acts[4 * H :] = tanh_c
 
 
-def _lstm_step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
-    H = c_prev.shape[1]
-    i, f, gg, o, tanh_c = (acts[:, k * H : (k + 1) * H] for k in range(5))
-    di, df, dg, do = (d_xw[:, k * H : (k + 1) * H] for k in range(4))
+def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
+    H = c_prev.shape[0]
+    i, f, o, gg, tanh_c = (acts[k * H : (k + 1) * H] for k in range(5))
+    di, df, do, dg = (d_xw[k * H : (k + 1) * H] for k in range(4))
     dc = tanh_c * tanh_c  # dc = g * o * (1 - tanh_c^2) + gc
     np.subtract(1.0, dc, out=dc)
     dc *= o
@@ -139,14 +158,14 @@ def _lstm_step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
     dg *= i
     dg *= dc
     dc *= f
-    return d_xw @ R, dc
+    return RT @ d_xw, dc
 
 
 def _gru_step_backward(reset_after: bool) -> BackwardFn:
-    def step_backward(g, gc, acts, h_prev, c_prev, R, d_xw, d_rec):
-        H = R.shape[0] // 3
-        r, z, n = acts[:, :H], acts[:, H : 2 * H], acts[:, 2 * H : 3 * H]
-        dr, dz, dn = d_xw[:, :H], d_xw[:, H : 2 * H], d_xw[:, 2 * H :]
+    def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
+        H = RT.shape[1] // 3
+        r, z, n = acts[:H], acts[H : 2 * H], acts[2 * H : 3 * H]
+        dr, dz, dn = d_xw[:H], d_xw[H : 2 * H], d_xw[2 * H :]
         one_minus_z = 1.0 - z
         np.multiply(n, n, out=dn)  # candidate pre-activation: g * (1 - z) * (1 - n^2)
         np.subtract(1.0, dn, out=dn)
@@ -158,19 +177,19 @@ def _gru_step_backward(reset_after: bool) -> BackwardFn:
         dz *= one_minus_z
         dh_prev = g * z
         one_minus_r = np.subtract(1.0, r, out=one_minus_z)
-        if reset_after:  # n = tanh(xw_n + r * hn), hn = h R_n^T + b_Rn
-            np.multiply(dn, acts[:, 3 * H :], out=dr)
+        if reset_after:  # n = tanh(xw_n + r * hn), hn = R_n h + b_Rn
+            np.multiply(dn, acts[3 * H :], out=dr)
             dr *= r
             dr *= one_minus_r
-            d_rec[:, : 2 * H] = d_xw[:, : 2 * H]
-            np.multiply(dn, r, out=d_rec[:, 2 * H :])
-            dh_prev += d_rec @ R
-        else:  # n = tanh(xw_n + (r * h) R_n^T + b_Rn); d_rec is d_xw
-            d_rh = dn @ R[2 * H :]
+            d_rec[: 2 * H] = d_xw[: 2 * H]
+            np.multiply(dn, r, out=d_rec[2 * H :])
+            dh_prev += RT @ d_rec
+        else:  # n = tanh(xw_n + R_n (r * h) + b_Rn); d_rec is d_xw
+            d_rh = RT[:, 2 * H :] @ dn
             np.multiply(d_rh, h_prev, out=dr)
             dr *= r
             dr *= one_minus_r
-            dh_prev += d_xw[:, : 2 * H] @ R[: 2 * H]
+            dh_prev += RT[:, : 2 * H] @ d_xw[: 2 * H]
             d_rh *= r
             dh_prev += d_rh
         return dh_prev, None
@@ -183,38 +202,40 @@ def _plain_recurrent_input(h_prev: Array, acts: Array, H: int) -> list[tuple[sli
 
 
 def _reset_scaled_candidate_input(h_prev: Array, acts: Array, H: int) -> list[tuple[slice, Array]]:
-    return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), acts[..., :H] * h_prev)]
+    return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), acts[:H] * h_prev)]
 
 
 def _gru_step(reset_after: bool) -> StepFn:
-    def step(xw, h, c, RT, b_inner, acts=None):
-        H = RT.shape[1] // 3
+    def step(ws, xw, h, c, h_out, c_out, acts=None):
+        H = ws.tmp.shape[0]
+        z = ws.z
         if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
-            hr = h @ RT
-            rz = xw[:, : 2 * H] + hr[:, : 2 * H]
-            sigmoid(rz, out=rz)
-            r, z = rz[:, :H], rz[:, H:]
-            hn = hr[:, 2 * H :]
-            hn += b_inner
-            n = r * hn
+            np.matmul(ws.R, h, out=z)
+            hn = z[2 * H :]
+            hn += ws.b_inner
+            n = ws.tmp
         else:  # textbook: the reset gate scales the state before the recurrent product
-            rz = h @ RT[:, : 2 * H]
-            rz += xw[:, : 2 * H]
-            sigmoid(rz, out=rz)
-            r, z = rz[:, :H], rz[:, H:]
+            np.matmul(ws.R[: 2 * H], h, out=z[: 2 * H])
             hn = None
-            n = (r * h) @ RT[:, 2 * H :]
-        n += xw[:, 2 * H :]
+            n = z[2 * H :]
+        rz = z[: 2 * H]
+        rz += xw[: 2 * H]
+        sigmoid(rz, out=rz)
+        r, update = rz[:H], rz[H:]
+        if reset_after:
+            np.multiply(r, hn, out=n)
+        else:
+            np.matmul(ws.R[2 * H :], np.multiply(r, h, out=ws.tmp), out=n)
+        n += xw[2 * H :]
         np.tanh(n, out=n)
-        h_new = h - n
-        h_new *= z
-        h_new += n
+        np.subtract(h, n, out=h_out)  # h' = z * (h - n) + n
+        h_out *= update
+        h_out += n
         if acts is not None:
-            acts[:, : 2 * H] = rz
-            acts[:, 2 * H : 3 * H] = n
+            acts[: 2 * H] = rz
+            acts[2 * H : 3 * H] = n
             if hn is not None:
-                acts[:, 3 * H :] = hn
-        return h_new, None
+                acts[3 * H :] = hn
 
     return step
 
@@ -223,7 +244,8 @@ def _gru_step(reset_after: bool) -> StepFn:
 class CellMode:
     """One cell mode: its gates in canonical order, its state, its step function and that step's backward.
 
-    ``saved``: names of the ``[B, H]`` blocks a step records for backprop, in ``acts`` order.
+    ``saved``: names of the ``[H, B]`` blocks a step records for backprop, in ``acts`` order.
+    ``compute_order``: the canonical gate ids in the order the step stacks their blocks (``None``: canonical).
     """
 
     name: str
@@ -234,9 +256,15 @@ class CellMode:
     step_backward: BackwardFn
     saved: tuple[str, ...]
     recurrent_inputs: RecurrentInputsFn = _plain_recurrent_input
-    inner_bias_gates: tuple[int, ...] = ()  # gates whose recurrent bias sits inside a product
+    inner_bias_gates: tuple[int, ...] = ()  # blocks (compute order) whose recurrent bias sits inside a product
     separate_rec_grad: bool = False  # the recurrent pre-activation's gradient differs from the input's
     supports_projection: bool = False
+    compute_order: tuple[int, ...] | None = None
+
+    @property
+    def gate_order(self) -> tuple[int, ...]:
+        """The canonical gate id of each stacked block, in compute order."""
+        return self.compute_order or tuple(range(self.num_gates))
 
     @property
     def num_gates(self) -> int:
@@ -256,7 +284,7 @@ MODES: dict[str, CellMode] = {
         CellMode("tanh", 1, ("h",), False, _simple_step(np.tanh), _simple_step_backward(_tanh_backward),
                  saved=("h",)),
         CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step, _lstm_step_backward,
-                 saved=("i", "f", "c", "o", "tanh_c"), supports_projection=True),
+                 saved=("i", "f", "o", "c", "tanh_c"), supports_projection=True, compute_order=(0, 1, 3, 2)),
         CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True),
                  _gru_step_backward(reset_after=True), saved=("r", "z", "n", "hn"), inner_bias_gates=(2,),
                  separate_rec_grad=True),

@@ -4,7 +4,12 @@ Every mode, direction, layer and sequence-length case goes through :func:`run_di
 direction is the forward recurrence run over each sequence reversed *within its valid length* (cuDNN's
 and TensorFlow's ``reverse_sequence`` semantics), so padding never leaks into valid steps.
 
-Shapes are time-major throughout: sequences ``[T, B, width]``, states ``[B, width]`` per pseudo-layer.
+Steps run **feature-major**: states ``[width, B]``, a direction's input projection and output
+``[width, T, B]``, so a time step is a ``[width, B]`` view whose gate blocks are contiguous rows and whose
+GEMM is ``R @ h`` (see ``modes.py``). A layer's input and output cross between layers **sequence-major**,
+``[T, B, width]`` as the user's data: each layer's input projection is one GEMM ``W @ x_rows.T`` (BLAS reads
+the transposed operand in place, so the user's input is never transposed, and every layer uses the same
+GEMM), and each layer's output is transposed once, which the last layer's output needs anyway.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .modes import CellMode
+from .modes import CellMode, Workspace
 
 Array = np.ndarray
 
@@ -34,36 +39,70 @@ class PseudoLayerParams:
     P: Array | None
 
 
-def input_projection(x: Array, params: PseudoLayerParams, num_gates: int) -> Array:
-    """``x @ W.T + b_W`` for all time steps in one GEMM: ``[T, B, in] -> [T, B, G*H]``."""
-    T, B, width = x.shape
-    if params.W is None:  # skip_input: the input feeds every gate as is
-        xw = np.tile(x, (1, 1, num_gates))
-    else:
-        xw = (x.reshape(T * B, width) @ params.W.T).reshape(T, B, -1)
-    if params.b_W is not None:
-        xw += params.b_W
-    return xw
+_BLOCK = 32  # features per block of a layout change: a block's cache lines stay in L1 while it is transposed
 
 
-def reversal_index(T: int, lengths: Array | None) -> tuple[Array, Array] | slice:
-    """Index that reverses each sequence within its valid length and leaves padding in place.
+def feature_major(seq: Array, dtype: np.dtype) -> Array:
+    """A ``[T, B, width]`` sequence (any strides) as a contiguous ``[width, T, B]`` array of ``dtype``.
 
-    It is an involution, so the same index maps outputs back. ``lengths=None``: a plain time flip.
+    Copied in blocks of features: NumPy's one-call transposing copy is several times slower at RNN sizes.
     """
+    out = np.empty((seq.shape[2], *seq.shape[:2]), dtype=dtype)
+    for k in range(0, out.shape[0], _BLOCK):
+        out[k : k + _BLOCK] = seq[:, :, k : k + _BLOCK].transpose(2, 0, 1)
+    return out
+
+
+def sequence_major(seq: Array, axes: tuple[int, int], dtype: np.dtype) -> Array:
+    """A ``[width, T, B]`` sequence as a contiguous array of ``dtype`` with the width last: axes ``(1, 2)``
+    give ``[T, B, width]``, ``(2, 1)`` give ``[B, T, width]``. Copied in blocks, as :func:`feature_major`."""
+    out = np.empty((*(seq.shape[a] for a in axes), seq.shape[0]), dtype=dtype)
+    for k in range(0, seq.shape[0], _BLOCK):
+        out[..., k : k + _BLOCK] = seq[k : k + _BLOCK].transpose(*axes, 0)
+    return out
+
+
+def input_projection(x: Array, params: PseudoLayerParams, num_gates: int, bias: Array) -> Array:
+    """``W @ x + bias`` for all time steps in one GEMM: ``x [T, B, in]`` (contiguous) -> ``[G*H, T, B]``."""
+    T, B, width = x.shape
+    x_rows = x.reshape(T * B, width)
+    if params.W is None:  # skip_input: the input feeds every gate as is
+        xw = np.tile(x_rows.T, (num_gates, 1))
+    else:
+        xw = params.W @ x_rows.T
+    xw += bias[:, None]
+    return xw.reshape(-1, T, B)
+
+
+def run_order(T: int, lengths: Array | None, reverse: bool) -> tuple:
+    """Index of a ``[width, T, B]`` sequence that puts its steps in run order: as is, or (``reverse``)
+    each sequence reversed within its valid length with padding left in place (``lengths=None``: a plain
+    time flip, a view). It is an involution, so the same index maps run-order results back."""
+    if not reverse:
+        return (slice(None),)
     if lengths is None:
-        return slice(None, None, -1)
+        return (slice(None), slice(None, None, -1))
     t = np.arange(T)[:, None]
     time_index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
-    return time_index, np.arange(lengths.shape[0])[None, :]
+    return slice(None), time_index, np.arange(lengths.shape[0])[None, :]
+
+
+def zero_padded(seq: Array, lengths: Array | None, feature_axis: int) -> Array:
+    """``seq`` (``[width, T, B]`` with ``feature_axis=0``, ``[T, B, width]`` with ``2``) with padded steps
+    zeroed, so they add nothing (not even NaN) to a GEMM."""
+    if lengths is None:
+        return seq
+    T = seq.shape[1 if feature_axis == 0 else 0]
+    valid = np.arange(T)[:, None] < lengths[None, :]
+    return np.where(np.expand_dims(valid, feature_axis), seq, 0.0)
 
 
 @dataclass(frozen=True)
 class DirectionTrace:
     """What one pseudo-layer's forward run keeps for backprop, in run order (the backward direction's
-    steps reversed within each length): per step the mode's saved activations ``acts [T, B, A*H]``, the
-    recurrent input ``h_prev [T, B, Hr]``, the previous cell state ``c_prev [T, B, H]`` (LSTM) and the
-    output before the projection ``h_raw [T, B, H]`` (LSTM with num_proj)."""
+    steps reversed within each length): per step the mode's saved activations ``acts [A*H, T, B]``, the
+    recurrent input ``h_prev [Hr, T, B]``, the previous cell state ``c_prev [H, T, B]`` (LSTM) and the
+    output before the projection ``h_raw [H, T, B]`` (LSTM with num_proj)."""
 
     acts: Array
     h_prev: Array
@@ -74,7 +113,8 @@ class DirectionTrace:
 @dataclass(frozen=True)
 class StackTrace:
     """A training forward pass, as the backward pass needs it: each pseudo-layer's parameters and trace,
-    each layer's input ``[T, B, width]`` (after dropout), the dropout multipliers and the lengths used."""
+    each layer's input ``[T, B, width]`` (after dropout), the dropout multipliers ``[T, B, D*Hr]`` and the
+    lengths used."""
 
     layers: Sequence[PseudoLayerParams]
     inputs: Sequence[Array]
@@ -83,7 +123,7 @@ class StackTrace:
     lengths: Array | None
 
 
-Step = Callable[[int, Array, Array, "Array | None"], "tuple[Array, Array | None]"]
+Step = Callable[[int, Array, Array, "Array | None", Array], "tuple[Array, Array | None]"]
 
 
 def run_direction(
@@ -93,60 +133,76 @@ def run_direction(
     c0: Array | None,
     lengths: Array | None,
     reverse: bool,
-    out_width: int | None = None,
-) -> tuple[Array, Array, Array | None]:
+    y: Array,
+) -> tuple[Array, Array | None]:
     """Run one direction of one layer over time: the only place that knows about lengths and reversal.
 
-    ``step(t, input_t, h, c) -> (h_new, c_new)`` advances every sequence by one step; ``t`` counts steps
-    in run order. ``inputs [T, B, ...]`` (original time order); ``h0 [B, Hr]``; ``c0 [B, H]`` or ``None``;
-    ``lengths [B]`` (each in 1..T) or ``None`` for full-length sequences. The backward direction runs
-    over each sequence reversed within its length (padding stays at the end).
-    Returns ``y [T, B, Hr]`` (zero at padded steps), the final ``h`` and ``c``, each taken at the
-    sequence's last valid step.
+    ``step(t, input_t, h, c, h_out) -> (h_out, c_new)`` advances every sequence by one step, writing the
+    new output into ``h_out``; ``t`` counts steps in run order. ``inputs [width, T, B]`` (original time
+    order); ``h0 [Hr, B]``; ``c0 [H, B]`` or ``None``; ``lengths [B]`` (each in 1..T) or ``None`` for
+    full-length sequences. The backward direction runs over each sequence reversed within its length.
+    Writes ``y [Hr, T, B]`` (zero at padded steps) and returns the final ``h`` and ``c``, each taken at the
+    sequence's last valid step (possibly views into ``y`` or the step's buffers: copy them).
     """
-    T, B = inputs.shape[:2]
-    index = reversal_index(T, lengths) if reverse else slice(None)
+    T = inputs.shape[1]
+    index = run_order(T, lengths, reverse)
+    gathered = len(index) == 3
     inputs = inputs[index]
-    y = np.empty((T, B, out_width or h0.shape[1]), dtype=h0.dtype)
+    y_run = np.empty_like(y) if gathered else y[index]
     h, c = h0, c0
-    for t in range(T):
-        h_new, c_new = step(t, inputs[t], h, c)
-        if lengths is not None:
-            valid = (t < lengths)[:, None]
-            h_new = np.where(valid, h_new, h)
-            if c is not None:
-                c_new = np.where(valid, c_new, c)
-            y[t] = np.where(valid, h_new, 0)
-        else:
-            y[t] = h_new
-        h, c = h_new, c_new
-    return y[index], h, c
+    if lengths is None:
+        for t in range(T):
+            h, c = step(t, inputs[:, t], h, c, y_run[:, t])  # h_out is y itself: no copy
+    else:
+        h_new = np.empty_like(h0)
+        for t in range(T):
+            h_new, c_new = step(t, inputs[:, t], h, c, h_new)
+            valid = t < lengths  # [B], broadcast over the feature rows
+            y_run[:, t] = np.where(valid, h_new, 0)
+            h = np.where(valid, h_new, h)  # select, never multiply: padded steps may hold NaN
+            c = None if c is None else np.where(valid, c_new, c)
+    if gathered:
+        y[...] = y_run[index]
+    return h, c
 
 
-def fused_step(mode: CellMode, params: PseudoLayerParams, xw: Array, record: DirectionTrace | None) -> Step:
-    """The step of a fused cuDNN cell over its input projection ``xw [T, B, G*H]`` (which it completes with
-    the recurrent biases that add outside a product), recording the trace when ``record`` is given."""
+def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
+    """``b_W + b_R`` per gate row, without the recurrent biases that sit inside a product
+    (``mode.inner_bias_gates``): what the input projection adds once for all time steps."""
     H = params.R.shape[0] // mode.num_gates
-    RT = np.ascontiguousarray(params.R.T)  # the per-step GEMM h @ RT reads a contiguous operand
-    inner = [slice(g * H, (g + 1) * H) for g in mode.inner_bias_gates]
-    outer_bias = params.b_R.copy()
-    for block in inner:
-        outer_bias[block] = 0
-    xw += outer_bias  # recurrent biases that add outside any product join the input projection once
-    b_inner = np.concatenate([params.b_R[block] for block in inner]) if inner else None
-    P_T = None if params.P is None else np.ascontiguousarray(params.P.T)
+    bias = params.b_R.copy()
+    for g in mode.inner_bias_gates:
+        bias[g * H : (g + 1) * H] = 0
+    if params.b_W is not None:
+        bias += params.b_W
+    return bias
 
-    def step(t: int, xw_t: Array, h: Array, c: Array | None):
+
+def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None) -> Step:
+    """The step of a fused cuDNN cell (over an input projection made with :func:`projection_bias`) on
+    buffers allocated once, recording the trace when ``record`` is given."""
+    GH = params.R.shape[0]
+    H = GH // mode.num_gates
+    dtype = params.R.dtype
+    inner = [params.b_R[g * H : (g + 1) * H] for g in mode.inner_bias_gates]
+    ws = Workspace(params.R, np.concatenate(inner)[:, None] if inner else None,
+                   np.empty((GH, B), dtype), np.empty((H, B), dtype))
+    c_buffers = np.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out never aliases c
+    h_raw = np.empty((H, B), dtype) if params.P is not None and record is None else None
+
+    def step(t: int, xw_t: Array, h: Array, c: Array | None, h_out: Array):
+        c_out = None if c_buffers is None else c_buffers[t % 2]
+        acts = None
         if record is not None:
-            record.h_prev[t] = h
+            record.h_prev[:, t] = h
             if c is not None:
-                record.c_prev[t] = c
-        h_new, c_new = mode.step(xw_t, h, c, RT, b_inner, None if record is None else record.acts[t])
-        if P_T is not None:
-            if record is not None:
-                record.h_raw[t] = h_new
-            h_new = h_new @ P_T
-        return h_new, c_new
+                record.c_prev[:, t] = c
+            acts = record.acts[:, t]
+        raw = h_out if params.P is None else (h_raw if record is None else record.h_raw[:, t])
+        mode.step(ws, xw_t, h, c, raw, c_out, acts)
+        if params.P is not None:
+            np.matmul(params.P, raw, out=h_out)
+        return h_out, c_out
 
     return step
 
@@ -155,10 +211,10 @@ def new_trace(mode: CellMode, params: PseudoLayerParams, T: int, B: int, Hr: int
               has_cell: bool) -> DirectionTrace:
     H = params.R.shape[0] // mode.num_gates
     return DirectionTrace(
-        acts=np.empty((T, B, mode.saved_width * H), dtype=dtype),
-        h_prev=np.empty((T, B, Hr), dtype=dtype),
-        c_prev=np.empty((T, B, H), dtype=dtype) if has_cell else None,
-        h_raw=None if params.P is None else np.empty((T, B, H), dtype=dtype),
+        acts=np.empty((mode.saved_width * H, T, B), dtype=dtype),
+        h_prev=np.empty((Hr, T, B), dtype=dtype),
+        c_prev=np.empty((H, T, B), dtype=dtype) if has_cell else None,
+        h_raw=None if params.P is None else np.empty((H, T, B), dtype=dtype),
     )
 
 
@@ -185,28 +241,31 @@ def run_layers(
     :class:`StackTrace` for backprop when ``trace``.
     """
     num_layers = len(layers) // num_dirs
+    T, B = x.shape[:2]
+    Hr = h0.shape[2]
     h_n = np.empty_like(h0)
     c_n = None if c0 is None else np.empty_like(c0)
-    layer_input = x
+    layer_input = np.ascontiguousarray(x)
     inputs, directions = [], []
     for layer in range(num_layers):
-        outputs = []
         inputs.append(layer_input)
+        y = np.empty((num_dirs * Hr, T, B), dtype=x.dtype)
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
-            xw = input_projection(layer_input, layers[pl], mode.num_gates)
-            c_start = None if c0 is None else c0[pl]
-            T, B = xw.shape[:2]
-            record = new_trace(mode, layers[pl], T, B, h0.shape[2], xw.dtype, c0 is not None) if trace else None
-            y, h_n[pl], c_end = run_direction(fused_step(mode, layers[pl], xw, record), xw, h0[pl], c_start,
-                                              lengths, direction == 1)
+            params = layers[pl]
+            xw = input_projection(layer_input, params, mode.num_gates, projection_bias(mode, params))
+            record = new_trace(mode, params, T, B, Hr, x.dtype, c0 is not None) if trace else None
+            h_end, c_end = run_direction(
+                fused_step(mode, params, B, record), xw, np.ascontiguousarray(h0[pl].T),
+                None if c0 is None else np.ascontiguousarray(c0[pl].T), lengths, direction == 1,
+                y[direction * Hr : (direction + 1) * Hr])
+            h_n[pl] = h_end.T
             if c_n is not None:
-                c_n[pl] = c_end
-            outputs.append(y)
+                c_n[pl] = c_end.T
             directions.append(record)
-        layer_input = outputs[0] if num_dirs == 1 else np.concatenate(outputs, axis=2)
+        layer_input = sequence_major(y, (1, 2), x.dtype)
         if layer < len(dropout_scales):
-            layer_input = layer_input * dropout_scales[layer]
+            layer_input *= dropout_scales[layer]
         if layer_output_dtype is not None:
             layer_input = layer_input.astype(layer_output_dtype).astype(x.dtype)
     stack = StackTrace(layers, inputs, directions, dropout_scales, lengths) if trace else None
