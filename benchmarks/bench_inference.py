@@ -47,12 +47,13 @@ def main() -> None:
             case = Case(mode, *shape)
             med = medians("infer", case, impls, a.rounds, a.seconds)
             fastest = min(("torch", "onnxruntime"), key=med.get)
-            rate = flops(case) / med["reference"] / 1e9
+            rate, floor_rate = (flops(case) / med[impl] / 1e9 for impl in ("reference", "floor"))
             print(f"{case.label():44s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
                   f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
                   f"reference/{fastest} = {med['reference'] / med[fastest]:.2f}  "
                   f"floor/{fastest} = {med['floor'] / med[fastest]:.2f}  "
-                  f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM", flush=True)
+                  f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM (floor {100 * floor_rate / peak:3.0f}%)",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -92,13 +92,13 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
         raise SystemExit("the GEMM floor is measured for inference")
     G, D = MODES[mode].num_gates, 2 if bidi else 1
     rng = np.random.default_rng(0)
-    layers = []
+    layers, xs = [], []
     for layer in range(L):
         width = I if layer == 0 else D * H
+        xs.append(rng.standard_normal((T * B, width)).astype(np.float32))
         for _ in range(D):
             layers.append((rng.standard_normal((G * H, width)).astype(np.float32),
                            rng.standard_normal((G * H, H)).astype(np.float32)))
-    xs = [rng.standard_normal((T * B, I if layer == 0 else D * H)).astype(np.float32) for layer in range(L)]
     h = rng.standard_normal((H, B)).astype(np.float32)
     z = np.empty((G * H, B), dtype=np.float32)
 

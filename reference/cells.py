@@ -17,7 +17,7 @@ import numpy as np
 from .formats.tf import cell_prefix
 from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
-from .recurrence import feature_major, run_direction, sequence_major
+from .recurrence import caller_layout, feature_major, run_direction, sequence_major
 
 Array = np.ndarray
 
@@ -184,9 +184,6 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
         if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
             layer_input = layer_input.astype(storage).astype(x.dtype)
 
-    def out(a: Array) -> Array:
-        a = a.astype(storage)
-        return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
-
-    return (sequence_major(layer_input, (1, 2) if time_major else (2, 1), storage), out(np.stack(h_n)),
-            out(np.stack(c_n)) if lstm else None)
+    return (sequence_major(layer_input, (1, 2) if time_major else (2, 1), storage),
+            caller_layout(np.stack(h_n), time_major, storage),
+            caller_layout(np.stack(c_n), time_major, storage) if lstm else None)

@@ -7,6 +7,7 @@ Shapes are written time-major; ``time_major=False`` swaps the first two axes of 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple, Sequence
 
@@ -17,7 +18,7 @@ from .layout import LayoutSpec, Region
 from .modes import MODES, CellMode
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
 from .backward import backprop_layers
-from .recurrence import PseudoLayerParams, StackTrace, feature_major, run_layers, sequence_major
+from .recurrence import PseudoLayerParams, StackTrace, caller_layout, feature_major, run_layers, sequence_major
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -265,18 +266,10 @@ class _CudnnRNN:
                 self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
                 [s.astype(cdt) for s in scales], trace=is_training,
             )
-        out = self._to_storage(time_major)
+        out = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         reserve = Reserve(self._token, is_training, time_major, lengths,
                           tuple(m if time_major else m.transpose(1, 0, 2) for m in masks), trace)
         return ForwardResult(out(y), out(h_n), None if c_n is None else out(c_n), reserve)
-
-    def _to_storage(self, time_major: bool):
-        """``[T, B, ...]`` -> the model's dtype in the caller's layout."""
-        def out(a: np.ndarray) -> np.ndarray:
-            a = a.astype(self.dtype, copy=False)
-            return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
-
-        return out
 
     # ---- backward ---------------------------------------------------------------------------------
 
@@ -320,7 +313,7 @@ class _CudnnRNN:
             dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, feature_major(dy, cdt),
                                                   dh.astype(cdt), None if dc is None else dc.astype(cdt))
             d_params = self._scatter(grads)
-        out = self._to_storage(tm)
+        out = functools.partial(caller_layout, time_major=tm, dtype=self.dtype)
         if params_backprop_out is not None:
             params_backprop_out += d_params
             d_params = params_backprop_out

@@ -62,6 +62,13 @@ def sequence_major(seq: Array, axes: tuple[int, int], dtype: np.dtype) -> Array:
     return out
 
 
+def caller_layout(a: Array, time_major: bool, dtype: np.dtype) -> Array:
+    """A ``[T, B, ...]`` (or ``[L*D, B, ...]``) result as ``dtype`` in the caller's layout: as is when
+    ``time_major``, else the first two axes swapped (contiguous)."""
+    a = a.astype(dtype, copy=False)
+    return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
+
+
 def input_projection(x: Array, params: PseudoLayerParams, num_gates: int, bias: Array) -> Array:
     """``W @ x + bias`` for all time steps in one GEMM: ``x [T, B, in]`` (contiguous) -> ``[G*H, T, B]``."""
     T, B, width = x.shape
@@ -146,7 +153,7 @@ def run_direction(
     """
     T = inputs.shape[1]
     index = run_order(T, lengths, reverse)
-    gathered = len(index) == 3
+    gathered = reverse and lengths is not None  # a gathered copy, not a view: results are scattered back
     inputs = inputs[index]
     y_run = np.empty_like(y) if gathered else y[index]
     h, c = h0, c0
