@@ -85,11 +85,10 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
 
 
 def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
-    """Only the GEMMs the reference's forward pass makes for this config, on the same shapes and layouts
-    (per pseudo-layer the input projection ``W @ x_rows.T``, then ``R @ h`` per step into a buffer): the
-    time no NumPy implementation of this algorithm can beat on this machine's BLAS."""
-    if task != "infer":
-        raise SystemExit("the GEMM floor is measured for inference")
+    """Only the GEMMs the reference makes for this config, on the same shapes and layouts: per
+    pseudo-layer the input projection ``W @ x_rows.T`` and ``R @ h`` per step into a buffer; for ``train``
+    also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``, ``dW``, ``dx``). The time no
+    NumPy implementation of this algorithm can beat on this machine's BLAS."""
     G, D = MODES[mode].num_gates, 2 if bidi else 1
     rng = np.random.default_rng(0)
     layers, xs = [], []
@@ -101,12 +100,23 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
                            rng.standard_normal((G * H, H)).astype(np.float32)))
     h = rng.standard_normal((H, B)).astype(np.float32)
     z = np.empty((G * H, B), dtype=np.float32)
+    d_rows = rng.standard_normal((G * H, T * B)).astype(np.float32)
+    h_rows = rng.standard_normal((H, T * B)).astype(np.float32)
+    dh = np.empty((H, B), dtype=np.float32)
 
     def gemms():
         for k, (W, R) in enumerate(layers):
             W @ xs[k // D].T
             for _ in range(T):
                 np.matmul(R, h, out=z)
+        if task == "train":
+            for k, (W, R) in enumerate(layers):
+                RT = np.ascontiguousarray(R.T)
+                for _ in range(T):
+                    np.matmul(RT, z, out=dh)
+                d_rows @ h_rows.T
+                d_rows @ xs[k // D]
+                W.T @ d_rows
 
     return gemms
 

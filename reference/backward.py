@@ -28,6 +28,18 @@ def _rows(a: Array) -> Array:
     return a.reshape(a.shape[0], -1)
 
 
+def previous_outputs(trace: DirectionTrace, index: tuple) -> Array:
+    """Each step's recurrent input ``h_prev [Hr, T, B]`` in run order (``index`` from :func:`run_order`):
+    ``h0``, then the outputs of the steps before. A sequence's valid steps come first in run order, so
+    this is exact at every valid step; at padded steps, where no gradient flows, it holds zeros or the
+    last valid output rather than the carried state."""
+    y_run = trace.y[index]
+    h_prev = np.empty_like(trace.y)
+    h_prev[:, 0] = trace.h0
+    h_prev[:, 1:] = y_run[:, :-1]
+    return h_prev
+
+
 def backprop_direction(
     mode: CellMode,
     trace: DirectionTrace,
@@ -50,13 +62,13 @@ def backprop_direction(
     H = GH // mode.num_gates
     index = run_order(T, lengths, reverse)
     dy = dy[index]
+    h_prev = previous_outputs(trace, index)
     d_xw = np.empty((GH, T, B), dtype=dy.dtype)
     d_rec = np.empty((GH, T, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw
     g_out = None if params.P is None else np.empty_like(dy)
     RT = np.ascontiguousarray(params.R.T)
     PT = None if params.P is None else np.ascontiguousarray(params.P.T)
-    # A step's many elementwise ops run on contiguous scratch: one strided copy in, one out per array.
-    acts_t = np.empty((trace.acts.shape[0], B), dtype=dy.dtype)
+    # A step's many elementwise ops run on contiguous scratch: one strided copy out per array.
     d_xw_t = np.empty((GH, B), dtype=dy.dtype)
     d_rec_t = np.empty((GH, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw_t
     dh, dc = dh_n, dc_n
@@ -70,9 +82,8 @@ def backprop_direction(
         if PT is not None:
             g_out[:, t] = g
             g = PT @ g
-        c_prev = None if trace.c_prev is None else trace.c_prev[:, t]
-        np.copyto(acts_t, trace.acts[:, t])
-        dh_prev, dc_prev = mode.step_backward(g, gc, acts_t, trace.h_prev[:, t], c_prev, RT, d_xw_t, d_rec_t)
+        c_prev = None if trace.c is None else (trace.c0 if t == 0 else trace.c[t - 1])
+        dh_prev, dc_prev = mode.step_backward(g, gc, trace.acts[t], h_prev[:, t], c_prev, RT, d_xw_t, d_rec_t)
         if valid is None:
             d_xw[:, t] = d_xw_t
             if d_rec is not d_xw:
@@ -87,11 +98,11 @@ def backprop_direction(
 
     dR = np.empty_like(params.R)
     d_rec_rows = _rows(d_rec)
-    for rows, inputs in mode.recurrent_inputs(trace.h_prev, trace.acts, H):
+    for rows, inputs in mode.recurrent_inputs(h_prev, trace.acts, H):
         dR[rows] = d_rec_rows[rows] @ _rows(zero_padded(inputs, lengths, 0)).T
     dP = None
-    if params.P is not None:
-        dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw, lengths, 0)).T
+    if params.P is not None:  # h_raw is time-outer: the reshape copies it feature-major for the GEMM
+        dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw.transpose(1, 0, 2), lengths, 0)).T
     grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=d_rec_rows.sum(axis=1), P=dP)
     return d_xw[index], dh, dc, grads
 
@@ -120,7 +131,7 @@ def backprop_layers(
     for layer in range(num_layers - 1, -1, -1):
         x = stack.inputs[layer]  # [T, B, width]
         x_rows = zero_padded(x, stack.lengths, 2).reshape(-1, x.shape[2])
-        d_in = np.zeros((x.shape[2], *x.shape[:2]), dtype=x.dtype)
+        d_in = None
         width = d_out.shape[0] // num_dirs
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
@@ -133,13 +144,16 @@ def backprop_layers(
                 dc0[pl] = dc_start.T
             d_rows = _rows(d_xw)
             if p.W is None:  # skip_input: the input fed every gate as is
-                d_in += d_rows.reshape(G, -1, *d_in.shape[1:]).sum(axis=0)
+                d_part = d_rows.reshape(G, -1, d_rows.shape[1]).sum(axis=0)
                 dW = None
             else:
-                d_in += (p.W.T @ d_rows).reshape(d_in.shape)
+                d_part = p.W.T @ d_rows
                 dW = d_rows @ x_rows
-            grads[pl] = PseudoLayerParams(W=dW, b_W=None if p.b_W is None else d_rows.sum(axis=1),
-                                          R=g.R, b_R=g.b_R, P=g.P)
+            d_part = d_part.reshape(x.shape[2], *x.shape[:2])
+            d_in = d_part if d_in is None else np.add(d_in, d_part, out=d_in)
+            # The input bias shares the recurrent bias's gradient unless the mode separates d_rec from d_xw.
+            d_b_W = None if p.b_W is None else d_rows.sum(axis=1) if mode.separate_rec_grad else g.b_R
+            grads[pl] = PseudoLayerParams(W=dW, b_W=d_b_W, R=g.R, b_R=g.b_R, P=g.P)
         if layer > 0 and stack.dropout_scales:
             d_in *= stack.dropout_scales[layer - 1].transpose(2, 0, 1)  # the [T, B, w] multiplier, feature-major
         d_out = d_in

@@ -15,18 +15,20 @@ recurrent bias that adds outside a product (``W x + b_W + b_R``, except the gate
 ``inner_bias_gates``), the previous recurrent state ``h [Hr, B]`` (``Hr`` = num_proj or num_units) and
 cell state ``c [H, B]`` or ``None``. It writes the new hidden output *before* any LSTM projection into
 ``h_out [H, B]`` and the new cell state into ``c_out`` (LSTM); neither aliases an input.
-When ``acts`` (a ``[mode.saved_width * H, B]`` buffer) is given, the step writes there the activations a
-backward pass needs (see ``saved`` in each row).
+When ``acts`` (a contiguous ``[mode.saved_width * H, B]`` buffer, one time step of a training trace) is
+given, the step computes its gates in it rather than in the workspace, so the activations a backward pass
+needs (``saved`` in each row) are left there without a copy.
 
 A row's ``step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec)`` takes the gradients of the step's
 outputs (``g`` of the new hidden output before projection, ``gc`` of the new cell state or ``None``) and
 ``RT = R.T`` (contiguous, ``[Hr, G*H]``), writes the gradients of the input projection ``xw`` into ``d_xw``
 and of the recurrent pre-activation (``R @ recurrent_input + b_R``) into ``d_rec`` (both ``[G*H, B]``; the
-same array unless the row has ``separate_rec_grad``: only the cuDNN GRU's candidate differs) and returns
+same array unless the row has ``separate_rec_grad``: they differ only in the ``inner_bias_gates``, where a
+gate scales the recurrent product, as the cuDNN GRU's candidate) and returns
 ``(dh_prev, dc_prev)``. ``recurrent_inputs(h_prev, acts, H)`` names, per block of rows of ``R``, the tensor
 that block multiplies (``h_prev`` for every mode but the textbook GRU's candidate, which multiplies
-``r * h_prev``); it works on whole sequences ``[width, T, B]``, so the weight gradient is one GEMM over
-all time steps.
+``r * h_prev``); it works on whole sequences, ``h_prev [Hr, T, B]`` and the trace's ``acts [T, A*H, B]``,
+and returns ``[width, T, B]`` tensors, so the weight gradient is one GEMM over all time steps.
 
 Equations (column vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMode_t`` documentation:
 
@@ -116,43 +118,35 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
 
 def _lstm_step(ws, xw, h, c, h_out, c_out, acts=None):
     H = c.shape[0]
-    z = np.matmul(ws.R, h, out=ws.z)
+    z = np.matmul(ws.R, h, out=ws.z if acts is None else acts[: 4 * H])
     z += xw
     sigmoid(z[: 3 * H], out=z[: 3 * H])  # i, f and o: one block in compute order
     i, f, o, g = z[:H], z[H : 2 * H], z[2 * H : 3 * H], z[3 * H :]
     np.tanh(g, out=g)
     np.multiply(f, c, out=c_out)
-    tanh_c = np.multiply(i, g, out=ws.tmp)
+    tanh_c = np.multiply(i, g, out=ws.tmp if acts is None else acts[4 * H :])
     c_out += tanh_c
     np.tanh(c_out, out=tanh_c)
     np.multiply(o, tanh_c, out=h_out)
-    if acts is not None:
-        acts[: 4 * H] = z
-        acts[4 * H :] = tanh_c
 
 
 def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
     H = c_prev.shape[0]
     i, f, o, gg, tanh_c = (acts[k * H : (k + 1) * H] for k in range(5))
     di, df, do, dg = (d_xw[k * H : (k + 1) * H] for k in range(4))
+    np.multiply(g, tanh_c, out=do)  # the gradient of each sigmoid gate's output: o gets g * tanh_c
     dc = tanh_c * tanh_c  # dc = g * o * (1 - tanh_c^2) + gc
     np.subtract(1.0, dc, out=dc)
     dc *= o
     dc *= g
     if gc is not None:
         dc += gc
-    one_minus = 1.0 - o
-    np.multiply(g, tanh_c, out=do)  # o: g * tanh_c * o * (1 - o)
-    do *= o
-    do *= one_minus
-    np.subtract(1.0, i, out=one_minus)
-    np.multiply(dc, gg, out=di)  # i: dc * g * i * (1 - i)
-    di *= i
-    di *= one_minus
-    np.subtract(1.0, f, out=one_minus)
-    np.multiply(dc, c_prev, out=df)  # f: dc * c_prev * f * (1 - f)
-    df *= f
-    df *= one_minus
+    np.multiply(dc, gg, out=di)  # i gets dc * g, f gets dc * c_prev
+    np.multiply(dc, c_prev, out=df)
+    sig = acts[: 3 * H]  # i, f, o: sigmoid' = s * (1 - s), one block for the three gates
+    deriv = np.subtract(1.0, sig)
+    deriv *= sig
+    d_xw[: 3 * H] *= deriv
     np.multiply(gg, gg, out=dg)  # c: dc * i * (1 - g^2)
     np.subtract(1.0, dg, out=dg)
     dg *= i
@@ -164,7 +158,8 @@ def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
 def _gru_step_backward(reset_after: bool) -> BackwardFn:
     def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
         H = RT.shape[1] // 3
-        r, z, n = acts[:H], acts[H : 2 * H], acts[2 * H : 3 * H]
+        r, z = acts[:H], acts[H : 2 * H]
+        n = acts[3 * H :] if reset_after else acts[2 * H :]
         dr, dz, dn = d_xw[:H], d_xw[H : 2 * H], d_xw[2 * H :]
         one_minus_z = 1.0 - z
         np.multiply(n, n, out=dn)  # candidate pre-activation: g * (1 - z) * (1 - n^2)
@@ -178,7 +173,7 @@ def _gru_step_backward(reset_after: bool) -> BackwardFn:
         dh_prev = g * z
         one_minus_r = np.subtract(1.0, r, out=one_minus_z)
         if reset_after:  # n = tanh(xw_n + r * hn), hn = R_n h + b_Rn
-            np.multiply(dn, acts[3 * H :], out=dr)
+            np.multiply(dn, acts[2 * H : 3 * H], out=dr)  # hn
             dr *= r
             dr *= one_minus_r
             d_rec[: 2 * H] = d_xw[: 2 * H]
@@ -202,21 +197,21 @@ def _plain_recurrent_input(h_prev: Array, acts: Array, H: int) -> list[tuple[sli
 
 
 def _reset_scaled_candidate_input(h_prev: Array, acts: Array, H: int) -> list[tuple[slice, Array]]:
-    return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), acts[:H] * h_prev)]
+    reset = acts[:, :H].transpose(1, 0, 2)  # [H, T, B]
+    return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), np.multiply(reset, h_prev, out=np.empty_like(h_prev)))]
 
 
 def _gru_step(reset_after: bool) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         H = ws.tmp.shape[0]
-        z = ws.z
+        z = ws.z if acts is None else acts[: 3 * H]  # r, z, then hn (cuDNN) or n (textbook)
         if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
             np.matmul(ws.R, h, out=z)
             hn = z[2 * H :]
             hn += ws.b_inner
-            n = ws.tmp
+            n = ws.tmp if acts is None else acts[3 * H :]
         else:  # textbook: the reset gate scales the state before the recurrent product
             np.matmul(ws.R[: 2 * H], h, out=z[: 2 * H])
-            hn = None
             n = z[2 * H :]
         rz = z[: 2 * H]
         rz += xw[: 2 * H]
@@ -231,11 +226,6 @@ def _gru_step(reset_after: bool) -> StepFn:
         np.subtract(h, n, out=h_out)  # h' = z * (h - n) + n
         h_out *= update
         h_out += n
-        if acts is not None:
-            acts[: 2 * H] = rz
-            acts[2 * H : 3 * H] = n
-            if hn is not None:
-                acts[3 * H :] = hn
 
     return step
 
@@ -257,7 +247,6 @@ class CellMode:
     saved: tuple[str, ...]
     recurrent_inputs: RecurrentInputsFn = _plain_recurrent_input
     inner_bias_gates: tuple[int, ...] = ()  # blocks (compute order) whose recurrent bias sits inside a product
-    separate_rec_grad: bool = False  # the recurrent pre-activation's gradient differs from the input's
     supports_projection: bool = False
     compute_order: tuple[int, ...] | None = None
 
@@ -265,6 +254,12 @@ class CellMode:
     def gate_order(self) -> tuple[int, ...]:
         """The canonical gate id of each stacked block, in compute order."""
         return self.compute_order or tuple(range(self.num_gates))
+
+    @property
+    def separate_rec_grad(self) -> bool:
+        """Whether the recurrent pre-activation's gradient differs from the input projection's: only in the
+        ``inner_bias_gates``, whose recurrent product (and bias) another gate scales."""
+        return bool(self.inner_bias_gates)
 
     @property
     def num_gates(self) -> int:
@@ -286,8 +281,7 @@ MODES: dict[str, CellMode] = {
         CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step, _lstm_step_backward,
                  saved=("i", "f", "o", "c", "tanh_c"), supports_projection=True, compute_order=(0, 1, 3, 2)),
         CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True),
-                 _gru_step_backward(reset_after=True), saved=("r", "z", "n", "hn"), inner_bias_gates=(2,),
-                 separate_rec_grad=True),
+                 _gru_step_backward(reset_after=True), saved=("r", "z", "hn", "n"), inner_bias_gates=(2,)),
         CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=False),
                  _gru_step_backward(reset_after=False), saved=("r", "z", "n"),
                  recurrent_inputs=_reset_scaled_candidate_input),

@@ -106,15 +106,19 @@ def zero_padded(seq: Array, lengths: Array | None, feature_axis: int) -> Array:
 
 @dataclass(frozen=True)
 class DirectionTrace:
-    """What one pseudo-layer's forward run keeps for backprop, in run order (the backward direction's
-    steps reversed within each length): per step the mode's saved activations ``acts [A*H, T, B]``, the
-    recurrent input ``h_prev [Hr, T, B]``, the previous cell state ``c_prev [H, T, B]`` (LSTM) and the
-    output before the projection ``h_raw [H, T, B]`` (LSTM with num_proj)."""
+    """What one pseudo-layer's forward run keeps for backprop. Per step, in run order (the backward
+    direction's steps reversed within each length) and **time-outer**, so that a step's slice is contiguous:
+    the activations the step computed in place, ``acts [T, A*H, B]``, the cell state it wrote,
+    ``c [T, H, B]`` (LSTM), and its output before the projection, ``h_raw [T, H, B]`` (LSTM with num_proj).
+    The recurrent input of a step is the previous step's output, so it is not stored twice: ``h0 [Hr, B]``,
+    ``c0 [H, B]`` (LSTM) and the direction's output ``y [Hr, T, B]`` (original time order) give it."""
 
     acts: Array
-    h_prev: Array
-    c_prev: Array | None
+    c: Array | None
     h_raw: Array | None
+    h0: Array
+    c0: Array | None
+    y: Array
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,7 @@ def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
 
 def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None) -> Step:
     """The step of a fused cuDNN cell (over an input projection made with :func:`projection_bias`) on
-    buffers allocated once, recording the trace when ``record`` is given."""
+    buffers allocated once; with ``record``, the step computes in the trace's slice for its time step."""
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     dtype = params.R.dtype
@@ -195,33 +199,31 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     ws = Workspace(params.R, np.concatenate(inner)[:, None] if inner else None,
                    np.empty((GH, B), dtype), np.empty((H, B), dtype))
     c_buffers = np.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out never aliases c
-    h_raw = np.empty((H, B), dtype) if params.P is not None and record is None else None
+    h_raw = np.empty((H, B), dtype) if params.P is not None else None
 
     def step(t: int, xw_t: Array, h: Array, c: Array | None, h_out: Array):
-        c_out = None if c_buffers is None else c_buffers[t % 2]
-        acts = None
-        if record is not None:
-            record.h_prev[:, t] = h
-            if c is not None:
-                record.c_prev[:, t] = c
-            acts = record.acts[:, t]
-        raw = h_out if params.P is None else (h_raw if record is None else record.h_raw[:, t])
-        mode.step(ws, xw_t, h, c, raw, c_out, acts)
-        if params.P is not None:
+        if record is None:
+            acts, c_out, raw = None, None if c_buffers is None else c_buffers[t % 2], h_raw
+        else:
+            acts, c_out = record.acts[t], None if record.c is None else record.c[t]
+            raw = None if record.h_raw is None else record.h_raw[t]
+        mode.step(ws, xw_t, h, c, h_out if raw is None else raw, c_out, acts)
+        if raw is not None:
             np.matmul(params.P, raw, out=h_out)
         return h_out, c_out
 
     return step
 
 
-def new_trace(mode: CellMode, params: PseudoLayerParams, T: int, B: int, Hr: int, dtype: np.dtype,
-              has_cell: bool) -> DirectionTrace:
+def new_trace(mode: CellMode, params: PseudoLayerParams, h0: Array, c0: Array | None, y: Array) -> DirectionTrace:
+    """An empty trace for one direction that starts from ``h0 [Hr, B]``, ``c0`` and writes ``y [Hr, T, B]``."""
     H = params.R.shape[0] // mode.num_gates
+    T, B = y.shape[1:]
     return DirectionTrace(
-        acts=np.empty((mode.saved_width * H, T, B), dtype=dtype),
-        h_prev=np.empty((Hr, T, B), dtype=dtype),
-        c_prev=np.empty((H, T, B), dtype=dtype) if has_cell else None,
-        h_raw=None if params.P is None else np.empty((H, T, B), dtype=dtype),
+        acts=np.empty((T, mode.saved_width * H, B), dtype=y.dtype),
+        c=None if c0 is None else np.empty((T, H, B), dtype=y.dtype),
+        h_raw=None if params.P is None else np.empty((T, H, B), dtype=y.dtype),
+        h0=h0, c0=c0, y=y,
     )
 
 
@@ -261,11 +263,12 @@ def run_layers(
             pl = layer * num_dirs + direction
             params = layers[pl]
             xw = input_projection(layer_input, params, mode.num_gates, projection_bias(mode, params))
-            record = new_trace(mode, params, T, B, Hr, x.dtype, c0 is not None) if trace else None
-            h_end, c_end = run_direction(
-                fused_step(mode, params, B, record), xw, np.ascontiguousarray(h0[pl].T),
-                None if c0 is None else np.ascontiguousarray(c0[pl].T), lengths, direction == 1,
-                y[direction * Hr : (direction + 1) * Hr])
+            h_start = np.ascontiguousarray(h0[pl].T)
+            c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
+            y_dir = y[direction * Hr : (direction + 1) * Hr]
+            record = new_trace(mode, params, h_start, c_start, y_dir) if trace else None
+            h_end, c_end = run_direction(fused_step(mode, params, B, record), xw, h_start, c_start, lengths,
+                                         direction == 1, y_dir)
             h_n[pl] = h_end.T
             if c_n is not None:
                 c_n[pl] = c_end.T
