@@ -7,8 +7,9 @@ step; gradients of a layer's output flow through the dropout mask of the forward
 float16 between layers is treated as the identity. The per-step loop only carries the recurrent
 gradient; the weight gradients are one GEMM over all time steps per matrix block.
 
-Shapes are feature-major, as in ``recurrence.py``: sequences ``[width, T, B]``, states ``[width, B]`` per
-pseudo-layer; only the layer inputs kept in the trace are ``[T, B, width]``.
+Layouts as in ``recurrence.py``: states and a step's gradients are feature-major ``[width, B]``, a
+direction's input-projection gradient ``[G*H, T, B]``; sequences between layers (the gradients of a
+layer's output and input, the outputs and inputs kept by the trace) are sequence-major ``[T, B, width]``.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ def _rows(a: Array) -> Array:
 
 
 def previous_outputs(trace: DirectionTrace, index: tuple) -> Array:
-    """Each step's recurrent input ``h_prev [Hr, T, B]`` in run order (``index`` from :func:`run_order`):
+    """Each step's recurrent input ``h_prev [T, B, Hr]`` in run order (``index`` from :func:`run_order`):
     ``h0``, then the outputs of the steps before. A sequence's valid steps come first in run order, so
     this is exact at every valid step; at padded steps, where no gradient flows, it holds zeros or the
     last valid output rather than the carried state."""
     y_run = trace.y[index]
-    h_prev = np.empty_like(trace.y)
-    h_prev[:, 0] = trace.h0
-    h_prev[:, 1:] = y_run[:, :-1]
+    h_prev = np.empty(trace.y.shape, dtype=trace.y.dtype)
+    h_prev[0] = trace.h0.T
+    h_prev[1:] = y_run[:-1]
     return h_prev
 
 
@@ -52,12 +53,12 @@ def backprop_direction(
 ) -> tuple[Array, Array, Array | None, PseudoLayerParams]:
     """Backprop one pseudo-layer.
 
-    ``dy [Hr, T, B]`` is the gradient of its outputs (original time order), ``dh_n [Hr, B]`` and
+    ``dy [T, B, Hr]`` (any strides) is the gradient of its outputs (original time order), ``dh_n [Hr, B]`` and
     ``dc_n [H, B]`` (or ``None``) of its final states. Returns the gradient of its input projection
     ``d_xw [G*H, T, B]`` (original order, zero at padded steps), of its initial states ``dh0``, ``dc0``,
     and its recurrent parameter gradients as ``PseudoLayerParams(W=None, b_W=None, R, b_R, P)``.
     """
-    T, B = dy.shape[1:]
+    T, B = dy.shape[:2]
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     index = run_order(T, lengths, reverse)
@@ -65,7 +66,7 @@ def backprop_direction(
     h_prev = previous_outputs(trace, index)
     d_xw = np.empty((GH, T, B), dtype=dy.dtype)
     d_rec = np.empty((GH, T, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw
-    g_out = None if params.P is None else np.empty_like(dy)
+    g_out = None if params.P is None else np.empty((dy.shape[2], T, B), dtype=dy.dtype)
     RT = np.ascontiguousarray(params.R.T)
     PT = None if params.P is None else np.ascontiguousarray(params.P.T)
     # A step's many elementwise ops run on contiguous scratch: one strided copy out per array.
@@ -73,7 +74,7 @@ def backprop_direction(
     d_rec_t = np.empty((GH, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw_t
     dh, dc = dh_n, dc_n
     for t in range(T - 1, -1, -1):
-        g = dh + dy[:, t]
+        g = dh + dy[t].T
         gc = dc
         valid = None if lengths is None else t < lengths  # [B], broadcast over the feature rows
         if valid is not None:  # a padded step passed its state through unchanged and output a constant 0
@@ -83,7 +84,7 @@ def backprop_direction(
             g_out[:, t] = g
             g = PT @ g
         c_prev = None if trace.c is None else (trace.c0 if t == 0 else trace.c[t - 1])
-        dh_prev, dc_prev = mode.step_backward(g, gc, trace.acts[t], h_prev[:, t], c_prev, RT, d_xw_t, d_rec_t)
+        dh_prev, dc_prev = mode.step_backward(g, gc, trace.acts[t], h_prev[t].T, c_prev, RT, d_xw_t, d_rec_t)
         if valid is None:
             d_xw[:, t] = d_xw_t
             if d_rec is not d_xw:
@@ -99,12 +100,12 @@ def backprop_direction(
     dR = np.empty_like(params.R)
     d_rec_rows = _rows(d_rec)
     for rows, inputs in mode.recurrent_inputs(h_prev, trace.acts, H):
-        dR[rows] = d_rec_rows[rows] @ _rows(zero_padded(inputs, lengths, 0)).T
+        dR[rows] = d_rec_rows[rows] @ zero_padded(inputs, lengths, 2).reshape(T * B, -1)
     dP = None
     if params.P is not None:  # h_raw is time-outer: the reshape copies it feature-major for the GEMM
         dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw.transpose(1, 0, 2), lengths, 0)).T
     grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=d_rec_rows.sum(axis=1), P=dP)
-    return d_xw[index], dh, dc, grads
+    return d_xw[(slice(None), *index)], dh, dc, grads
 
 
 def backprop_layers(
@@ -117,8 +118,8 @@ def backprop_layers(
 ) -> tuple[Array, Array, Array | None, list[PseudoLayerParams]]:
     """Backprop the stack recorded by ``run_layers(..., trace=True)``.
 
-    ``dy [D*Hr, T, B]`` (feature-major), ``dh_n [L*D, B, Hr]``, ``dc_n [L*D, B, H]`` or ``None``.
-    Returns ``dx [input_size, T, B]``, ``dh0 [L*D, B, Hr]``, ``dc0`` and per pseudo-layer gradients
+    ``dy [T, B, D*Hr]`` (any strides), ``dh_n [L*D, B, Hr]``, ``dc_n [L*D, B, H]`` or ``None``.
+    Returns ``dx [T, B, input_size]``, ``dh0 [L*D, B, Hr]``, ``dc0`` and per pseudo-layer gradients
     (``PseudoLayerParams`` of gradients; ``W``/``b_W`` ``None`` where the parameter does not exist).
     """
     layers: Sequence[PseudoLayerParams] = stack.layers
@@ -132,29 +133,29 @@ def backprop_layers(
         x = stack.inputs[layer]  # [T, B, width]
         x_rows = zero_padded(x, stack.lengths, 2).reshape(-1, x.shape[2])
         d_in = None
-        width = d_out.shape[0] // num_dirs
+        width = d_out.shape[2] // num_dirs
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             p = layers[pl]
             d_xw, dh, dc_start, g = backprop_direction(
-                mode, stack.directions[pl], p, d_out[direction * width : (direction + 1) * width],
+                mode, stack.directions[pl], p, d_out[:, :, direction * width : (direction + 1) * width],
                 dh_n[pl].T, None if dc_n is None else dc_n[pl].T, stack.lengths, direction == 1)
             dh0[pl] = dh.T
             if dc0 is not None:
                 dc0[pl] = dc_start.T
             d_rows = _rows(d_xw)
             if p.W is None:  # skip_input: the input fed every gate as is
-                d_part = d_rows.reshape(G, -1, d_rows.shape[1]).sum(axis=0)
+                d_part = d_rows.reshape(G, -1, d_rows.shape[1]).sum(axis=0).T
                 dW = None
-            else:
-                d_part = p.W.T @ d_rows
+            else:  # BLAS reads d_rows transposed in place: the gradient comes out sequence-major
+                d_part = d_rows.T @ p.W
                 dW = d_rows @ x_rows
-            d_part = d_part.reshape(x.shape[2], *x.shape[:2])
+            d_part = d_part.reshape(x.shape)
             d_in = d_part if d_in is None else np.add(d_in, d_part, out=d_in)
             # The input bias shares the recurrent bias's gradient unless the mode separates d_rec from d_xw.
             d_b_W = None if p.b_W is None else d_rows.sum(axis=1) if mode.separate_rec_grad else g.b_R
             grads[pl] = PseudoLayerParams(W=dW, b_W=d_b_W, R=g.R, b_R=g.b_R, P=g.P)
         if layer > 0 and stack.dropout_scales:
-            d_in *= stack.dropout_scales[layer - 1].transpose(2, 0, 1)  # the [T, B, w] multiplier, feature-major
+            d_in *= stack.dropout_scales[layer - 1]
         d_out = d_in
     return d_out, dh0, dc0, grads  # type: ignore[return-value]

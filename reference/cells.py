@@ -17,7 +17,7 @@ import numpy as np
 from .formats.tf import cell_prefix
 from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
-from .recurrence import caller_layout, feature_major, run_direction, sequence_major
+from .recurrence import caller_layout, run_direction
 
 Array = np.ndarray
 
@@ -143,8 +143,8 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
     """
     storage = inputs.dtype
     x = inputs if time_major else inputs.transpose(1, 0, 2)
-    x = feature_major(x, compute_dtype(storage))  # run_direction works on [width, T, B]
-    T, B = x.shape[1:]
+    x = x.astype(compute_dtype(storage))  # [T, B, in]
+    T, B = x.shape[:2]
     lengths = None if sequence_lengths is None else np.asarray(sequence_lengths)
     lstm = isinstance(cells[0], CudnnCompatibleLSTMCell)
 
@@ -171,19 +171,19 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
     h_n, c_n = [], []
     layer_input = x
     for layer in range(len(cells) // num_dirs):
-        outputs = []
-        for direction in range(num_dirs):
-            pl = layer * num_dirs + direction
-            y = np.empty((h0[pl].shape[1], T, B), dtype=x.dtype)
-            h, c = run_direction(cell_step(cells[pl]), layer_input, h0[pl].T, None if c0[pl] is None else c0[pl].T,
-                                 lengths, direction == 1, y)
-            outputs.append(y)
+        pls = range(layer * num_dirs, (layer + 1) * num_dirs)
+        offsets = np.cumsum([0] + [h0[pl].shape[1] for pl in pls])
+        y = np.empty((T, B, offsets[-1]), dtype=x.dtype)
+        for direction, pl in enumerate(pls):
+            h, c = run_direction(cell_step(cells[pl]), layer_input.transpose(2, 0, 1), h0[pl].T,
+                                 None if c0[pl] is None else c0[pl].T, lengths, direction == 1,
+                                 y[:, :, offsets[direction] : offsets[direction + 1]])
             h_n.append(h.T)
             c_n.append(None if c is None else c.T)
-        layer_input = np.concatenate(outputs, axis=0)
+        layer_input = y
         if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
             layer_input = layer_input.astype(storage).astype(x.dtype)
 
-    return (sequence_major(layer_input, (1, 2) if time_major else (2, 1), storage),
+    return (caller_layout(layer_input, time_major, storage),
             caller_layout(np.stack(h_n), time_major, storage),
             caller_layout(np.stack(c_n), time_major, storage) if lstm else None)

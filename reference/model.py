@@ -18,7 +18,7 @@ from .layout import LayoutSpec, Region
 from .modes import MODES, CellMode
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
 from .backward import backprop_layers
-from .recurrence import PseudoLayerParams, StackTrace, caller_layout, feature_major, run_layers, sequence_major
+from .recurrence import PseudoLayerParams, StackTrace, caller_layout, run_layers
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -310,15 +310,14 @@ class _CudnnRNN:
         if not tm:
             dy = dy.transpose(1, 0, 2)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, feature_major(dy, cdt),
+            dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, dy.astype(cdt, copy=False),
                                                   dh.astype(cdt), None if dc is None else dc.astype(cdt))
             d_params = self._scatter(grads)
         out = functools.partial(caller_layout, time_major=tm, dtype=self.dtype)
         if params_backprop_out is not None:
             params_backprop_out += d_params
             d_params = params_backprop_out
-        dx = sequence_major(dx, (1, 2) if tm else (2, 1), self.dtype)
-        return Gradients(dx, out(dh0), None if dc0 is None else out(dc0), d_params)
+        return Gradients(out(dx), out(dh0), None if dc0 is None else out(dc0), d_params)
 
     def _scatter(self, grads: Sequence[PseudoLayerParams]) -> np.ndarray:
         """Per pseudo-layer stacked gradients (compute order) -> one opaque buffer in the storage dtype."""

@@ -27,8 +27,8 @@ same array unless the row has ``separate_rec_grad``: they differ only in the ``i
 gate scales the recurrent product, as the cuDNN GRU's candidate) and returns
 ``(dh_prev, dc_prev)``. ``recurrent_inputs(h_prev, acts, H)`` names, per block of rows of ``R``, the tensor
 that block multiplies (``h_prev`` for every mode but the textbook GRU's candidate, which multiplies
-``r * h_prev``); it works on whole sequences, ``h_prev [Hr, T, B]`` and the trace's ``acts [T, A*H, B]``,
-and returns ``[width, T, B]`` tensors, so the weight gradient is one GEMM over all time steps.
+``r * h_prev``); it works on whole sequences, ``h_prev [T, B, Hr]`` and the trace's ``acts [T, A*H, B]``,
+and returns ``[T, B, width]`` tensors, so the weight gradient is one GEMM over all time steps.
 
 Equations (column vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMode_t`` documentation:
 
@@ -197,7 +197,7 @@ def _plain_recurrent_input(h_prev: Array, acts: Array, H: int) -> list[tuple[sli
 
 
 def _reset_scaled_candidate_input(h_prev: Array, acts: Array, H: int) -> list[tuple[slice, Array]]:
-    reset = acts[:, :H].transpose(1, 0, 2)  # [H, T, B]
+    reset = acts[:, :H].transpose(0, 2, 1)  # [T, B, H]
     return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), np.multiply(reset, h_prev, out=np.empty_like(h_prev)))]
 
 

@@ -4,12 +4,12 @@ Every mode, direction, layer and sequence-length case goes through :func:`run_di
 direction is the forward recurrence run over each sequence reversed *within its valid length* (cuDNN's
 and TensorFlow's ``reverse_sequence`` semantics), so padding never leaks into valid steps.
 
-Steps run **feature-major**: states ``[width, B]``, a direction's input projection and output
-``[width, T, B]``, so a time step is a ``[width, B]`` view whose gate blocks are contiguous rows and whose
-GEMM is ``R @ h`` (see ``modes.py``). A layer's input and output cross between layers **sequence-major**,
-``[T, B, width]`` as the user's data: each layer's input projection is one GEMM ``W @ x_rows.T`` (BLAS reads
-the transposed operand in place, so the user's input is never transposed, and every layer uses the same
-GEMM), and each layer's output is transposed once, which the last layer's output needs anyway.
+Steps run **feature-major**: states ``[width, B]`` and a direction's input projection ``[G*H, T, B]``, so a
+time step is a ``[width, B]`` array whose gate blocks are contiguous rows and whose GEMM is ``R @ h`` (see
+``modes.py``). Sequences cross between layers **sequence-major**, ``[T, B, width]`` as the user's data:
+each layer's input projection is one GEMM ``W @ x_rows.T`` (BLAS reads the transposed operand in place, so
+the user's input is never transposed, and every layer uses the same GEMM), and each step copies its output,
+still in cache, into the layer's ``[T, B, width]`` output, so no sequence is ever transposed in bulk.
 """
 
 from __future__ import annotations
@@ -39,29 +39,6 @@ class PseudoLayerParams:
     P: Array | None
 
 
-_BLOCK = 32  # features per block of a layout change: a block's cache lines stay in L1 while it is transposed
-
-
-def feature_major(seq: Array, dtype: np.dtype) -> Array:
-    """A ``[T, B, width]`` sequence (any strides) as a contiguous ``[width, T, B]`` array of ``dtype``.
-
-    Copied in blocks of features: NumPy's one-call transposing copy is several times slower at RNN sizes.
-    """
-    out = np.empty((seq.shape[2], *seq.shape[:2]), dtype=dtype)
-    for k in range(0, out.shape[0], _BLOCK):
-        out[k : k + _BLOCK] = seq[:, :, k : k + _BLOCK].transpose(2, 0, 1)
-    return out
-
-
-def sequence_major(seq: Array, axes: tuple[int, int], dtype: np.dtype) -> Array:
-    """A ``[width, T, B]`` sequence as a contiguous array of ``dtype`` with the width last: axes ``(1, 2)``
-    give ``[T, B, width]``, ``(2, 1)`` give ``[B, T, width]``. Copied in blocks, as :func:`feature_major`."""
-    out = np.empty((*(seq.shape[a] for a in axes), seq.shape[0]), dtype=dtype)
-    for k in range(0, seq.shape[0], _BLOCK):
-        out[..., k : k + _BLOCK] = seq[k : k + _BLOCK].transpose(*axes, 0)
-    return out
-
-
 def caller_layout(a: Array, time_major: bool, dtype: np.dtype) -> Array:
     """A ``[T, B, ...]`` (or ``[L*D, B, ...]``) result as ``dtype`` in the caller's layout: as is when
     ``time_major``, else the first two axes swapped (contiguous)."""
@@ -82,20 +59,21 @@ def input_projection(x: Array, params: PseudoLayerParams, num_gates: int, bias: 
 
 
 def run_order(T: int, lengths: Array | None, reverse: bool) -> tuple:
-    """Index of a ``[width, T, B]`` sequence that puts its steps in run order: as is, or (``reverse``)
-    each sequence reversed within its valid length with padding left in place (``lengths=None``: a plain
-    time flip, a view). It is an involution, so the same index maps run-order results back."""
+    """Index of a sequence-major ``[T, B, ...]`` array that puts its steps in run order: as is, or
+    (``reverse``) each sequence reversed within its valid length with padding left in place (``lengths=None``:
+    a plain time flip, a view). It is an involution, so the same index maps run-order results back.
+    A feature-major ``[width, T, B]`` array takes ``(slice(None), *index)``."""
     if not reverse:
         return (slice(None),)
     if lengths is None:
-        return (slice(None), slice(None, None, -1))
+        return (slice(None, None, -1),)
     t = np.arange(T)[:, None]
     time_index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
-    return slice(None), time_index, np.arange(lengths.shape[0])[None, :]
+    return time_index, np.arange(lengths.shape[0])[None, :]
 
 
 def zero_padded(seq: Array, lengths: Array | None, feature_axis: int) -> Array:
-    """``seq`` (``[width, T, B]`` with ``feature_axis=0``, ``[T, B, width]`` with ``2``) with padded steps
+    """``seq`` (``[T, B, width]`` with ``feature_axis=2``, ``[width, T, B]`` with ``0``) with padded steps
     zeroed, so they add nothing (not even NaN) to a GEMM."""
     if lengths is None:
         return seq
@@ -111,7 +89,7 @@ class DirectionTrace:
     the activations the step computed in place, ``acts [T, A*H, B]``, the cell state it wrote,
     ``c [T, H, B]`` (LSTM), and its output before the projection, ``h_raw [T, H, B]`` (LSTM with num_proj).
     The recurrent input of a step is the previous step's output, so it is not stored twice: ``h0 [Hr, B]``,
-    ``c0 [H, B]`` (LSTM) and the direction's output ``y [Hr, T, B]`` (original time order) give it."""
+    ``c0 [H, B]`` (LSTM) and the direction's output ``y [T, B, Hr]`` (original time order) give it."""
 
     acts: Array
     c: Array | None
@@ -149,27 +127,27 @@ def run_direction(
     """Run one direction of one layer over time: the only place that knows about lengths and reversal.
 
     ``step(t, input_t, h, c, h_out) -> (h_out, c_new)`` advances every sequence by one step, writing the
-    new output into ``h_out``; ``t`` counts steps in run order. ``inputs [width, T, B]`` (original time
-    order); ``h0 [Hr, B]``; ``c0 [H, B]`` or ``None``; ``lengths [B]`` (each in 1..T) or ``None`` for
-    full-length sequences. The backward direction runs over each sequence reversed within its length.
-    Writes ``y [Hr, T, B]`` (zero at padded steps) and returns the final ``h`` and ``c``, each taken at the
-    sequence's last valid step (possibly views into ``y`` or the step's buffers: copy them).
+    new output into ``h_out``; ``t`` counts steps in run order. ``inputs [width, T, B]`` (any strides,
+    original time order); ``h0 [Hr, B]``; ``c0 [H, B]`` or ``None``; ``lengths [B]`` (each in 1..T) or
+    ``None`` for full-length sequences. The backward direction runs over each sequence reversed within its
+    length. Writes ``y [T, B, Hr]`` (any strides; zero at padded steps) and returns the final ``h`` and
+    ``c``, each taken at the sequence's last valid step (possibly the step's buffers: copy them).
     """
     T = inputs.shape[1]
     index = run_order(T, lengths, reverse)
     gathered = reverse and lengths is not None  # a gathered copy, not a view: results are scattered back
-    inputs = inputs[index]
-    y_run = np.empty_like(y) if gathered else y[index]
+    inputs = inputs[(slice(None), *index)]
+    y_run = np.empty(y.shape, dtype=y.dtype) if gathered else y[index]
+    h_buffers = np.empty((2, *h0.shape), dtype=h0.dtype)  # ping-pong: h_out never aliases h
     h, c = h0, c0
-    if lengths is None:
-        for t in range(T):
-            h, c = step(t, inputs[:, t], h, c, y_run[:, t])  # h_out is y itself: no copy
-    else:
-        h_new = np.empty_like(h0)
-        for t in range(T):
-            h_new, c_new = step(t, inputs[:, t], h, c, h_new)
+    for t in range(T):
+        h_new, c_new = step(t, inputs[:, t], h, c, h_buffers[t % 2])
+        if lengths is None:
+            y_run[t] = h_new.T
+            h, c = h_new, c_new
+        else:
             valid = t < lengths  # [B], broadcast over the feature rows
-            y_run[:, t] = np.where(valid, h_new, 0)
+            y_run[t] = np.where(valid, h_new, 0).T
             h = np.where(valid, h_new, h)  # select, never multiply: padded steps may hold NaN
             c = None if c is None else np.where(valid, c_new, c)
     if gathered:
@@ -216,9 +194,9 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
 
 
 def new_trace(mode: CellMode, params: PseudoLayerParams, h0: Array, c0: Array | None, y: Array) -> DirectionTrace:
-    """An empty trace for one direction that starts from ``h0 [Hr, B]``, ``c0`` and writes ``y [Hr, T, B]``."""
+    """An empty trace for one direction that starts from ``h0 [Hr, B]``, ``c0`` and writes ``y [T, B, Hr]``."""
     H = params.R.shape[0] // mode.num_gates
-    T, B = y.shape[1:]
+    T, B = y.shape[:2]
     return DirectionTrace(
         acts=np.empty((T, mode.saved_width * H, B), dtype=y.dtype),
         c=None if c0 is None else np.empty((T, H, B), dtype=y.dtype),
@@ -258,14 +236,14 @@ def run_layers(
     inputs, directions = [], []
     for layer in range(num_layers):
         inputs.append(layer_input)
-        y = np.empty((num_dirs * Hr, T, B), dtype=x.dtype)
+        y = np.empty((T, B, num_dirs * Hr), dtype=x.dtype)
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             params = layers[pl]
             xw = input_projection(layer_input, params, mode.num_gates, projection_bias(mode, params))
             h_start = np.ascontiguousarray(h0[pl].T)
             c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
-            y_dir = y[direction * Hr : (direction + 1) * Hr]
+            y_dir = y[:, :, direction * Hr : (direction + 1) * Hr]
             record = new_trace(mode, params, h_start, c_start, y_dir) if trace else None
             h_end, c_end = run_direction(fused_step(mode, params, B, record), xw, h_start, c_start, lengths,
                                          direction == 1, y_dir)
@@ -273,9 +251,9 @@ def run_layers(
             if c_n is not None:
                 c_n[pl] = c_end.T
             directions.append(record)
-        layer_input = sequence_major(y, (1, 2), x.dtype)
+        layer_input = y  # kept by the trace as it is: dropout and rounding make new arrays
         if layer < len(dropout_scales):
-            layer_input *= dropout_scales[layer]
+            layer_input = layer_input * dropout_scales[layer]
         if layer_output_dtype is not None:
             layer_input = layer_input.astype(layer_output_dtype).astype(x.dtype)
     stack = StackTrace(layers, inputs, directions, dropout_scales, lengths) if trace else None
