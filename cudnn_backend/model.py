@@ -15,6 +15,7 @@ be backpropagated once (``BackwardData`` writes into the reserve space).
 from __future__ import annotations
 
 import ctypes
+import functools
 from ctypes import byref, c_size_t, c_void_p
 from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
@@ -25,6 +26,7 @@ import reference
 from reference import checks
 from reference.layout import Region
 from reference.model import ForwardResult, Gradients, LSTMCall, NoCellStateCall, training_reserve
+from reference.recurrence import caller_layout
 
 from . import _lib
 from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
@@ -285,7 +287,7 @@ class _CudnnModel:
                        x_desc.ptr, _ptr(x), y_desc.ptr, _ptr(y), h_desc.ptr, _ptr(hx), _ptr(hy),
                        c_desc.ptr, _ptr(cx), _ptr(cy), self._weight_bytes, _ptr(w),
                        work.nbytes, _ptr(work), 0 if reserve is None else reserve.nbytes, _ptr(reserve))
-        state = _to_layout(time_major)
+        state = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         record = CudnnReserve(self._token, is_training, time_major, lengths, x_desc, y_desc, h_desc, c_desc,
                               x, y.copy() if is_training else y, hx, cx, w, dev_lengths, reserve)
         return ForwardResult(y, state(hy), None if cy is None else state(cy), record)
@@ -353,7 +355,7 @@ class _CudnnModel:
         valid = _valid_steps(r, r.x.shape)
         if valid is not None:  # cuDNN leaves padded steps of dx undefined (maybe NaN): select zeros
             dx = cp.where(valid, dx, 0).astype(self.dtype)
-        state = _to_layout(r.time_major)
+        state = functools.partial(caller_layout, time_major=r.time_major, dtype=self.dtype)
         return Gradients(dx, state(dhx), None if dcx is None else state(dcx), dw)
 
 
@@ -367,13 +369,6 @@ def _valid_steps(r: CudnnReserve, shape):
     mask = steps[:, None] < lengths[None, :]
     mask = mask if r.time_major else mask.T
     return mask[..., None]
-
-
-def _to_layout(time_major: bool):
-    def state(a):
-        return a if time_major else _cupy().ascontiguousarray(a.transpose(1, 0, 2))
-
-    return state
 
 
 def _device_array(name: str, value, dtype: np.dtype, ndim: int, dims_doc: str):

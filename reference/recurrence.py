@@ -41,9 +41,10 @@ class PseudoLayerParams:
 
 def caller_layout(a: Array, time_major: bool, dtype: np.dtype) -> Array:
     """A ``[T, B, ...]`` (or ``[L*D, B, ...]``) result as ``dtype`` in the caller's layout: as is when
-    ``time_major``, else the first two axes swapped (contiguous)."""
+    ``time_major``, else the first two axes swapped (contiguous). Array methods only, so the cuDNN
+    backend passes CuPy arrays through the same function."""
     a = a.astype(dtype, copy=False)
-    return a if time_major else np.ascontiguousarray(a.transpose(1, 0, 2))
+    return a if time_major else a.transpose(1, 0, 2).copy()
 
 
 def input_projection(x: Array, params: PseudoLayerParams, num_gates: int, bias: Array) -> Array:
@@ -177,7 +178,7 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     ws = Workspace(params.R, np.concatenate(inner)[:, None] if inner else None,
                    np.empty((GH, B), dtype), np.empty((H, B), dtype))
     c_buffers = np.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out never aliases c
-    h_raw = np.empty((H, B), dtype) if params.P is not None else None
+    h_raw = np.empty((H, B), dtype) if params.P is not None and record is None else None  # training: the trace
 
     def step(t: int, xw_t: Array, h: Array, c: Array | None, h_out: Array):
         if record is None:
