@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from compat_tests.peers import GPU_PEERS, PEERS
+from reference import buffers
 
 _common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
@@ -24,6 +25,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Every array the reference's buffer cache could serve goes through it, however small, so the suite's
+    # small Hypothesis models check its reuse too (by default only arrays >= 128 KiB do).
+    buffers.MIN_CACHED_BYTES = 0
     # Declared here rather than in pyproject.toml so `rnn-compat test` works from any directory.
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU with cuDNN 9; skipped elsewhere with the reason "
                                        "from cudnn_backend.available()")

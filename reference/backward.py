@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import buffers
 from .modes import CellMode
 from .recurrence import DirectionTrace, PseudoLayerParams, StackTrace, run_order, zero_padded
 
@@ -29,13 +30,20 @@ def _rows(a: Array) -> Array:
     return a.reshape(a.shape[0], -1)
 
 
+def _transposed(a: Array) -> Array:
+    """``a.T`` as a contiguous array (from the buffer cache)."""
+    out = buffers.empty(a.shape[::-1], a.dtype)
+    out[...] = a.T
+    return out
+
+
 def previous_outputs(trace: DirectionTrace, index: tuple) -> Array:
     """Each step's recurrent input ``h_prev [T, B, Hr]`` in run order (``index`` from :func:`run_order`):
     ``h0``, then the outputs of the steps before. A sequence's valid steps come first in run order, so
     this is exact at every valid step; at padded steps, where no gradient flows, it holds zeros or the
     last valid output rather than the carried state."""
     y_run = trace.y[index]
-    h_prev = np.empty(trace.y.shape, dtype=trace.y.dtype)
+    h_prev = buffers.empty(trace.y.shape, trace.y.dtype)
     h_prev[0] = trace.h0.T
     h_prev[1:] = y_run[:-1]
     return h_prev
@@ -64,14 +72,14 @@ def backprop_direction(
     index = run_order(T, lengths, reverse)
     dy = dy[index]
     h_prev = previous_outputs(trace, index)
-    d_xw = np.empty((GH, T, B), dtype=dy.dtype)
-    d_rec = np.empty((GH, T, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw
-    g_out = None if params.P is None else np.empty((dy.shape[2], T, B), dtype=dy.dtype)
-    RT = np.ascontiguousarray(params.R.T)
-    PT = None if params.P is None else np.ascontiguousarray(params.P.T)
+    d_xw = buffers.empty((GH, T, B), dy.dtype)
+    d_rec = buffers.empty((GH, T, B), dy.dtype) if mode.separate_rec_grad else d_xw
+    g_out = None if params.P is None else buffers.empty((dy.shape[2], T, B), dy.dtype)
+    RT = _transposed(params.R)
+    PT = None if params.P is None else _transposed(params.P)
     # A step's many elementwise ops run on contiguous scratch: one strided copy out per array.
-    d_xw_t = np.empty((GH, B), dtype=dy.dtype)
-    d_rec_t = np.empty((GH, B), dtype=dy.dtype) if mode.separate_rec_grad else d_xw_t
+    d_xw_t = buffers.empty((GH, B), dy.dtype)
+    d_rec_t = buffers.empty((GH, B), dy.dtype) if mode.separate_rec_grad else d_xw_t
     dh, dc = dh_n, dc_n
     for t in range(T - 1, -1, -1):
         g = dh + dy[t].T
@@ -97,7 +105,7 @@ def backprop_direction(
             dc_prev = None if dc is None else np.where(valid, dc_prev, dc)
         dh, dc = dh_prev, dc_prev
 
-    dR = np.empty_like(params.R)
+    dR = buffers.empty(params.R.shape, params.R.dtype)
     d_rec_rows = _rows(d_rec)
     for rows, inputs in mode.recurrent_inputs(h_prev, trace.acts, H):
         dR[rows] = d_rec_rows[rows] @ zero_padded(inputs, lengths, 2).reshape(T * B, -1)
@@ -131,8 +139,10 @@ def backprop_layers(
     d_out = dy
     for layer in range(num_layers - 1, -1, -1):
         x = stack.inputs[layer]  # [T, B, width]
+        steps = x.shape[0] * x.shape[1]
         x_rows = zero_padded(x, stack.lengths, 2).reshape(-1, x.shape[2])
-        d_in = None
+        d_in = (np.empty if layer == 0 else buffers.empty)(x.shape, x.dtype)  # layer 0's is the caller's
+        d_part = buffers.empty(x.shape, x.dtype) if num_dirs > 1 else None
         width = d_out.shape[2] // num_dirs
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
@@ -144,14 +154,15 @@ def backprop_layers(
             if dc0 is not None:
                 dc0[pl] = dc_start.T
             d_rows = _rows(d_xw)
+            target = d_in if direction == 0 else d_part  # the first direction's input gradient is assigned
             if p.W is None:  # skip_input: the input fed every gate as is
-                d_part = d_rows.reshape(G, -1, d_rows.shape[1]).sum(axis=0).T
+                np.sum(d_rows.reshape(G, -1, d_rows.shape[1]), axis=0, out=target.reshape(steps, -1).T)
                 dW = None
             else:  # BLAS reads d_rows transposed in place: the gradient comes out sequence-major
-                d_part = d_rows.T @ p.W
-                dW = d_rows @ x_rows
-            d_part = d_part.reshape(x.shape)
-            d_in = d_part if d_in is None else np.add(d_in, d_part, out=d_in)
+                np.matmul(d_rows.T, p.W, out=target.reshape(steps, -1))
+                dW = np.matmul(d_rows, x_rows, out=buffers.empty(p.W.shape, p.W.dtype))
+            if direction > 0:
+                d_in += d_part
             # The input bias shares the recurrent bias's gradient unless the mode separates d_rec from d_xw.
             d_b_W = None if p.b_W is None else d_rows.sum(axis=1) if mode.separate_rec_grad else g.b_R
             grads[pl] = PseudoLayerParams(W=dW, b_W=d_b_W, R=g.R, b_R=g.b_R, P=g.P)

@@ -13,7 +13,7 @@ from typing import ClassVar, NamedTuple, Sequence
 
 import numpy as np
 
-from . import checks, layout
+from . import buffers, checks, layout
 from .layout import LayoutSpec, Region
 from .modes import MODES, CellMode
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
@@ -205,7 +205,9 @@ class _CudnnRNN:
             regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
             if regions[0] is None:
                 return None
-            return np.concatenate([layout.view(params, r) for r in regions]).astype(cdt)
+            blocks = [layout.view(params, r) for r in regions]
+            shape = (sum(b.shape[0] for b in blocks), *blocks[0].shape[1:])
+            return np.concatenate(blocks, out=buffers.empty(shape, cdt))  # a copy: params may change later
 
         layers = []
         for pl in range(self.num_layers * self.num_dirs):
@@ -213,7 +215,7 @@ class _CudnnRNN:
             layers.append(PseudoLayerParams(
                 W=stacked("weight", pl, order), b_W=stacked("bias", pl, order),
                 R=stacked("weight", pl, [G + g for g in order]), b_R=stacked("bias", pl, [G + g for g in order]),
-                P=None if proj is None else layout.view(params, proj).astype(cdt),
+                P=None if proj is None else stacked("weight", pl, [layout.PROJECTION_LIN_LAYER_ID]),
             ))
         return layers
 

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import buffers
 from .modes import CellMode, Workspace
 
 Array = np.ndarray
@@ -47,16 +48,19 @@ def caller_layout(a: Array, time_major: bool, dtype: np.dtype) -> Array:
     return a if time_major else a.transpose(1, 0, 2).copy()
 
 
-def input_projection(x: Array, params: PseudoLayerParams, num_gates: int, bias: Array) -> Array:
-    """``W @ x + bias`` for all time steps in one GEMM: ``x [T, B, in]`` (contiguous) -> ``[G*H, T, B]``."""
+def input_projection(x: Array, params: PseudoLayerParams, bias: Array, out: Array) -> Array:
+    """``W @ x + bias`` for all time steps in one GEMM: ``x [T, B, in]`` (contiguous) -> ``out [G*H, T, B]``
+    (contiguous), which is returned."""
     T, B, width = x.shape
     x_rows = x.reshape(T * B, width)
+    xw = out.reshape(out.shape[0], T * B)
     if params.W is None:  # skip_input: the input feeds every gate as is
-        xw = np.tile(x_rows.T, (num_gates, 1))
+        for block in xw.reshape(-1, width, T * B):
+            block[...] = x_rows.T
     else:
-        xw = params.W @ x_rows.T
+        np.matmul(params.W, x_rows.T, out=xw)
     xw += bias[:, None]
-    return xw.reshape(-1, T, B)
+    return out
 
 
 def run_order(T: int, lengths: Array | None, reverse: bool) -> tuple:
@@ -138,8 +142,8 @@ def run_direction(
     index = run_order(T, lengths, reverse)
     gathered = reverse and lengths is not None  # a gathered copy, not a view: results are scattered back
     inputs = inputs[(slice(None), *index)]
-    y_run = np.empty(y.shape, dtype=y.dtype) if gathered else y[index]
-    h_buffers = np.empty((2, *h0.shape), dtype=h0.dtype)  # ping-pong: h_out never aliases h
+    y_run = buffers.empty(y.shape, y.dtype) if gathered else y[index]
+    h_buffers = buffers.empty((2, *h0.shape), h0.dtype)  # ping-pong: h_out never aliases h
     h, c = h0, c0
     for t in range(T):
         h_new, c_new = step(t, inputs[:, t], h, c, h_buffers[t % 2])
@@ -176,9 +180,9 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     dtype = params.R.dtype
     inner = [params.b_R[g * H : (g + 1) * H] for g in mode.inner_bias_gates]
     ws = Workspace(params.R, np.concatenate(inner)[:, None] if inner else None,
-                   np.empty((GH, B), dtype), np.empty((H, B), dtype))
-    c_buffers = np.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out never aliases c
-    h_raw = np.empty((H, B), dtype) if params.P is not None and record is None else None  # training: the trace
+                   buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
+    c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
+    h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
 
     def step(t: int, xw_t: Array, h: Array, c: Array | None, h_out: Array):
         if record is None:
@@ -199,9 +203,9 @@ def new_trace(mode: CellMode, params: PseudoLayerParams, h0: Array, c0: Array | 
     H = params.R.shape[0] // mode.num_gates
     T, B = y.shape[:2]
     return DirectionTrace(
-        acts=np.empty((T, mode.saved_width * H, B), dtype=y.dtype),
-        c=None if c0 is None else np.empty((T, H, B), dtype=y.dtype),
-        h_raw=None if params.P is None else np.empty((T, H, B), dtype=y.dtype),
+        acts=buffers.empty((T, mode.saved_width * H, B), y.dtype),
+        c=None if c0 is None else buffers.empty((T, H, B), y.dtype),
+        h_raw=None if params.P is None else buffers.empty((T, H, B), y.dtype),
         h0=h0, c0=c0, y=y,
     )
 
@@ -235,13 +239,15 @@ def run_layers(
     c_n = None if c0 is None else np.empty_like(c0)
     layer_input = np.ascontiguousarray(x)
     inputs, directions = [], []
+    xw = buffers.empty((layers[0].R.shape[0], T, B), x.dtype)  # every pseudo-layer's, in turn
     for layer in range(num_layers):
         inputs.append(layer_input)
-        y = np.empty((T, B, num_dirs * Hr), dtype=x.dtype)
+        last = layer == num_layers - 1  # its output is the caller's: a fresh array
+        y = (np.empty if last else buffers.empty)((T, B, num_dirs * Hr), x.dtype)
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             params = layers[pl]
-            xw = input_projection(layer_input, params, mode.num_gates, projection_bias(mode, params))
+            input_projection(layer_input, params, projection_bias(mode, params), xw)
             h_start = np.ascontiguousarray(h0[pl].T)
             c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
             y_dir = y[:, :, direction * Hr : (direction + 1) * Hr]

@@ -1,0 +1,120 @@
+"""The reference's buffer cache (``reference.buffers``): memory is reused only once nothing references it,
+and results kept across calls stay intact."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import reference
+from reference import buffers
+
+
+@pytest.fixture
+def cache():
+    """A clean cache for this thread, with the suite's limit restored afterwards."""
+    buffers.release()
+    old = buffers.limit()
+    yield buffers
+    buffers.set_limit(old)
+    buffers.release()
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.shares_memory(a, b)
+
+
+def test_memory_is_reused_once_dropped(cache):
+    a = cache.empty((300, 200), np.float32)
+    address = a.__array_interface__["data"][0]
+    del a
+    b = cache.empty((300, 200), np.float32)
+    assert b.__array_interface__["data"][0] == address
+    assert b.shape == (300, 200) and b.dtype == np.float32 and b.flags.c_contiguous
+
+
+def test_memory_in_use_is_never_handed_out(cache):
+    a = cache.empty((300, 200), np.float32)
+    view = a.T[5:]  # a view keeps the block in use after its parent is gone
+    del a
+    b = cache.empty((300, 200), np.float32)
+    assert not _same_memory(view, b)
+    saved = np.asarray(memoryview(b))  # so does anything that exports its buffer
+    del b
+    c = cache.empty((300, 200), np.float32)
+    assert not _same_memory(saved, c) and not _same_memory(view, c)
+
+
+def test_nearby_sizes_share_a_block(cache):
+    a = cache.empty((100, 1000), np.float64)
+    address = a.__array_interface__["data"][0]
+    del a
+    b = cache.empty((99, 1000), np.float64)  # within the same 1/8 size class
+    assert b.__array_interface__["data"][0] == address
+
+
+def test_limit_bounds_what_is_kept(cache):
+    cache.set_limit(1 << 20)
+    held = [cache.empty((1 << 18,), np.uint8) for _ in range(6)]  # 1.5 MiB asked, 1 MiB may be cached
+    cached = {h.__array_interface__["data"][0] for h in held if h.base is not None}
+    assert len(cached) == 4  # the rest are plain arrays
+    del held
+    again = [cache.empty((1 << 18,), np.uint8) for _ in range(6)]
+    assert {a.__array_interface__["data"][0] for a in again if a.base is not None} == cached
+
+
+def test_limit_zero_and_release_drop_free_blocks(cache):
+    a = cache.empty((1 << 16,), np.float32)
+    address = a.__array_interface__["data"][0]
+    del a
+    cache.release()
+    b = cache.empty((1 << 16,), np.float32)
+    assert b.base is not None  # a fresh block of the cache again
+    cache.set_limit(0)
+    c = cache.empty((1 << 16,), np.float32)
+    assert c.base is None and c.flags.owndata  # the cache is off: a plain np.empty
+    del address
+
+
+@pytest.mark.parametrize("nbytes", [-1, 1.5, True, "1"])
+def test_set_limit_refuses_bad_values(cache, nbytes):
+    with pytest.raises(ValueError, match="nbytes"):
+        cache.set_limit(nbytes)
+
+
+def test_threads_have_their_own_blocks(cache):
+    a = cache.empty((300, 200), np.float32)
+    address = a.__array_interface__["data"][0]
+    del a
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(cache.empty((300, 200), np.float32).__array_interface__["data"][0]))
+    thread.start()
+    thread.join()
+    assert seen and seen[0] != address
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_training_results_survive_later_calls(cache, mode):
+    """A ForwardResult kept while other forward and backward calls run (which reuse the cache) still gives
+    the gradients of its own forward pass."""
+    rng = np.random.default_rng(7)
+    model = reference.make_model(mode, 2, 16, 8, direction="bidirectional", dtype=np.float64)
+    params = rng.standard_normal(model.params_size()) * 0.3
+    x1, x2 = rng.standard_normal((2, 6, 3, 8))
+    dy = rng.standard_normal((6, 3, 32))
+    expected = model.backward(model.forward(x1, None, params, is_training=True), dy)
+    kept = model.forward(x1, None, params, is_training=True)
+    for _ in range(2):  # other work in between, on other data
+        model.backward(model.forward(x2, None, params, is_training=True), dy)
+        model.forward(x2, None, params, is_training=False)
+    got = model.backward(kept, dy)
+    for e, g in zip(expected, got):
+        if e is not None:
+            np.testing.assert_array_equal(g, e)
+
+
+def test_arrays_outside_the_cached_sizes_are_plain(cache):
+    big = cache.empty((cache.MAX_CACHED_BYTES + 1,), np.uint8)
+    assert big.base is None and big.flags.owndata
