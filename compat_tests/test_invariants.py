@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compat_tests.compare import assert_agree_within_policy
-from compat_tests.config import Case, Outputs, RNNConfig, ground_truth, make_case, run_reference
+from compat_tests.config import Case, Outputs, RNNConfig, forward_case, ground_truth, make_case, run_reference
 from compat_tests.peers.canonical import by_pseudo_layer
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import GRU_VARIANTS_DIFFER_BY
@@ -121,6 +121,17 @@ def test_bidirectional_equals_forward_run_plus_reversed_run(cfg):
         layer_input = np.concatenate(outputs, axis=2)
     expected = Outputs(layer_input, np.concatenate(h_n), None if c_n[0] is None else np.concatenate(c_n))
     assert_agree_within_policy(cfg, case, got, expected)
+
+
+@given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES))
+def test_training_forward_equals_inference_forward(cfg):
+    """Without dropout, a training pass (each step computing in its slice of the trace) and an inference
+    pass (each step computing in reused scratch) agree."""
+    case = make_case(cfg)
+    model = cfg.model()
+    train = forward_case(model, cfg, case, is_training=True)
+    infer = forward_case(model, cfg, case, is_training=False)
+    assert_agree_within_policy(cfg, case, Outputs(*infer[:3]), Outputs(*train[:3]))
 
 
 @given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES))
