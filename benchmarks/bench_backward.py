@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from .harness import Case, compare
+from .harness import Case, compare, ratio
 
 CASES = [Case(mode, 100, 32, 128, 256, 1, False) for mode in ("gru", "lstm")] + \
         [Case(mode, 100, 64, 256, 512, 2, False) for mode in ("gru", "lstm")]
@@ -25,7 +25,7 @@ def main() -> None:
     print("floor = the reference's GEMMs alone (same shapes, numpy)")
     rows = compare("train", CASES, ["reference", "torch", "floor"], a.rounds, a.seconds)
     for row in rows:
-        print(f"{row['case']}: floor/torch = {row['floor_ms'] / row['torch_ms']:.2f}")
+        print(f"{row['case']}: floor/torch = {ratio(row['times'], 'floor', 'torch')}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from statistics import median
 
 from reference.modes import MODES
 
-from .harness import Case, measure, medians
+from .harness import Case, measure, ratio, samples
 
 SHAPES = [(100, 32, 128, 256, 1, False), (100, 64, 256, 512, 2, False), (50, 16, 128, 128, 1, True),
           (200, 1, 64, 128, 1, False), (100, 128, 512, 1024, 1, False)]
@@ -45,13 +45,14 @@ def main() -> None:
     for mode in a.modes.split(","):
         for shape in SHAPES:
             case = Case(mode, *shape)
-            med = medians("infer", case, impls, a.rounds, a.seconds)
+            times = samples("infer", case, impls, a.rounds, a.seconds)
+            med = {impl: median(v) for impl, v in times.items()}
             fastest = min(("torch", "onnxruntime"), key=med.get)
             rate, floor_rate = (flops(case) / med[impl] / 1e9 for impl in ("reference", "floor"))
             print(f"{case.label():44s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
                   f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
-                  f"reference/{fastest} = {med['reference'] / med[fastest]:.2f}  "
-                  f"floor/{fastest} = {med['floor'] / med[fastest]:.2f}  "
+                  f"reference/{fastest} = {ratio(times, 'reference', fastest)}  "
+                  f"floor/{fastest} = {ratio(times, 'floor', fastest)}  "
                   f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM (floor {100 * floor_rate / peak:3.0f}%)",
                   flush=True)
 

@@ -3,7 +3,8 @@
 Two cores shared by torch's OpenMP pool, OpenBLAS's threads or onnxruntime's pool make same-process
 timings meaningless, so every measurement is its own ``python -m benchmarks.worker`` process. Rounds
 alternate the implementations so slow phases of a shared host hit all of them alike; each cell of the
-table is the median over rounds, and the ratio is ``median(reference) / median(peer)``.
+table is the median over rounds, and the ratio is ``median(reference) / median(peer)``, followed by the
+range of the per-round ratios in brackets.
 """
 
 from __future__ import annotations
@@ -38,26 +39,35 @@ def measure(impl: str, task: str, case: Case, seconds: float) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
-def medians(task: str, case: Case, impls: list[str], rounds: int, seconds: float) -> dict[str, float]:
-    """Seconds per call of each implementation: the median over ``rounds`` that alternate them."""
-    samples: dict[str, list[float]] = {impl: [] for impl in impls}
+def samples(task: str, case: Case, impls: list[str], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """Seconds per call of each implementation in each of ``rounds`` rounds that alternate them."""
+    times: dict[str, list[float]] = {impl: [] for impl in impls}
     for _ in range(rounds):
         for impl in impls:
-            samples[impl].append(measure(impl, task, case, seconds))
-    return {impl: median(v) for impl, v in samples.items()}
+            times[impl].append(measure(impl, task, case, seconds))
+    return times
+
+
+def ratio(times: dict[str, list[float]], a: str, b: str) -> str:
+    """``median(a) / median(b)`` and, in brackets, the range of the per-round ratios: each round ran both
+    close in time, so the range shows how far the host drifted during the measurement."""
+    per_round = [x / y for x, y in zip(times[a], times[b])]
+    return f"{median(times[a]) / median(times[b]):.2f} [{min(per_round):.2f}-{max(per_round):.2f}]"
 
 
 def compare(task: str, cases: list[Case], impls: list[str], rounds: int, seconds: float) -> list[dict]:
     rows = []
     for case in cases:
-        times = medians(task, case, impls, rounds, seconds)
-        rows.append({"case": case.label(), **{f"{i}_ms": 1e3 * m for i, m in times.items()},
-                     **{f"reference/{i}": times["reference"] / times[i] for i in impls if i != "reference"}})
+        times = samples(task, case, impls, rounds, seconds)
+        rows.append({"case": case.label(), **{f"{i}_ms": 1e3 * median(v) for i, v in times.items()},
+                     **{f"reference/{i}": ratio(times, "reference", i) for i in impls if i != "reference"},
+                     "times": times})
         print(format_row(rows[-1]), flush=True)
     return rows
 
 
 def format_row(row: dict) -> str:
     cells = [row["case"].ljust(44)]
-    cells += [f"{k} {v:9.2f}" if k.endswith("_ms") else f"{k} = {v:.2f}" for k, v in row.items() if k != "case"]
+    cells += [f"{k} {v:9.2f}" if k.endswith("_ms") else f"{k} = {v}" for k, v in row.items()
+              if k not in ("case", "times")]
     return "  ".join(cells)
