@@ -7,6 +7,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import reference
 from reference import buffers
@@ -118,3 +120,22 @@ def test_training_results_survive_later_calls(cache, mode):
 def test_arrays_outside_the_cached_sizes_are_plain(cache):
     big = cache.empty((cache.MAX_CACHED_BYTES + 1,), np.uint8)
     assert big.base is None and big.flags.owndata
+
+
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 7), st.sampled_from(["float32", "float64", "int16"])),
+                    max_size=40))
+def test_live_arrays_never_overlap(cache, ops):
+    """Any interleaving of allocations and drops: every array handed out is disjoint from every array still
+    alive, and keeps what was written into it until it is dropped."""
+    cache.set_limit(1 << 16)  # small, so eviction and plain arrays take part too
+    live: list[tuple[np.ndarray, int]] = []
+    for stamp, (allocate, k, dtype) in enumerate(ops):
+        if allocate or not live:
+            a = cache.empty((k + 1, 37 * (k % 3 + 1)), dtype)
+            assert not any(np.shares_memory(a, other) for other, _ in live)
+            a[...] = stamp % 100
+            live.append((a, stamp % 100))
+        else:
+            del live[k % len(live)]
+        for other, value in live:
+            assert (other == value).all()
