@@ -139,3 +139,36 @@ def test_live_arrays_never_overlap(cache, ops):
             del live[k % len(live)]
         for other, value in live:
             assert (other == value).all()
+
+
+def test_threads_running_models_at_once_get_their_own_results(cache):
+    """Several threads running forward and backward passes at once (each with its own cache, NumPy and BLAS
+    releasing the GIL) get the results of running alone without the cache."""
+    rng = np.random.default_rng(3)
+    model = reference.make_model("gru", 1, 24, 8, direction="bidirectional", dtype=np.float64)
+    params = rng.standard_normal(model.params_size()) * 0.3
+    xs = rng.standard_normal((4, 9, 5, 8))
+    dy = rng.standard_normal((9, 5, 48))
+
+    def run(x):
+        fwd = model.forward(x, None, params, is_training=True)
+        return fwd.output, model.backward(fwd, dy).params
+
+    limit = cache.limit()
+    cache.set_limit(0)  # the expected results come from plain arrays
+    alone = [run(x) for x in xs]
+    cache.set_limit(limit)
+    results: list = [None] * len(xs)
+
+    def worker(k):
+        for _ in range(5):
+            results[k] = run(xs[k])
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(xs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for (out, d_params), (want_out, want_d) in zip(results, alone):
+        np.testing.assert_array_equal(out, want_out)
+        np.testing.assert_array_equal(d_params, want_d)
