@@ -4,6 +4,7 @@ and results kept across calls stay intact."""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -24,10 +25,6 @@ def cache():
     buffers.release()
 
 
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return np.shares_memory(a, b)
-
-
 def test_memory_is_reused_once_dropped(cache):
     a = cache.empty((300, 200), np.float32)
     address = a.__array_interface__["data"][0]
@@ -42,11 +39,11 @@ def test_memory_in_use_is_never_handed_out(cache):
     view = a.T[5:]  # a view keeps the block in use after its parent is gone
     del a
     b = cache.empty((300, 200), np.float32)
-    assert not _same_memory(view, b)
+    assert not np.shares_memory(view, b)
     saved = np.asarray(memoryview(b))  # so does anything that exports its buffer
     del b
     c = cache.empty((300, 200), np.float32)
-    assert not _same_memory(saved, c) and not _same_memory(view, c)
+    assert not np.shares_memory(saved, c) and not np.shares_memory(view, c)
 
 
 def test_nearby_sizes_share_a_block(cache):
@@ -69,20 +66,22 @@ def test_limit_bounds_what_is_kept(cache):
 
 def test_limit_zero_and_release_drop_free_blocks(cache):
     a = cache.empty((1 << 16,), np.float32)
-    address = a.__array_interface__["data"][0]
+    block = weakref.ref(a.base)
     del a
+    assert block() is not None  # kept by the cache
     cache.release()
+    assert block() is None  # dropped
     b = cache.empty((1 << 16,), np.float32)
     assert b.base is not None  # a fresh block of the cache again
     cache.set_limit(0)
     c = cache.empty((1 << 16,), np.float32)
     assert c.base is None and c.flags.owndata  # the cache is off: a plain np.empty
-    del address
 
 
-@pytest.mark.parametrize("nbytes", [-1, 1.5, True, "1"])
-def test_set_limit_refuses_bad_values(cache, nbytes):
-    with pytest.raises(ValueError, match="nbytes"):
+@pytest.mark.parametrize(("nbytes", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError),
+                                               ("1", TypeError)])
+def test_set_limit_refuses_bad_values(cache, nbytes, error):
+    with pytest.raises(error, match="nbytes must be an int >= 0"):
         cache.set_limit(nbytes)
 
 

@@ -23,6 +23,8 @@ import threading
 
 import numpy as np
 
+from . import checks
+
 MIN_CACHED_BYTES = 1 << 17  # smaller arrays come from malloc's heap, which keeps them
 MAX_CACHED_BYTES = 1 << 26  # larger arrays cost far more to compute than to fault in, and are big to keep
 _DEFAULT_LIMIT = 512 << 20
@@ -98,9 +100,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
 def set_limit(nbytes: int) -> None:
     """Keep at most ``nbytes`` in each thread's cache (0 turns the cache off); free blocks over it go."""
     global _limit
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
-        raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
-    _limit = int(nbytes)
+    _limit = checks.int_at_least("nbytes", nbytes, 0)
     _drop_free(_blocks(), _held(_blocks()) - _limit)
 
 
