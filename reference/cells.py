@@ -10,7 +10,7 @@ Float16 weights compute in float32, as the fused reference does.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -27,8 +27,34 @@ def _compute(*arrays: Array) -> list[Array]:
     return [a.astype(dtype) for a in arrays]
 
 
-class BasicRNNCell:
+class _TFCell:
+    """What every cell shares: its constructor arguments are TF tensors, named (under the cell's prefix) by
+    ``tf_tensors`` in order; ``tf_optional`` names those a checkpoint may lack (``None`` then)."""
+
+    tf_tensors: ClassVar[tuple[str, ...]]
+    tf_optional: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def from_tf(cls, tensors: dict[str, Array], prefix: str, **options):
+        return cls(*(tensors.get(f"{prefix}/{name}") if name in cls.tf_optional else tensors[f"{prefix}/{name}"]
+                     for name in cls.tf_tensors), **options)
+
+
+class _StatelessCell(_TFCell):
+    """A cell whose state is its output ``h [B, H]``."""
+
+    def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
+        raise NotImplementedError
+
+    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
+        h, _ = self.step(inputs, state, None)
+        return h, h
+
+
+class BasicRNNCell(_StatelessCell):
     """TF ``BasicRNNCell``: ``h' = act([x, h] @ kernel + bias)``; ``kernel [in+H, H]``, ``bias [H]``."""
+
+    tf_tensors = ("kernel", "bias")
 
     def __init__(self, kernel: Array, bias: Array, activation: str = "tanh") -> None:
         self.kernel, self.bias = _compute(kernel, bias)
@@ -38,16 +64,15 @@ class BasicRNNCell:
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         return self.activation(np.concatenate([x, h], axis=1) @ self.kernel + self.bias), None
 
-    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
-        h, _ = self.step(inputs, state, None)
-        return h, h
 
-
-class CudnnCompatibleLSTMCell:
+class CudnnCompatibleLSTMCell(_TFCell):
     """TF ``CudnnCompatibleLSTMCell`` (``LSTMBlockCell``, forget_bias 0, no peepholes): ``[x, h] @ kernel +
     bias`` gives gate blocks **i, c, f, o**; ``c' = sigmoid(i) * tanh(ci) + sigmoid(f) * c``,
     ``h' = sigmoid(o) * tanh(c')``, then ``h' @ projection`` when a ``projection [H, P]`` is given
     (TF ``LSTMCell(num_proj)``). ``kernel [in+Hr, 4H]``, ``bias [4H]``."""
+
+    tf_tensors = ("kernel", "bias", "projection/kernel")
+    tf_optional = frozenset({"projection/kernel"})
 
     def __init__(self, kernel: Array, bias: Array, projection: Array | None = None) -> None:
         self.kernel, self.bias = _compute(kernel, bias)
@@ -68,10 +93,14 @@ class CudnnCompatibleLSTMCell:
         return h_new, (c_new, h_new)
 
 
-class CudnnCompatibleGRUCell:
+class CudnnCompatibleGRUCell(_StatelessCell):
     """TF ``CudnnCompatibleGRUCell``: ``r, u = sigmoid([x, h] @ gates_kernel + gates_bias)``,
     ``c = tanh(x @ input_kernel + input_bias + r * (h @ hidden_kernel + hidden_bias))``,
     ``h' = (1 - u) * c + u * h``."""
+
+    tf_tensors = ("gates/kernel", "gates/bias", "candidate/input_projection/kernel",
+                  "candidate/input_projection/bias", "candidate/hidden_projection/kernel",
+                  "candidate/hidden_projection/bias")
 
     def __init__(self, gates_kernel: Array, gates_bias: Array, input_kernel: Array, input_bias: Array,
                  hidden_kernel: Array, hidden_bias: Array) -> None:
@@ -86,14 +115,12 @@ class CudnnCompatibleGRUCell:
         candidate = np.tanh(x @ self.input_kernel + self.input_bias + r * (h @ self.hidden_kernel + self.hidden_bias))
         return (1 - u) * candidate + u * h, None
 
-    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
-        h, _ = self.step(inputs, state, None)
-        return h, h
 
-
-class GRUCell:
+class GRUCell(_StatelessCell):
     """TF ``GRUCell`` (the textbook GRU): gates as ``CudnnCompatibleGRUCell``,
     ``c = tanh([x, r * h] @ candidate_kernel + candidate_bias)``."""
+
+    tf_tensors = ("gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias")
 
     def __init__(self, gates_kernel: Array, gates_bias: Array, candidate_kernel: Array, candidate_bias: Array) -> None:
         self.gates_kernel, self.gates_bias, self.candidate_kernel, self.candidate_bias = _compute(
@@ -107,30 +134,18 @@ class GRUCell:
         candidate = np.tanh(np.concatenate([x, r * h], axis=1) @ self.candidate_kernel + self.candidate_bias)
         return (1 - u) * candidate + u * h, None
 
-    def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
-        h, _ = self.step(inputs, state, None)
-        return h, h
+
+TF_CELLS: dict[str, type[_TFCell]] = {"relu": BasicRNNCell, "tanh": BasicRNNCell, "lstm": CudnnCompatibleLSTMCell,
+                                      "gru": CudnnCompatibleGRUCell, "classic_gru": GRUCell}
+"""The TF cell of each mode (``reference.formats.tf.CELL_NAMES`` names it in a checkpoint)."""
 
 
 def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) -> list:
     """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors."""
-    cells = []
-    for pl in range(model.num_layers * model.num_dirs):
-        p = cell_prefix(model, pl, scope)
-        if model.rnn_mode in ("relu", "tanh"):
-            cells.append(BasicRNNCell(tensors[f"{p}/kernel"], tensors[f"{p}/bias"], model.rnn_mode))
-        elif model.rnn_mode == "lstm":
-            cells.append(CudnnCompatibleLSTMCell(tensors[f"{p}/kernel"], tensors[f"{p}/bias"],
-                                                 tensors.get(f"{p}/projection/kernel")))
-        elif model.rnn_mode == "gru":
-            cells.append(CudnnCompatibleGRUCell(
-                tensors[f"{p}/gates/kernel"], tensors[f"{p}/gates/bias"],
-                tensors[f"{p}/candidate/input_projection/kernel"], tensors[f"{p}/candidate/input_projection/bias"],
-                tensors[f"{p}/candidate/hidden_projection/kernel"], tensors[f"{p}/candidate/hidden_projection/bias"]))
-        else:
-            cells.append(GRUCell(tensors[f"{p}/gates/kernel"], tensors[f"{p}/gates/bias"],
-                                 tensors[f"{p}/candidate/kernel"], tensors[f"{p}/candidate/bias"]))
-    return cells
+    cls = TF_CELLS[model.rnn_mode]
+    options = {"activation": model.rnn_mode} if cls is BasicRNNCell else {}
+    return [cls.from_tf(tensors, cell_prefix(model, pl, scope), **options)
+            for pl in range(model.num_layers * model.num_dirs)]
 
 
 def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | None = None,
