@@ -187,6 +187,53 @@ def test_bad_or_foreign_checkpoints_fail_naming_the_tensor(gru_checkpoint, chang
         checkpoint.load(path)
 
 
+def _foreign_gru():
+    """A 2-layer bidirectional float32 GRU's weights in the three foreign formats."""
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    return model, {"torch": torch_format.to_state_dict(model, case.weights, case.biases),
+                   "keras": keras_format.to_keras(model, case.weights, case.biases),
+                   "onnx": onnx_format.to_onnx(model, case.weights, case.biases)}
+
+
+READERS = {"torch": torch_format.from_state_dict, "keras": keras_format.from_keras, "onnx": onnx_format.from_onnx}
+
+
+@pytest.mark.parametrize(("fmt", "change", "error", "match"), [
+    ("torch", lambda w: w.pop("weight_hh_l1_reverse"), ValueError, r"lacks 'weight_hh_l1_reverse' \(expected shape"),
+    ("torch", lambda w: w.update(bias_ih_l0=w["bias_ih_l0"][:-1]), ValueError, r"'bias_ih_l0' has shape \[11\]"),
+    ("torch", lambda w: w.update(weight_ih_l1=w["weight_ih_l1"].astype(np.float64)), TypeError,
+     r"'weight_ih_l1' must be a float32 array"),
+    ("torch", lambda w: w.update(weight_ih_l2=w["weight_ih_l1"]), ValueError, r"does not: \['weight_ih_l2'\]"),
+    ("keras", lambda w: w.pop(), ValueError, "has 4 Keras layers"),
+    ("keras", lambda w: w[1].pop(), ValueError, r"layer 1: expecting \[kernel, recurrent_kernel, bias\]"),
+    ("keras", lambda w: w[3].__setitem__(1, w[3][1][:, :8]), ValueError, r"layer 3 recurrent_kernel has shape \[4, 8\]"),
+    ("keras", lambda w: w[0].__setitem__(2, w[0][2].astype(np.float16)), TypeError,
+     "layer 0 bias must be a float32 array"),
+    ("onnx", lambda w: w.append(w[0]), ValueError, "has 2 ONNX recurrent nodes, got 3"),
+    ("onnx", lambda w: w[1].pop("R"), ValueError, r"layer 1 lacks R \(expected shape \[2, 12, 4\]\)"),
+    ("onnx", lambda w: w[0].update(B=w[0]["B"][:1]), ValueError, r"layer 0 B has shape \[1, 24\], ONNX GRU"),
+    ("onnx", lambda w: w[1].update(W=w[1]["W"].tolist()), TypeError, "layer 1 W must be a float32 array, got list"),
+])
+def test_bad_foreign_weights_fail_naming_the_tensor(fmt, change, error, match):
+    model, weights = _foreign_gru()
+    READERS[fmt](model, weights[fmt])  # as written: accepted
+    change(weights[fmt])
+    with pytest.raises(error, match=match):
+        READERS[fmt](model, weights[fmt])
+
+
+@pytest.mark.parametrize(("rows", "mode", "match"), [
+    (8, None, "weight_hh_l0 has 8 rows for hidden size 4: not 1, 3 or 4 gates"),
+    (4, None, "relu and tanh RNNs have the same weights"),
+    (12, "lstm", "holds 3-gate cells, which cannot be a 'lstm' RNN"),
+])
+def test_a_torch_state_dict_of_the_wrong_gate_count_is_refused(rows, mode, match):
+    state = {"weight_ih_l0": np.zeros((rows, 3), np.float32), "weight_hh_l0": np.zeros((rows, 4), np.float32)}
+    with pytest.raises(ValueError, match=match):
+        torch_format.config_from_state_dict(state, mode)
+
+
 def test_a_config_that_is_not_an_object_is_refused(tmp_path):
     safetensors.save(tmp_path / "c.safetensors", {"a": np.zeros(1, np.float32)}, {checkpoint.CONFIG_KEY: "[1, 2]"})
     with pytest.raises(ValueError, match="must be a JSON object"):

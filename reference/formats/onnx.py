@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, flatten, input_blocks, zeros
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, input_blocks, zeros
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -46,10 +46,10 @@ def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
     groups = []
     for layer, (got, want) in enumerate(zip(layers, expected)):
         for name, b in want.items():
-            a = got.get(name)
-            if not isinstance(a, np.ndarray) or a.dtype != model.dtype or a.shape != b.shape:
-                raise ValueError(f"layer {layer} {name}: expected a {model.dtype} array of shape {list(b.shape)}, got "
-                                 f"{None if a is None else (getattr(a, 'dtype', type(a).__name__), getattr(a, 'shape', None))}")
+            if name not in got:
+                raise ValueError(f"layer {layer} lacks {name} (expected shape {list(b.shape)}) for {model!r}")
+            check_tensor(f"layer {layer} {name}", got[name], model.dtype, b.shape,
+                         f"ONNX {OPS[model.rnn_mode]} of {model!r}")
         for d in range(D):
             W, R, bW, bR = ([None] * len(order) for _ in range(4))
             for k, g in enumerate(order):
