@@ -207,14 +207,17 @@ READERS = {"torch": torch_format.from_state_dict, "keras": keras_format.from_ker
     ("torch", lambda w: w.update(weight_ih_l2=w["weight_ih_l1"]), ValueError, r"does not: \['weight_ih_l2'\]"),
     ("keras", lambda w: w.pop(), ValueError, "has 4 Keras layers"),
     ("keras", lambda w: w[1].pop(), ValueError, r"layer 1: expecting \[kernel, recurrent_kernel, bias\]"),
-    ("keras", lambda w: w[3].__setitem__(1, w[3][1][:, :8]), ValueError, r"layer 3 recurrent_kernel has shape \[4, 8\]"),
+    ("keras", lambda w: w[3].__setitem__(1, w[3][1][:, :8]), ValueError,
+     r"layer 3 recurrent_kernel has shape \[4, 8\]"),
     ("keras", lambda w: w[0].__setitem__(2, w[0][2].astype(np.float16)), TypeError,
      "layer 0 bias must be a float32 array"),
     ("onnx", lambda w: w.append(w[0]), ValueError, "has 2 ONNX recurrent nodes, got 3"),
     ("onnx", lambda w: w[1].pop("R"), ValueError, r"layer 1 lacks R \(expected shape \[2, 12, 4\]\)"),
     ("onnx", lambda w: w[0].update(B=w[0]["B"][:1]), ValueError, r"layer 0 B has shape \[1, 24\], ONNX GRU"),
     ("onnx", lambda w: w[1].update(W=w[1]["W"].tolist()), TypeError, "layer 1 W must be a float32 array, got list"),
-])
+], ids=["torch-missing", "torch-wrong-shape", "torch-wrong-dtype", "torch-extra", "keras-layer-count",
+        "keras-weight-count", "keras-wrong-shape", "keras-wrong-dtype", "onnx-layer-count", "onnx-missing",
+        "onnx-wrong-shape", "onnx-not-an-array"])
 def test_bad_foreign_weights_fail_naming_the_tensor(fmt, change, error, match):
     model, weights = _foreign_gru()
     READERS[fmt](model, weights[fmt])  # as written: accepted
