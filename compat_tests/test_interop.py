@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import struct
 
 import numpy as np
@@ -110,6 +111,17 @@ def test_cells_speak_tensorflows_call_convention():
     ref = run_reference(cfg, case)
     np.testing.assert_array_equal(out, h)
     assert_agree_within_policy(cfg, case, Outputs(out[None], h[None], c[None]), ref)
+
+
+def test_cells_from_a_checkpoint_that_lacks_a_tensor_name_it():
+    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, dtype="float64")
+    case, model = make_case(cfg), cfg.model()
+    tensors = tf.to_tf(model, case.weights, case.biases)
+    name = "rnn/multi_rnn_cell/cell_1/cudnn_compatible_gru_cell/candidate/hidden_projection/bias"
+    del tensors[name]
+    expected = f"CudnnCompatibleGRUCell needs tensor(s) the checkpoint lacks: ['{name}']"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        cells_from_tf(model, tensors)
 
 
 # ---- files: safetensors, npz, and what must be refused -------------------------------------------------

@@ -35,9 +35,13 @@ class _TFCell:
     tf_optional: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
-    def from_tf(cls, tensors: dict[str, Array], prefix: str, **options):
-        return cls(*(tensors.get(f"{prefix}/{name}") if name in cls.tf_optional else tensors[f"{prefix}/{name}"]
-                     for name in cls.tf_tensors), **options)
+    def from_tf(cls, tensors: dict[str, Array], prefix: str, **options) -> _TFCell:
+        """The cell whose tensors are ``tensors[f"{prefix}/{name}"]``; ``options`` go to the constructor."""
+        missing = [f"{prefix}/{n}" for n in cls.tf_tensors
+                   if n not in cls.tf_optional and f"{prefix}/{n}" not in tensors]
+        if missing:
+            raise ValueError(f"{cls.__name__} needs tensor(s) the checkpoint lacks: {missing}")
+        return cls(*(tensors.get(f"{prefix}/{name}") for name in cls.tf_tensors), **options)
 
 
 class _StatelessCell(_TFCell):
