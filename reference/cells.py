@@ -139,15 +139,17 @@ class GRUCell(_StatelessCell):
         return (1 - u) * candidate + u * h, None
 
 
-TF_CELLS: dict[str, type[_TFCell]] = {"relu": BasicRNNCell, "tanh": BasicRNNCell, "lstm": CudnnCompatibleLSTMCell,
-                                      "gru": CudnnCompatibleGRUCell, "classic_gru": GRUCell}
-"""The TF cell of each mode (``reference.formats.tf.CELL_NAMES`` names it in a checkpoint)."""
+TF_CELLS: dict[str, tuple[type[_TFCell], dict]] = {
+    "relu": (BasicRNNCell, {"activation": "relu"}), "tanh": (BasicRNNCell, {"activation": "tanh"}),
+    "lstm": (CudnnCompatibleLSTMCell, {}), "gru": (CudnnCompatibleGRUCell, {}), "classic_gru": (GRUCell, {}),
+}
+"""The TF cell of each mode and its constructor options (``reference.formats.tf.CELL_NAMES`` names the cell
+in a checkpoint)."""
 
 
 def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) -> list:
     """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors."""
-    cls = TF_CELLS[model.rnn_mode]
-    options = {"activation": model.rnn_mode} if cls is BasicRNNCell else {}
+    cls, options = TF_CELLS[model.rnn_mode]
     return [cls.from_tf(tensors, cell_prefix(model, pl, scope), **options)
             for pl in range(model.num_layers * model.num_dirs)]
 
