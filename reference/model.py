@@ -459,7 +459,7 @@ def make_model(rnn_mode: str, num_layers: int, num_units: int, input_size: int, 
                num_proj: int | None = None, *, models: dict | None = None, **options):
     """A model of ``rnn_mode`` from ``models`` (default :data:`MODELS`; ``cudnn_backend.MODELS`` takes the
     same arguments plus its keyword ``options``), with every mode's constructor called alike: ``num_proj``
-    goes to the LSTM, the only mode that has it."""
-    extra = {"num_proj": num_proj} if rnn_mode == "lstm" else {}
+    goes only to the modes whose row in ``MODES`` supports a projection (the LSTM)."""
+    extra = {"num_proj": num_proj} if MODES[rnn_mode].supports_projection else {}
     return (MODELS if models is None else models)[rnn_mode](num_layers, num_units, input_size, input_mode,
                                                             direction, dtype, dropout, seed, **extra, **options)
