@@ -30,6 +30,7 @@ import reference
 from reference import checks
 from reference.layout import Region
 from reference.model import ForwardResult, Gradients, LSTMCall, NoCellStateCall, training_reserve
+from reference.modes import MODES
 from reference.recurrence import caller_layout
 
 from . import _lib
@@ -116,6 +117,7 @@ class _CudnnModel:
                      "dropout", "seed", "num_proj", "gates", "state_width"):
             setattr(self, name, getattr(spec, name))
         self._spec = spec
+        self._has_cell_state = MODES[self.rnn_mode].has_cell_state
         self._token = next(reference.model._model_tokens)
         from . import available
 
@@ -257,7 +259,7 @@ class _CudnnModel:
 
     def _cell_states(self, name: str, value, LD: int, B: int, time_major: bool):
         """An LSTM's cell state as :meth:`_states`; the other modes refuse one."""
-        if self.rnn_mode != "lstm":
+        if not self._has_cell_state:
             return checks.no_cell_state(name, value, self.rnn_mode)
         return self._states(name, value, LD, B, self.num_units, time_major)
 
@@ -303,7 +305,7 @@ class _CudnnModel:
         c_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, H))
         y = cp.empty(x.shape[:2] + (self.num_dirs * Hr,), dtype=self.dtype)
         hy = cp.empty((LD, B, Hr), dtype=self.dtype)
-        cy = cp.empty((LD, B, H), dtype=self.dtype) if self.rnn_mode == "lstm" else None
+        cy = cp.empty((LD, B, H), dtype=self.dtype) if self._has_cell_state else None
         dev_lengths = cp.asarray(host_lengths)
         mode = _lib.FWD_TRAINING if is_training else _lib.FWD_INFERENCE
         self._bind()
@@ -369,7 +371,7 @@ class _CudnnModel:
             dy = cp.where(valid, dy, 0).astype(self.dtype)
         dx = cp.empty_like(r.x)
         dhx = cp.empty((LD, B, Hr), dtype=self.dtype)
-        dcx = cp.empty((LD, B, H), dtype=self.dtype) if self.rnn_mode == "lstm" else None
+        dcx = cp.empty((LD, B, H), dtype=self.dtype) if self._has_cell_state else None
         self._bind()
         self._build_for(B)
         work, _ = self._temp_space(_lib.FWD_TRAINING, r.x_desc, with_reserve=False)

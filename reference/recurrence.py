@@ -179,8 +179,8 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     H = GH // mode.num_gates
     dtype = params.R.dtype
     inner = [params.b_R[g * H : (g + 1) * H] for g in mode.inner_bias_gates]
-    ws = Workspace(params.R, np.concatenate(inner)[:, None] if inner else None,
-                   buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
+    b_inner = np.repeat(np.concatenate(inner)[:, None], B, axis=1) if inner else None
+    ws = Workspace(params.R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
 
