@@ -53,6 +53,7 @@ def complete_config(fields: dict) -> dict:
 
 def model_from_config(config: dict):
     from .model import make_model
+    from .modes import MODES
 
     if not isinstance(config, dict):
         raise ValueError(f"checkpoint config must be a JSON object, got {type(config).__name__}")
@@ -63,7 +64,7 @@ def model_from_config(config: dict):
     try:
         return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
                           config["input_mode"], config["direction"], config["dtype"],
-                          num_proj=config["num_proj"] if config["rnn_mode"] == "lstm" else None)
+                          num_proj=config["num_proj"] if MODES[config["rnn_mode"]].supports_projection else None)
     except KeyError as exc:
         raise ValueError(f"checkpoint config lacks {exc}") from None
 
