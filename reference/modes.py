@@ -73,12 +73,13 @@ def sigmoid(x: Array, out: Array | None = None) -> Array:
 
     Negation is a multiply: NumPy 2.4.6's float32 ``np.negative(v, out=v)`` on a small strided view (such
     as one time step of a ``[width, T, B]`` sequence) reads with the wrong stride and returns wrong values
-    (found by this suite).
+    (found by this suite). The last step is ``np.divide(1.0, v)``: bit for bit ``np.reciprocal(v)`` (every
+    float dtype, denormals, signed zeros, infinities and NaN), whose NumPy 2.4 loop is not vectorised.
     """
     out = np.multiply(x, -1.0, out=out)
     np.exp(out, out=out)
     out += 1
-    return np.reciprocal(out, out=out)
+    return np.divide(1.0, out, out=out)
 
 
 def relu(x: Array, out: Array | None = None) -> Array:
