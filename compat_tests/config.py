@@ -15,8 +15,9 @@ from typing import NamedTuple
 import numpy as np
 
 import reference
+from reference.modes import MODES
 
-MODE_NAMES = ("relu", "tanh", "lstm", "gru", "classic_gru")
+MODE_NAMES = tuple(MODES)  # relu, tanh, lstm, gru, classic_gru
 DTYPE_NAMES = ("float16", "float32", "float64")
 
 
@@ -60,7 +61,7 @@ class RNNConfig:
 
     @property
     def has_cell_state(self) -> bool:
-        return self.mode == "lstm"
+        return MODES[self.mode].has_cell_state
 
     def with_(self, **changes: object) -> "RNNConfig":
         return replace(self, **changes)

@@ -191,6 +191,9 @@ def _rewrite(path, change):
     (lambda t, c: t.update({"rnn/stray": np.zeros(2, np.float32)}), ValueError, "does not: \\['rnn/stray'\\]"),
     (lambda t, c: c.update(rnn_mode="lstm"), ValueError, "lacks .*cudnn_compatible_lstm_cell"),
     (lambda t, c: c.update(format="something-else"), ValueError, "not a cudnn-rnn-compat"),
+    (lambda t, c: c.update(rnn_mode="bogus"), ValueError, "Invalid rnn_mode: 'bogus', expecting one of"),
+    (lambda t, c: c.update(num_proj=2), ValueError, "num_proj must be None for rnn_mode='gru'"),
+    (lambda t, c: [c.pop("num_units"), c.pop("dtype")], ValueError, "config lacks 'num_units', 'dtype'"),
 ])
 def test_bad_or_foreign_checkpoints_fail_naming_the_tensor(gru_checkpoint, change, error, match):
     path, _ = gru_checkpoint

@@ -52,6 +52,18 @@ def test_only_lstm_takes_num_proj():
         reference.CudnnGRU(1, 4, 2, num_proj=2)
 
 
+@pytest.mark.parametrize("mode", ["relu", "tanh", "gru", "classic_gru"])
+def test_make_model_refuses_num_proj_for_a_mode_without_projection(mode):
+    with pytest.raises(ValueError, match=f"num_proj must be None for rnn_mode='{mode}'.*'lstm'.*got 2"):
+        reference.make_model(mode, 1, 4, 2, num_proj=2)
+
+
+@pytest.mark.parametrize("mode", ["bogus", "LSTM", None])
+def test_make_model_names_an_unknown_mode(mode):
+    with pytest.raises(ValueError, match=r"Invalid rnn_mode: .*expecting one of 'relu', 'tanh', 'lstm', 'gru'"):
+        reference.make_model(mode, 1, 4, 2)
+
+
 def test_auto_select_resolves_like_tensorflow():
     assert reference.CudnnGRU(1, 4, 4, input_mode="auto_select").input_mode == "skip_input"
     assert reference.CudnnGRU(1, 4, 3, input_mode="auto_select").input_mode == "linear_input"

@@ -42,6 +42,7 @@ def model_config(model) -> dict:
             "direction": model.direction, "num_proj": model.num_proj, "dtype": model.dtype.name}
 
 
+CONFIG_FIELDS = ("rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction", "num_proj", "dtype")
 CONFIG_DEFAULTS = {"format": FORMAT, "version": VERSION, "input_mode": "linear_input", "direction": "unidirectional",
                    "num_proj": None}
 
@@ -53,7 +54,6 @@ def complete_config(fields: dict) -> dict:
 
 def model_from_config(config: dict):
     from .model import make_model
-    from .modes import MODES
 
     if not isinstance(config, dict):
         raise ValueError(f"checkpoint config must be a JSON object, got {type(config).__name__}")
@@ -61,12 +61,11 @@ def model_from_config(config: dict):
         raise ValueError(f"not a {FORMAT} checkpoint (format {config.get('format')!r})")
     if config.get("version") != VERSION:
         raise ValueError(f"checkpoint version {config.get('version')!r} is not supported (expecting {VERSION})")
-    try:
-        return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
-                          config["input_mode"], config["direction"], config["dtype"],
-                          num_proj=config["num_proj"] if MODES[config["rnn_mode"]].supports_projection else None)
-    except KeyError as exc:
-        raise ValueError(f"checkpoint config lacks {exc}") from None
+    missing = [k for k in CONFIG_FIELDS if k not in config]
+    if missing:
+        raise ValueError(f"checkpoint config lacks {', '.join(map(repr, missing))}")
+    return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
+                      config["input_mode"], config["direction"], config["dtype"], num_proj=config["num_proj"])
 
 
 def save(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray],

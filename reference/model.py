@@ -459,7 +459,14 @@ def make_model(rnn_mode: str, num_layers: int, num_units: int, input_size: int, 
                num_proj: int | None = None, *, models: dict | None = None, **options):
     """A model of ``rnn_mode`` from ``models`` (default :data:`MODELS`; ``cudnn_backend.MODELS`` takes the
     same arguments plus its keyword ``options``), with every mode's constructor called alike: ``num_proj``
-    goes only to the modes whose row in ``MODES`` supports a projection (the LSTM)."""
+    goes only to the modes whose row in ``MODES`` supports a projection (the LSTM); for any other mode it
+    must be ``None``."""
+    table = MODELS if models is None else models
+    checks.one_of("rnn_mode", rnn_mode, tuple(table))
     extra = {"num_proj": num_proj} if MODES[rnn_mode].supports_projection else {}
-    return (MODELS if models is None else models)[rnn_mode](num_layers, num_units, input_size, input_mode,
-                                                            direction, dtype, dropout, seed, **extra, **options)
+    if num_proj is not None and not extra:
+        raise ValueError(f"num_proj must be None for rnn_mode={rnn_mode!r} (a projection needs rnn_mode "
+                         f"{' or '.join(repr(m) for m in table if MODES[m].supports_projection)}), "
+                         f"got {num_proj!r}")
+    return table[rnn_mode](num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
+                           **extra, **options)
