@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from .compare import Recorded, compare_peer
-from .config import Case, GradOutputs, Outputs, RNNConfig, forward_case, make_case
+from .config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, forward_case, make_case
 
 FORMAT = 1
 CASE_FIELDS = ("x", "h0", "c0", "lengths", "dy", "dh", "dc")
@@ -51,7 +51,7 @@ def capture_configs() -> list[RNNConfig]:
         dict(num_layers=1, input_size=5, num_proj=3),
     ]
     configs = []
-    for dtype in ("float16", "float32", "float64"):
+    for dtype in DTYPE_NAMES:
         for mode in ("relu", "tanh", "lstm", "gru"):
             for shape in shapes + (projections if mode == "lstm" else []):
                 configs.append(RNNConfig(mode, num_units=8, seq_len=6, batch=3, dtype=dtype, seed=len(configs),
@@ -153,12 +153,17 @@ def _case(entry: dict, arrays: dict[str, np.ndarray]) -> Case:
                 *(get(name) for name in CASE_FIELDS))
 
 
+def entry_config(entry: dict) -> RNNConfig:
+    """The config a capture entry recorded."""
+    return RNNConfig.from_json(json.dumps(entry["config"]))
+
+
 def check_entry(entry: dict, arrays: dict[str, np.ndarray], peer: str) -> list[str]:
     """Every way one recorded config disagrees with the reference: layout, outputs, gradients (empty:
     it agrees). Of a config the backend refused, the layout is checked if it was recorded."""
     if "layout" not in entry:
         return []
-    cfg = RNNConfig.from_json(json.dumps(entry["config"]))
+    cfg = entry_config(entry)
     key, ref = entry["id"], cfg.model()
     problems = []
     if entry["params_size"] != ref.params_size():
@@ -199,7 +204,7 @@ def check(capture_dir: Path) -> dict[str, list[str]]:
     for entry in document["entries"]:
         problems = check_entry(entry, arrays, document["peer"])
         if problems:
-            failures[f"{entry['id']} {RNNConfig.from_json(json.dumps(entry['config'])).short()}"] = problems
+            failures[f"{entry['id']} {entry_config(entry).short()}"] = problems
     return failures
 
 
@@ -229,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"captured {len(document['entries'])} configs from {args.backend} into {target} "
               f"({len(refused)} refused)")
         for entry in refused:
-            print(f"  refused {entry['id']} {RNNConfig.from_json(json.dumps(entry['config'])).short()}: "
+            print(f"  refused {entry['id']} {entry_config(entry).short()}: "
                   f"{entry['error']}")
         if not args.check:
             return 0

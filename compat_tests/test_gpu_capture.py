@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from compat_tests import gpu_capture
-from compat_tests.config import RNNConfig
+from compat_tests.config import DTYPE_NAMES, RNNConfig
 
 COMMITTED = gpu_capture.committed_captures()
 CUDNN_MODES = ("relu", "tanh", "lstm", "gru")
@@ -22,7 +22,7 @@ CUDNN_MODES = ("relu", "tanh", "lstm", "gru")
 def test_committed_capture_agrees_with_the_reference(capture_dir):
     document, _ = gpu_capture.load(capture_dir)
     ran = {(e["config"]["mode"], e["config"]["dtype"]) for e in document["entries"] if e["status"] == "ok"}
-    missing = {(m, d) for m in CUDNN_MODES for d in ("float16", "float32", "float64")} - ran
+    missing = {(m, d) for m in CUDNN_MODES for d in DTYPE_NAMES} - ran
     assert not missing, f"the capture ran no config of {sorted(missing)}: {capture_dir}/capture.json says why"
     failures = gpu_capture.check(capture_dir)
     assert not failures, "\n".join(f"{name}: {'; '.join(p)}" for name, p in failures.items())
@@ -42,7 +42,7 @@ def stand_in(tmp_path_factory):
 def test_the_spread_covers_every_mode_feature_and_dtype():
     configs = gpu_capture.capture_configs()
     assert {(c.mode, c.dtype) for c in configs} == {(m, d) for m in CUDNN_MODES
-                                                    for d in ("float16", "float32", "float64")}
+                                                    for d in DTYPE_NAMES}
     assert {c.num_layers for c in configs} == {1, 2} and {c.direction for c in configs} == {"unidirectional",
                                                                                             "bidirectional"}
     assert any(c.input_mode == "skip_input" for c in configs) and any(c.num_proj for c in configs)
@@ -58,12 +58,16 @@ def test_a_reference_capture_round_trips_and_agrees(stand_in):
     assert gpu_capture.check(stand_in) == {}
 
 
+def _write(capture_dir, document, arrays):
+    capture_dir.mkdir(exist_ok=True)
+    (capture_dir / "capture.json").write_text(json.dumps(document))
+    np.savez(capture_dir / "arrays.npz", **arrays)
+
+
 def _tampered(stand_in, tmp_path, change):
     document, arrays = gpu_capture.load(stand_in)
-    tmp_path.mkdir(exist_ok=True)
     change(document, arrays)
-    (tmp_path / "capture.json").write_text(json.dumps(document))
-    np.savez(tmp_path / "arrays.npz", **arrays)
+    _write(tmp_path, document, arrays)
     return gpu_capture.check(tmp_path)
 
 
@@ -128,8 +132,7 @@ def test_a_refused_config_is_recorded_and_the_rest_still_run(tmp_path, monkeypat
 def test_a_capture_of_another_format_is_refused(stand_in, tmp_path):
     document, arrays = gpu_capture.load(stand_in)
     document["format"] = gpu_capture.FORMAT + 1
-    (tmp_path / "capture.json").write_text(json.dumps(document))
-    np.savez(tmp_path / "arrays.npz", **arrays)
+    _write(tmp_path, document, arrays)
     with pytest.raises(ValueError, match="capture format"):
         gpu_capture.load(tmp_path)
 
