@@ -36,13 +36,13 @@ class Checkpoint:
         return self.model.canonical_to_params(self.weights, self.biases)
 
 
-def model_config(model) -> dict:
-    return {"format": FORMAT, "version": VERSION, "rnn_mode": model.rnn_mode, "num_layers": model.num_layers,
-            "num_units": model.num_units, "input_size": model.input_size, "input_mode": model.input_mode,
-            "direction": model.direction, "num_proj": model.num_proj, "dtype": model.dtype.name}
-
-
 CONFIG_FIELDS = ("rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction", "num_proj", "dtype")
+
+
+def model_config(model) -> dict:
+    """The config a checkpoint carries: ``CONFIG_FIELDS`` as the model's attributes (its dtype by name)."""
+    fields = {name: getattr(model, name) for name in CONFIG_FIELDS}
+    return {"format": FORMAT, "version": VERSION, **fields, "dtype": model.dtype.name}
 CONFIG_DEFAULTS = {"format": FORMAT, "version": VERSION, "input_mode": "linear_input", "direction": "unidirectional",
                    "num_proj": None}
 
