@@ -90,6 +90,49 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+# What ``infer --state`` reads: a state file of its own, or an earlier ``infer --out`` (whose output is skipped).
+STATE_KEYS = {"h": ("input_h", "output_h"), "c": ("input_c", "output_c")}
+
+
+def initial_state(path: str, model):
+    """``(input_h, input_c)`` for ``model`` from the ``.npz`` at ``path``: ``input_h`` (and the LSTM's
+    ``input_c``), or the ``output_h``/``output_c`` an earlier ``infer --out`` wrote, so that a long sequence
+    runs in chunks (unidirectional models only: a backward direction ends at its chunk's first step).
+    States are ``[L*D, B, H]`` (``[B, L*D, H]`` with ``--batch-major``); the model checks their shapes."""
+    import numpy as np
+
+    from reference.modes import MODES
+
+    loaded = np.load(path, allow_pickle=False)
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(f"--state {path} must be an .npz holding input_h (and input_c for the LSTM), "
+                         f"not a single array")
+    with loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    unknown = sorted(set(arrays) - {"output"} - {k for keys in STATE_KEYS.values() for k in keys})
+    if unknown:
+        raise ValueError(f"--state {path} holds {unknown}; expected input_h and input_c (or output_h and "
+                         f"output_c from infer --out)")
+    state = {}
+    for role, keys in STATE_KEYS.items():
+        present = [k for k in keys if k in arrays]
+        if len(present) > 1:
+            raise ValueError(f"--state {path} holds both {present[0]} and {present[1]}: keep one")
+        state[role] = arrays[present[0]] if present else None
+    has_cell_state = MODES[model.rnn_mode].has_cell_state
+    if state["h"] is None:
+        raise ValueError(f"--state {path} holds no input_h (or output_h)")
+    if has_cell_state and state["c"] is None:
+        raise ValueError(f"--state {path} holds no input_c (or output_c): the LSTM's cell state is needed too")
+    if not has_cell_state and state["c"] is not None:
+        raise ValueError(f"--state {path} holds a cell state, but a {model.rnn_mode} model has none")
+    if model.num_dirs == 2 and {"output_h", "output_c"} & set(arrays):
+        raise ValueError(f"--state {path} holds the final states of an earlier run, which cannot seed a "
+                         f"bidirectional model's next chunk (its backward direction ended at that chunk's "
+                         f"first step); name initial states input_h (and input_c)")
+    return state["h"], state["c"]
+
+
 def cmd_infer(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -98,9 +141,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
     ck = checkpoint.load(args.checkpoint)
     x = np.load(args.input, allow_pickle=False)
     lengths = None if args.lengths is None else np.load(args.lengths, allow_pickle=False)
+    h0, c0 = (None, None) if args.state is None else initial_state(args.state, ck.model)
     if x.dtype != ck.model.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {ck.model.dtype}")
-    result = ck.model.forward(x, None, ck.params(), is_training=False, sequence_lengths=lengths,
+    result = ck.model.forward(x, h0, ck.params(), input_c=c0, is_training=False, sequence_lengths=lengths,
                               time_major=not args.batch_major)
     out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
@@ -160,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     infer.add_argument("--out", help=".npz (output, output_h, output_c) or .npy (output only)")
     infer.add_argument("--lengths", help=".npy of sequence lengths [B]")
     infer.add_argument("--batch-major", action="store_true")
+    infer.add_argument("--state", help=".npz of initial states input_h (and input_c), or an earlier --out .npz "
+                                       "(its output_h, output_c), to go on from where that run ended")
 
     test = sub.add_parser("test", help="run the suite; other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")

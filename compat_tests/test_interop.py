@@ -384,6 +384,71 @@ def test_convert_between_every_format_and_infer(tmp_path, capsys):
     assert_agree_within_policy(cfg, case._replace(h0=None), got, Outputs(expected.output, expected.output_h, None))
 
 
+@pytest.mark.parametrize("mode, time_major", [("lstm", True), ("lstm", False), ("gru", True)])
+def test_infer_goes_on_from_an_earlier_runs_state(tmp_path, mode, time_major):
+    """A sequence run in two chunks, each from the state the one before ended in (``--state``: the initial
+    state's own file, then the first chunk's ``--out``), equals the sequence run at once."""
+    cfg = RNNConfig(mode, num_layers=2, num_units=4, input_size=3, num_proj=3 if mode == "lstm" else None,
+                    seq_len=7, batch=2, time_major=time_major, dtype="float64")
+    case = make_case(cfg)
+    model = cfg.model()
+    checkpoint.save(tmp_path / "m.npz", model, case.weights, case.biases)
+    start = {"input_h": case.h0} | ({"input_c": case.c0} if cfg.has_cell_state else {})
+    np.savez(tmp_path / "s0.npz", **start)
+    time_axis = 0 if time_major else 1
+    layout = [] if time_major else ["--batch-major"]
+    for i, chunk in enumerate(np.split(case.x, [3], axis=time_axis), 1):
+        np.save(tmp_path / f"x{i}.npy", chunk)
+        state = tmp_path / ("s0.npz" if i == 1 else f"y{i - 1}.npz")
+        assert cli.main(["infer", str(tmp_path / "m.npz"), str(tmp_path / f"x{i}.npy"), "--state", str(state),
+                         "--out", str(tmp_path / f"y{i}.npz"), *layout]) == 0
+    with np.load(tmp_path / "y1.npz", allow_pickle=False) as y1, np.load(tmp_path / "y2.npz", allow_pickle=False) as y2:
+        got = Outputs(np.concatenate([y1["output"], y2["output"]], axis=time_axis), y2["output_h"],
+                      y2["output_c"] if cfg.has_cell_state else None)
+    whole = model.forward(case.x, case.h0, model.canonical_to_params(case.weights, case.biases), input_c=case.c0,
+                          is_training=False, time_major=time_major)
+    assert_agree_within_policy(cfg, case, got, Outputs(whole.output, whole.output_h, whole.output_c))
+
+
+def test_infer_refuses_a_state_file_it_cannot_use(tmp_path, capsys):
+    lstm, gru, bi = (RNNConfig(mode, num_units=4, input_size=3, seq_len=3, batch=2, dtype="float32",
+                               direction=direction)
+                     for mode, direction in (("lstm", "unidirectional"), ("gru", "unidirectional"),
+                                             ("lstm", "bidirectional")))
+    cases = {name: (cfg, make_case(cfg)) for name, cfg in (("lstm", lstm), ("gru", gru), ("bi", bi))}
+    for name, (cfg, case) in cases.items():
+        checkpoint.save(tmp_path / f"{name}.npz", cfg.model(), case.weights, case.biases)
+    case, bi_case = cases["lstm"][1], cases["bi"][1]
+    h0, c0, bi_h0, bi_c0 = case.h0, case.c0, bi_case.h0, bi_case.c0
+    np.save(tmp_path / "x.npy", case.x)
+    np.save(tmp_path / "h.npy", h0)
+    states = [
+        ("lstm", {"input_h": h0}, "holds no input_c"),
+        ("lstm", {"input_c": c0}, "holds no input_h"),
+        ("lstm", {"input_h": h0, "input_c": c0, "output_h": h0}, "both input_h and output_h"),
+        ("lstm", {"input_h": h0, "input_c": c0, "h0": h0}, r"holds \['h0'\]"),
+        ("lstm", {"input_h": h0[:, :1], "input_c": c0}, r"input_h must have shape .* = \(1, 2, 4\), got \(1, 1, 4\)"),
+        ("lstm", {"input_h": h0.astype(np.float64), "input_c": c0}, "input_h must have dtype float32 .*, got float64"),
+        ("gru", {"input_h": h0, "input_c": c0}, "a gru model has none"),
+        ("bi", {"output_h": bi_h0, "output_c": bi_c0}, "cannot seed a bidirectional model's next chunk"),
+    ]
+    for i, (mode, arrays, match) in enumerate(states):
+        np.savez(tmp_path / f"s{i}.npz", **arrays)
+        assert cli.main(["infer", str(tmp_path / f"{mode}.npz"), str(tmp_path / "x.npy"), "--state",
+                         str(tmp_path / f"s{i}.npz")]) == 2, arrays.keys()
+        assert re.search(match, capsys.readouterr().err), match
+    assert cli.main(["infer", str(tmp_path / "lstm.npz"), str(tmp_path / "x.npy"), "--state", str(tmp_path / "h.npy")]) == 2
+    assert "not a single array" in capsys.readouterr().err
+    np.savez(tmp_path / "bi_state.npz", input_h=bi_h0, input_c=bi_c0)  # initial states are fine
+    np.save(tmp_path / "bi_x.npy", bi_case.x)
+    assert cli.main(["infer", str(tmp_path / "bi.npz"), str(tmp_path / "bi_x.npy"), "--state", str(tmp_path / "bi_state.npz"),
+                     "--out", str(tmp_path / "bi_y.npz")]) == 0
+    with np.load(tmp_path / "bi_y.npz", allow_pickle=False) as y:
+        got = Outputs(y["output"], y["output_h"], y["output_c"])
+    assert_agree_within_policy(bi, bi_case, got, run_reference(bi, bi_case))
+    assert not list(tmp_path.glob("x_output*")), "a refused state must not leave an output behind"
+
+
 def test_a_foreign_torch_file_needs_only_the_mode(tmp_path):
     cfg = RNNConfig("tanh", num_layers=2, num_units=4, input_size=3, dtype="float32")
     case = make_case(cfg)
