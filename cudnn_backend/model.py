@@ -249,13 +249,14 @@ class _CudnnModel:
     # ---- forward ----------------------------------------------------------------------------------
 
     def _states(self, name: str, value, LD: int, B: int, width: int, time_major: bool):
-        """A contiguous device ``[L*D, B, width]`` array, or ``None`` (cuDNN's NULL: zeros)."""
+        """A private contiguous device copy ``[L*D, B, width]`` (aligned as CuPy allocates, and unchanged
+        whatever the caller does to its array afterwards), or ``None`` (cuDNN's NULL: zeros)."""
         if value is None:
             return None
         doc = f"[num_layers*num_dirs, B, {width}]" if time_major else f"[B, num_layers*num_dirs, {width}]"
         state = _device_array(name, value, self.dtype, 3, doc)
         checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
-        return _cupy().ascontiguousarray(state if time_major else state.transpose(1, 0, 2))
+        return _cupy().array(state if time_major else state.transpose(1, 0, 2), order="C")
 
     def _cell_states(self, name: str, value, LD: int, B: int, time_major: bool):
         """An LSTM's cell state as :meth:`_states`; the other modes refuse one."""
@@ -292,9 +293,7 @@ class _CudnnModel:
             lengths = checks.sequence_lengths(host, B, T)
             host_lengths = lengths.astype(np.int32)
 
-        x = cp.array(x, order="C")  # private copies: backward must read what forward read
-        hx = None if hx is None else cp.array(hx, order="C")
-        cx = None if cx is None else cp.array(cx, order="C")
+        x = cp.array(x, order="C")  # private copies (hx, cx: _states): backward must read what forward read
         valid = _valid_steps(lengths, time_major, x.shape)
         if valid is not None:  # select, never multiply: the caller's padding may hold NaN
             x = cp.where(valid, x, 0).astype(self.dtype)

@@ -13,7 +13,7 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     TorchPeer("torch-cpu", "cpu"),
     OnnxRuntimeCPU(),
     CudnnPeer("cudnn", None, ("float16", "float32", "float64")),
-    CudnnPeer("cudnn-tf32", "tensor_op", ("float32",)),
+    CudnnPeer("cudnn-tf32", "default", ("float32",)),
     TorchPeer("torch-cuda", "cuda"),
 )}
 GPU_PEERS = ("cudnn", "cudnn-tf32", "torch-cuda")

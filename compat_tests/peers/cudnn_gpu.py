@@ -1,7 +1,9 @@
 """cuDNN itself, through ``cudnn_backend`` (ctypes over libcudnn.so.9): ``cudnn`` with each data type's
 documented math (float32: ``CUDNN_FMA_MATH``, true FP32; float16: tensor ops with FLOAT math; float64:
-default), ``cudnn-tf32`` with tensor-op math in float32 (TF32 on Ampere and later), so the TF32 divergence
-is measured and shown rather than hidden inside a loose tolerance."""
+default), ``cudnn-tf32`` with ``CUDNN_DEFAULT_MATH`` in float32, which permits TF32 tensor-core math on
+Ampere and later (PyTorch's default, ``allow_tf32=True``, is the same setting; ``CUDNN_TENSOR_OP_MATH`` is not
+among the math types documented for FLOAT data, so ``test_gpu.py`` only records whether cuDNN takes it), so
+the TF32 divergence is measured and shown rather than hidden inside a loose tolerance."""
 
 from __future__ import annotations
 
@@ -14,8 +16,7 @@ _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the 
 class CudnnPeer(Peer):
     def __init__(self, name: str, math_type: str | None, dtypes: tuple[str, ...]) -> None:
         self.name, self.math_type = name, math_type
-        notes = _NOTES + ((("dtype", "tensor-op math differs from FMA math only in float32 (TF32)"),)
-                          if math_type == "tensor_op" else ())
+        notes = _NOTES + ((("dtype", "TF32 exists only for float32 data"),) if math_type == "default" else ())
         self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes)
 
     def available(self) -> tuple[bool, str]:
