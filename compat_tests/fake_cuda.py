@@ -1,0 +1,261 @@
+"""A stand-in for CuPy and ``libcudnn.so.9`` on a CPU, so that every line of ``cudnn_backend`` that only runs
+on a GPU is executed by the CPU suite (``test_cudnn_plumbing.py``).
+
+It checks the plumbing, not cuDNN's numbers: every call's arguments are converted through the ctypes
+``argtypes`` the backend declares (a wrong count or type raises), descriptors hold what was set, the weight
+layout reported is the reference's (``dims {1, rows, cols}`` for a matrix, ``{1, n, 1}`` for a bias, as
+NVIDIA's samples read them), and the compute calls record their pointers and a snapshot of the memory they
+point to, so a test can check what the backend handed cuDNN. "Device" arrays are NumPy arrays whose
+``.data.ptr`` is their host address; the compute calls write nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import types
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import reference
+from cudnn_backend import _lib
+
+_DTYPES = {v: np.dtype(k) for k, v in _lib.DATA_TYPE.items()}
+_MODES = {v: k for k, v in _lib.RNN_MODE.items()}
+
+
+# ---- CuPy -----------------------------------------------------------------------------------------------
+
+ALIGNMENT = 256  # what cudaMalloc (and CuPy's pool) gives; NumPy's own allocations are less aligned
+
+
+class _Memory:
+    def __init__(self, array: np.ndarray) -> None:
+        self.ptr = array.ctypes.data if array.size else 0
+
+
+class ndarray(np.ndarray):
+    """A NumPy array posing as a CuPy one: ``.data.ptr`` is its address; copies are aligned as CuPy's."""
+
+    @property
+    def data(self) -> _Memory:
+        return _Memory(self)
+
+    def copy(self, order: str = "C") -> "ndarray":
+        return _copy(self)
+
+    def astype(self, dtype, *args, **kwargs) -> "ndarray":
+        return _copy(self, dtype)
+
+
+def _alloc(shape, dtype, fill) -> ndarray:
+    dtype = np.dtype(dtype)
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    out = raw[start : start + nbytes].view(dtype).reshape(shape).view(ndarray)
+    out.view(np.ndarray)[...] = fill
+    return out
+
+
+def _copy(a, dtype=None) -> ndarray:
+    source = np.asarray(a, dtype=dtype)
+    out = _alloc(source.shape, source.dtype, 0)
+    np.copyto(out.view(np.ndarray), source)
+    return out
+
+
+def _make_cupy() -> types.ModuleType:
+    cp = types.ModuleType("cupy")
+    cp.__version__ = "fake"
+    cp.ndarray, cp.uint8 = ndarray, np.uint8
+    cp.asarray = lambda a, dtype=None: a if isinstance(a, ndarray) and dtype in (None, a.dtype) else _copy(a, dtype)
+    cp.array = lambda a, dtype=None, order="C": _copy(a, dtype)
+    cp.ascontiguousarray = lambda a: a if isinstance(a, ndarray) and a.flags.c_contiguous else _copy(a)
+    cp.empty = lambda shape, dtype=float: _alloc(shape, dtype, 0x5A)  # never zero: garbage shows
+    cp.empty_like = lambda a: _alloc(a.shape, a.dtype, 0x5A)
+    cp.zeros = lambda shape, dtype=float: _alloc(shape, dtype, 0)
+    cp.zeros_like = lambda a: _alloc(a.shape, a.dtype, 0)
+    cp.where = lambda c, x, y: _copy(np.where(c, x, y))
+    cp.arange = lambda *a, **k: _copy(np.arange(*a, **k))
+    cp.concatenate = lambda arrays: _copy(np.concatenate(arrays))
+    cp.asnumpy = lambda a: np.array(a).view(np.ndarray)
+    cp.array_equal = np.array_equal
+
+    class Stream:
+        ptr = 0
+
+        def synchronize(self) -> None:
+            pass
+
+    class Device:
+        id = 0
+
+        def synchronize(self) -> None:
+            pass
+
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1, runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
+        getDeviceProperties=lambda i: {"name": b"fake", "major": 9, "minor": 0, "multiProcessorCount": 1})
+    cp.cuda = types.SimpleNamespace(Device=Device, get_current_stream=Stream, runtime=runtime)
+    return cp
+
+
+cupy = _make_cupy()
+
+
+# ---- cuDNN ----------------------------------------------------------------------------------------------
+
+
+def read(ptr: int, count: int, dtype) -> np.ndarray | None:
+    """A copy of ``count`` elements at address ``ptr`` (``None`` for a NULL pointer)."""
+    dtype = np.dtype(dtype)
+    return None if not ptr else np.frombuffer(ctypes.string_at(ptr, count * dtype.itemsize), dtype).copy()
+
+
+@dataclass
+class DataDesc:
+    dtype: np.dtype
+    layout: int
+    max_seq: int
+    batch: int
+    vector: int
+    lengths: list[int]
+    fill: float | None
+
+
+@dataclass
+class Call:
+    """A compute call: its name, pointer arguments by role, and snapshots of the memory they point to."""
+
+    name: str
+    ptrs: dict[str, int]
+    snapshots: dict[str, np.ndarray | None] = field(default_factory=dict)
+    values: dict[str, int] = field(default_factory=dict)
+
+
+def _value(arg) -> int:
+    arg = getattr(arg, "_obj", arg)
+    return int(getattr(arg, "value", arg) or 0)
+
+
+def _set_out(arg, value) -> None:
+    arg._obj.value = value
+
+
+class FakeCudnn:
+    """The parts of :class:`cudnn_backend._lib.Library` the backend uses, answered from the reference."""
+
+    version, version_string, path = 92800, "9.28.0", "fake-libcudnn.so.9"
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(0x1000, 0x10)
+        self.tensors: dict[int, tuple[list[int], list[int]]] = {}
+        self.data: dict[int, DataDesc] = {}
+        self.rnns: dict[int, object] = {}  # descriptor -> the reference model of its settings
+        self.rnn_settings: dict[int, dict[str, int]] = {}
+        self.calls: list[str] = []
+        self.compute: list[Call] = []
+        self.cdll = types.SimpleNamespace(cudnnGetCudartVersion=lambda: 13000,
+                                          **{f"cudnnDestroy{k}": (lambda *a: 0) for k in
+                                             ("", "TensorDescriptor", "RNNDescriptor", "RNNDataDescriptor",
+                                              "DropoutDescriptor")})
+
+    def call(self, name: str, *args) -> None:
+        argtypes, _ = _lib.SIGNATURES[name]
+        if len(args) != len(argtypes):
+            raise TypeError(f"{name} takes {len(argtypes)} arguments, got {len(args)}")
+        for i, (declared, arg) in enumerate(zip(argtypes, args)):
+            try:
+                declared.from_param(arg)
+            except TypeError as exc:
+                raise TypeError(f"{name} argument {i}: {exc}") from None
+        self.calls.append(name)
+        getattr(self, "_" + name, lambda *a: None)(*args)
+
+    # descriptors
+    def _create(self, out) -> None:
+        _set_out(out, next(self._ids))
+
+    _cudnnCreate = _cudnnCreateTensorDescriptor = _cudnnCreateRNNDescriptor = _create
+    _cudnnCreateRNNDataDescriptor = _cudnnCreateDropoutDescriptor = _create
+
+    def _cudnnSetTensorNdDescriptor(self, desc, data_type, nb, dims, strides) -> None:
+        self.tensors[_value(desc)] = (list(dims)[:nb], list(strides)[:nb])
+
+    def _cudnnGetTensorNdDescriptor(self, desc, max_dims, data_type, nb, dims, strides) -> None:
+        d, s = self.tensors[_value(desc)]
+        _set_out(nb, len(d))
+        for i, (a, b) in enumerate(zip(d, s)):
+            dims[i], strides[i] = a, b
+
+    def _cudnnSetRNNDataDescriptor(self, desc, data_type, layout, max_seq, batch, vector, lengths, fill) -> None:
+        dtype = _DTYPES[data_type]
+        fill_value = None if not _value(fill) else float(read(_value(fill), 1, dtype)[0])
+        self.data[_value(desc)] = DataDesc(dtype, layout, max_seq, batch, vector, list(lengths)[:batch], fill_value)
+
+    def _cudnnDropoutGetStatesSize(self, handle, size) -> None:
+        _set_out(size, 256)
+
+    def _cudnnSetRNNDescriptor_v8(self, desc, algo, mode, bias_mode, direction, input_mode, data_type, math_prec,
+                                  math_type, input_size, hidden_size, proj_size, num_layers, dropout, aux) -> None:
+        self.rnn_settings[_value(desc)] = dict(algo=algo, bias_mode=bias_mode, math_prec=math_prec,
+                                               math_type=math_type, aux_flags=aux)
+        self.rnns[_value(desc)] = reference.make_model(
+            _MODES[mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
+            "bidirectional" if direction else "unidirectional", _DTYPES[data_type], 0.0, 0,
+            proj_size if proj_size != hidden_size else None)
+
+    def _cudnnGetRNNWeightSpaceSize(self, handle, desc, size) -> None:
+        model = self.rnns[_value(desc)]
+        _set_out(size, model.params_size() * model.dtype.itemsize)
+
+    def _cudnnGetRNNWeightParams(self, handle, desc, pl, nbytes, base, lin, m_desc, m_addr, b_desc, b_addr) -> None:
+        model = self.rnns[_value(desc)]
+        regions = {(r.kind, r.pseudo_layer, r.lin_layer_id): r for r in model.opaque_layout()}
+        for kind, tensor, addr in (("weight", m_desc, m_addr), ("bias", b_desc, b_addr)):
+            r = regions.get((kind, pl, lin))
+            _set_out(addr, None if r is None else _value(base) + r.offset * model.dtype.itemsize)
+            if r is not None:
+                dims = [1, *r.shape] if kind == "weight" else [1, r.shape[0], 1]
+                self.tensors[_value(tensor)] = (dims, [dims[1] * dims[2], dims[2], 1])
+
+    def _cudnnGetRNNTempSpaceSizes(self, handle, desc, mode, x_desc, work, reserve) -> None:
+        _set_out(work, 64)
+        if reserve is not None:
+            _set_out(reserve, 128)
+
+    # compute: record what was handed over
+    def _record(self, name: str, desc, seq_lengths, x_desc, y_desc, h_desc, c_desc, pointers: dict,
+                values: dict | None = None) -> None:
+        model = self.rnns[_value(desc)]
+        xd, yd = self.data[_value(x_desc)], self.data[_value(y_desc)]
+        hd, cd = self.tensors[_value(h_desc)][0], self.tensors[_value(c_desc)][0]
+        sizes = {"x": xd.max_seq * xd.batch * xd.vector, "dx": xd.max_seq * xd.batch * xd.vector,
+                 "y": yd.max_seq * yd.batch * yd.vector, "dy": yd.max_seq * yd.batch * yd.vector,
+                 "w": model.params_size(), "dw": model.params_size()}
+        sizes |= {k: int(np.prod(hd)) for k in ("hx", "hy", "dhy", "dhx")}
+        sizes |= {k: int(np.prod(cd)) for k in ("cx", "cy", "dcy", "dcx")}
+        ptrs = {k: _value(v) for k, v in pointers.items()} | {"seq_lengths": _value(seq_lengths)}
+        call = Call(name, ptrs, values=values or {})
+        call.snapshots = {k: read(p, sizes[k], model.dtype) for k, p in ptrs.items() if k in sizes}
+        call.snapshots["seq_lengths"] = read(ptrs["seq_lengths"], xd.batch, np.int32)
+        call.values |= {"x_desc": _value(x_desc), "y_desc": _value(y_desc)}
+        self.compute.append(call)
+
+    def _cudnnRNNForward(self, handle, desc, mode, seq_lengths, x_desc, x, y_desc, y, h_desc, hx, hy, c_desc, cx,
+                         cy, w_size, w, work_size, work, reserve_size, reserve) -> None:
+        self._record("forward", desc, seq_lengths, x_desc, y_desc, h_desc, c_desc,
+                     dict(x=x, y=y, hx=hx, hy=hy, cx=cx, cy=cy, w=w, reserve=reserve), {"mode": mode})
+
+    def _cudnnRNNBackwardData_v8(self, handle, desc, seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy, dhx,
+                                 c_desc, cx, dcy, dcx, w_size, w, work_size, work, reserve_size, reserve) -> None:
+        self._record("backward_data", desc, seq_lengths, x_desc, y_desc, h_desc, c_desc,
+                     dict(y=y, dy=dy, dx=dx, hx=hx, dhy=dhy, dhx=dhx, cx=cx, dcy=dcy, dcx=dcx, w=w, reserve=reserve))
+
+    def _cudnnRNNBackwardWeights_v8(self, handle, desc, add_grad, seq_lengths, x_desc, x, h_desc, hx, y_desc, y,
+                                    w_size, dw, work_size, work, reserve_size, reserve) -> None:
+        self._record("backward_weights", desc, seq_lengths, x_desc, y_desc, h_desc, h_desc,
+                     dict(x=x, hx=hx, y=y, dw=dw, reserve=reserve), {"add_grad": add_grad})

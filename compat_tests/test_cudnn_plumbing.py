@@ -1,0 +1,162 @@
+"""The GPU-only code of ``cudnn_backend`` run on a CPU through ``fake_cuda`` (a NumPy CuPy, a cuDNN that
+checks each call against the declared ctypes signatures and records what it was handed).
+
+No cuDNN numbers here (``test_gpu.py`` has those): these tests make every line that otherwise only runs on a
+GPU run on every CI run, and check the plumbing the backend's docstring promises: which buffers cuDNN gets
+(private, aligned copies; the weights, inputs and states backward reads are the ones forward read), padded
+inputs zeroed before cuDNN sees them, a zeroed weight-gradient buffer in ADD mode, the descriptors' layout,
+lengths and padding fill.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import cudnn_backend
+from compat_tests import fake_cuda
+from compat_tests.config import RNNConfig, forward_case, make_case
+from cudnn_backend import _lib
+from cudnn_backend import model as backend_model
+
+CONFIGS = {
+    "lstm-proj-bi-lengths": RNNConfig("lstm", num_layers=2, num_units=6, input_size=4, direction="bidirectional",
+                                      num_proj=3, seq_len=5, batch=3, lengths=(5, 2, 4), dtype="float32"),
+    "gru-skip-batch-major-half": RNNConfig("gru", num_units=4, input_size=4, input_mode="skip_input", seq_len=3,
+                                           batch=2, lengths=(3, 1), time_major=False, dtype="float16"),
+    "relu-double": RNNConfig("relu", num_layers=2, num_units=4, input_size=3, dtype="float64"),
+}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake CuPy and cuDNN in place of the real ones (whatever this machine has), for one test."""
+    lib = fake_cuda.FakeCudnn()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cuda.cupy)
+    monkeypatch.setattr(_lib, "load", lambda: lib)
+    monkeypatch.setattr(backend_model, "_HANDLES", {})
+    ok, why = cudnn_backend.available.__wrapped__()  # the real check, answered by the fakes
+    assert ok, why
+    monkeypatch.setattr(cudnn_backend, "available", lambda: (ok, why))
+    return lib
+
+
+def _model(cfg: RNNConfig, **options):
+    return cfg.model(models=cudnn_backend.MODELS, **options)
+
+
+def _calls(lib, name):
+    return [c for c in lib.compute if c.name == name]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("algo", ["standard", "persist_dynamic"])
+def test_every_path_runs_through_the_declared_signatures(fake, name, algo):
+    cfg = CONFIGS[name]
+    case = make_case(cfg)
+    gpu = _model(cfg, algo=algo)
+    ref = cfg.model()
+    assert gpu.params_size() == ref.params_size() and gpu.opaque_layout() == ref.opaque_layout()
+    assert gpu.canonical_shapes() == ref.canonical_shapes()
+    params = gpu.canonical_to_params(case.weights, case.biases)
+    assert fake_cuda.cupy.asnumpy(params).tobytes() == ref.canonical_to_params(case.weights, case.biases).tobytes()
+    weights, biases = gpu.params_to_canonical(params)
+    for got, sent in zip(weights + biases, case.weights + case.biases):
+        assert np.asarray(got).tobytes() == sent.tobytes()
+
+    inference = forward_case(gpu, cfg, case, is_training=False, params=params)
+    fwd = forward_case(gpu, cfg, case, is_training=True, params=params)
+    grads = gpu.backward(fwd, case.dy, case.dh, case.dc)
+    LD, B = cfg.num_layers * cfg.num_dirs, cfg.batch
+    state_shape = (LD, B, cfg.state_width) if cfg.time_major else (B, LD, cfg.state_width)
+    assert inference.output.shape == fwd.output.shape == case.dy.shape
+    assert inference.output_h.shape == grads.input_h.shape == state_shape
+    assert grads.input.shape == case.x.shape and grads.params.shape == (gpu.params_size(),)
+    assert (grads.input_c is None) == (not cfg.has_cell_state)
+    assert [c.name for c in fake.compute] == ["forward", "forward", "backward_data", "backward_weights"]
+    assert [c.values["mode"] for c in _calls(fake, "forward")] == [_lib.FWD_INFERENCE, _lib.FWD_TRAINING]
+    if algo == "persist_dynamic":  # the plan is built for the batch size before the first compute call
+        assert fake.calls.index("cudnnBuildRNNDynamic") < fake.calls.index("cudnnRNNForward")
+    with pytest.raises(ValueError, match="already backpropagated"):
+        gpu.backward(fwd, case.dy)
+    gpu.close()
+
+
+def test_descriptors_say_what_the_arrays_hold(fake):
+    cfg = CONFIGS["gru-skip-batch-major-half"]
+    case = make_case(cfg)
+    gpu = _model(cfg)
+    forward_case(gpu, cfg, case, is_training=False)
+    (call,) = fake.compute
+    x_desc, y_desc = fake.data[call.values["x_desc"]], fake.data[call.values["y_desc"]]
+    assert (x_desc.layout, x_desc.max_seq, x_desc.batch, x_desc.vector) == (_lib.BATCH_MAJOR_UNPACKED, 3, 2, 4)
+    assert x_desc.lengths == y_desc.lengths == list(cfg.lengths) and x_desc.dtype == np.float16
+    assert x_desc.fill is None and y_desc.fill == 0.0  # outputs past a length are zero, as the reference's
+    assert call.snapshots["seq_lengths"].tolist() == list(cfg.lengths)
+    settings = next(iter(fake.rnn_settings.values()))
+    assert settings == dict(algo=_lib.ALGO["standard"], bias_mode=_lib.DOUBLE_BIAS, math_prec=_lib.DATA_TYPE["float32"],
+                            math_type=_lib.MATH_TYPE["tensor_op"], aux_flags=_lib.PADDED_IO_ENABLED)
+    hx = call.snapshots["hx"].reshape(1, 2, 4)  # states go to cuDNN as [L*D, B, H] whatever the caller's layout
+    np.testing.assert_array_equal(hx, case.h0.transpose(1, 0, 2))
+
+
+def test_backward_gets_what_forward_read_in_private_aligned_copies(fake):
+    cfg = CONFIGS["lstm-proj-bi-lengths"]
+    case = make_case(cfg)
+    gpu = _model(cfg)
+    cp = fake_cuda.cupy
+
+    def misaligned(a):  # a device view one element past an allocation's start
+        return cp.concatenate([cp.zeros(1, a.dtype), cp.asarray(a).ravel()])[1:].reshape(a.shape)
+
+    params = misaligned(gpu.canonical_to_params(case.weights, case.biases))
+    x = case.x.copy()
+    for b, n in enumerate(cfg.lengths):
+        x[n:, b] = np.nan  # the caller's padding: cuDNN must see zeros there (it feeds the weight gradient)
+    dh, dc = misaligned(case.dh), misaligned(case.dc)
+    accumulate = misaligned(cp.zeros(gpu.params_size(), gpu.dtype))
+    accumulate[...] = 0.5
+    fwd = forward_case(gpu, cfg, case._replace(x=x), is_training=True, params=params)
+    params[...] = np.nan  # the caller changes its buffer between forward and backward
+    grads = gpu.backward(fwd, case.dy, dh, dc, params_backprop_out=accumulate)
+    forward, data, weights = fake.compute
+
+    misaligned_handed = [(call.name, role) for call in fake.compute for role, ptr in call.ptrs.items()
+                         if ptr % backend_model.DEVICE_ALIGNMENT]
+    assert not misaligned_handed, f"buffers handed to cuDNN off cudaMalloc's alignment: {misaligned_handed}"
+    for role in ("w", "hx", "cx"):
+        assert data.ptrs[role] == forward.ptrs[role] and not np.isnan(data.snapshots[role]).any(), role
+    assert weights.ptrs["x"] == forward.ptrs["x"] and weights.ptrs["y"] == data.ptrs["y"]
+    assert data.ptrs["reserve"] == forward.ptrs["reserve"] == weights.ptrs["reserve"]
+    assert forward.ptrs["w"] != params.data.ptr and data.ptrs["dhy"] != dh.data.ptr
+    np.testing.assert_array_equal(data.snapshots["dhy"], np.asarray(case.dh).ravel())
+    np.testing.assert_array_equal(data.snapshots["dcy"], np.asarray(case.dc).ravel())
+    seen_x = forward.snapshots["x"].reshape(case.x.shape)
+    for b, n in enumerate(cfg.lengths):
+        assert not seen_x[n:, b].any() and np.array_equal(seen_x[:n, b], case.x[:n, b])
+    assert weights.values["add_grad"] == _lib.WGRAD_MODE_ADD
+    assert (weights.snapshots["dw"] == 0.5).all()  # cuDNN adds into the caller's running sum
+    assert grads.params is accumulate
+    dx = np.asarray(grads.input)
+    for b, n in enumerate(cfg.lengths):  # cuDNN leaves them undefined (here: the fake's garbage)
+        assert not dx[n:, b].any()
+
+
+def test_a_fresh_weight_gradient_starts_from_zeros(fake):
+    cfg = CONFIGS["relu-double"]
+    case = make_case(cfg)
+    gpu = _model(cfg)
+    fwd = forward_case(gpu, cfg, case, is_training=True)
+    gpu.backward(fwd, case.dy)
+    (weights,) = _calls(fake, "backward_weights")
+    assert weights.snapshots["dw"].shape == (gpu.params_size(),) and not weights.snapshots["dw"].any()
+    (data,) = _calls(fake, "backward_data")
+    assert data.ptrs["dhy"] == 0 and data.ptrs["dcy"] == 0  # None: cuDNN's NULL, zeros
+
+
+def test_versions_report_the_stack(fake):
+    info = cudnn_backend.versions()
+    assert info["available"] and info["cudnn"] == "9.28.0" and info["cupy"] == "fake"
+    assert info["compute_capability"] == "9.0" and info["device"] == "fake"
