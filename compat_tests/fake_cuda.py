@@ -6,7 +6,15 @@ It checks the plumbing, not cuDNN's numbers: every call's arguments are converte
 layout reported is the reference's (``dims {1, rows, cols}`` for a matrix, ``{1, n, 1}`` for a bias, as
 NVIDIA's samples read them), and the compute calls record their pointers and a snapshot of the memory they
 point to, so a test can check what the backend handed cuDNN. "Device" arrays are NumPy arrays whose
-``.data.ptr`` is their host address; the compute calls write nothing.
+``.data.ptr`` is their host address.
+
+The compute calls then do what cuDNN's documentation says they do, with the reference as the arithmetic
+(no dropout): ``cudnnRNNForward`` reads ``x`` in its descriptor's layout, the states as ``[L*D, B, width]``,
+writes ``y`` (``paddingFill`` past each length, NaN without one), ``hy``, ``cy``;
+``cudnnRNNBackwardData_v8`` finds the forward pass by its reserve space and writes ``dx`` (NaN past each
+length: cuDNN documents nothing there), ``dhx``, ``dcx``; ``cudnnRNNBackwardWeights_v8`` adds
+the weight gradient into ``dw``. So a backend that moves data wrongly (a layout, a transpose, a buffer)
+disagrees with the reference through this fake, while the arithmetic itself is never tested here.
 """
 
 from __future__ import annotations
@@ -145,6 +153,12 @@ def _set_out(arg, value) -> None:
     arg._obj.value = value
 
 
+def write(ptr: int, array: np.ndarray) -> None:
+    """Copy ``array``'s bytes (C order) to address ``ptr``."""
+    data = np.ascontiguousarray(array).tobytes()
+    ctypes.memmove(ptr, data, len(data))
+
+
 class FakeCudnn:
     """The parts of :class:`cudnn_backend._lib.Library` the backend uses, answered from the reference."""
 
@@ -158,6 +172,7 @@ class FakeCudnn:
         self.rnn_settings: dict[int, dict[str, int]] = {}
         self.calls: list[str] = []
         self.compute: list[Call] = []
+        self._trained: dict[int, tuple] = {}  # reserve space -> (forward result, data descriptor, weight gradient)
         self.cdll = types.SimpleNamespace(cudnnGetCudartVersion=lambda: 13000,
                                           **{f"cudnnDestroy{k}": (lambda *a: 0) for k in
                                              ("", "TensorDescriptor", "RNNDescriptor", "RNNDataDescriptor",
@@ -249,13 +264,64 @@ class FakeCudnn:
                          cy, w_size, w, work_size, work, reserve_size, reserve) -> None:
         self._record("forward", desc, seq_lengths, x_desc, y_desc, h_desc, c_desc,
                      dict(x=x, y=y, hx=hx, hy=hy, cx=cx, cy=cy, w=w, reserve=reserve), {"mode": mode})
+        call, model, xd = self.compute[-1], self.rnns[_value(desc)], self.data[_value(x_desc)]
+        snap = call.snapshots
+        states = {k: None if snap[k] is None else snap[k].reshape(self.tensors[_value(d)][0])
+                  for k, d in (("hx", h_desc), ("cx", c_desc))}
+        training = mode == _lib.FWD_TRAINING
+        fwd = model.forward(_time_major(snap["x"], xd), states["hx"], snap["w"], input_c=states["cx"],
+                            is_training=training, sequence_lengths=np.array(xd.lengths), time_major=True)
+        y_desc = self.data[_value(y_desc)]
+        write(call.ptrs["y"], _caller_layout(_pad(fwd.output, xd.lengths, y_desc.fill), xd))
+        write(call.ptrs["hy"], fwd.output_h)
+        if fwd.output_c is not None:
+            write(call.ptrs["cy"], fwd.output_c)
+        if training:
+            self._trained[call.ptrs["reserve"]] = (fwd, xd, None)
 
     def _cudnnRNNBackwardData_v8(self, handle, desc, seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy, dhx,
                                  c_desc, cx, dcy, dcx, w_size, w, work_size, work, reserve_size, reserve) -> None:
         self._record("backward_data", desc, seq_lengths, x_desc, y_desc, h_desc, c_desc,
                      dict(y=y, dy=dy, dx=dx, hx=hx, dhy=dhy, dhx=dhx, cx=cx, dcy=dcy, dcx=dcx, w=w, reserve=reserve))
+        call, model = self.compute[-1], self.rnns[_value(desc)]
+        snap = call.snapshots
+        fwd, xd, _ = self._trained[call.ptrs["reserve"]]
+        d_states = {k: None if snap[k] is None else snap[k].reshape(self.tensors[_value(d)][0])
+                    for k, d in (("dhy", h_desc), ("dcy", c_desc))}
+        grads = model.backward(fwd, _time_major(snap["dy"], self.data[_value(y_desc)]), d_states["dhy"],
+                               d_states["dcy"])
+        write(call.ptrs["dx"], _caller_layout(_pad(grads.input, xd.lengths, None), xd))
+        write(call.ptrs["dhx"], grads.input_h)
+        if grads.input_c is not None:
+            write(call.ptrs["dcx"], grads.input_c)
+        self._trained[call.ptrs["reserve"]] = (fwd, xd, grads.params)
 
     def _cudnnRNNBackwardWeights_v8(self, handle, desc, add_grad, seq_lengths, x_desc, x, h_desc, hx, y_desc, y,
                                     w_size, dw, work_size, work, reserve_size, reserve) -> None:
         self._record("backward_weights", desc, seq_lengths, x_desc, y_desc, h_desc, h_desc,
                      dict(x=x, hx=hx, y=y, dw=dw, reserve=reserve), {"add_grad": add_grad})
+        call = self.compute[-1]
+        _, _, d_params = self._trained.pop(call.ptrs["reserve"])  # BackwardData came first, as documented
+        write(call.ptrs["dw"], call.snapshots["dw"] + d_params)
+
+
+def _pad(sequence: np.ndarray, lengths: list[int], fill: float | None) -> np.ndarray:
+    """``sequence [T, B, V]`` with ``fill`` past each length, or NaN where cuDNN leaves them undefined."""
+    out = sequence.copy()
+    for b, n in enumerate(lengths):
+        out[n:, b] = np.nan if fill is None else fill
+    return out
+
+
+def _time_major(flat: np.ndarray, desc: DataDesc) -> np.ndarray:
+    """A sequence read from a data descriptor's memory, as ``[T, B, vector]``."""
+    if desc.layout == _lib.SEQ_MAJOR_UNPACKED:
+        return flat.reshape(desc.max_seq, desc.batch, desc.vector)
+    if desc.layout == _lib.BATCH_MAJOR_UNPACKED:
+        return flat.reshape(desc.batch, desc.max_seq, desc.vector).transpose(1, 0, 2)
+    raise NotImplementedError(f"the fake reads unpacked layouts only, got layout {desc.layout}")
+
+
+def _caller_layout(sequence: np.ndarray, desc: DataDesc) -> np.ndarray:
+    """A ``[T, B, vector]`` sequence in a data descriptor's memory layout."""
+    return sequence if desc.layout == _lib.SEQ_MAJOR_UNPACKED else sequence.transpose(1, 0, 2)

@@ -24,8 +24,8 @@ from cudnn_backend import model as backend_model
 CONFIGS = {
     "lstm-proj-bi-lengths": RNNConfig("lstm", num_layers=2, num_units=6, input_size=4, direction="bidirectional",
                                       num_proj=3, seq_len=5, batch=3, lengths=(5, 2, 4), dtype="float32"),
-    "gru-skip-batch-major-half": RNNConfig("gru", num_units=4, input_size=4, input_mode="skip_input", seq_len=3,
-                                           batch=2, lengths=(3, 1), time_major=False, dtype="float16"),
+    "gru-skip-batch-major-half": RNNConfig("gru", num_layers=2, num_units=4, input_size=4, input_mode="skip_input",
+                                           seq_len=3, batch=2, lengths=(3, 1), time_major=False, dtype="float16"),
     "relu-double": RNNConfig("relu", num_layers=2, num_units=4, input_size=3, dtype="float64"),
 }
 
@@ -98,7 +98,7 @@ def test_descriptors_say_what_the_arrays_hold(fake):
     settings = next(iter(fake.rnn_settings.values()))
     assert settings == dict(algo=_lib.ALGO["standard"], bias_mode=_lib.DOUBLE_BIAS, math_prec=_lib.DATA_TYPE["float32"],
                             math_type=_lib.MATH_TYPE["tensor_op"], aux_flags=_lib.PADDED_IO_ENABLED)
-    hx = call.snapshots["hx"].reshape(1, 2, 4)  # states go to cuDNN as [L*D, B, H] whatever the caller's layout
+    hx = call.snapshots["hx"].reshape(2, 2, 4)  # states go to cuDNN as [L*D, B, H] whatever the caller's layout
     np.testing.assert_array_equal(hx, case.h0.transpose(1, 0, 2))
 
 
@@ -140,7 +140,7 @@ def test_backward_gets_what_forward_read_in_private_aligned_copies(fake):
     assert (weights.snapshots["dw"] == 0.5).all()  # cuDNN adds into the caller's running sum
     assert grads.params is accumulate
     dx = np.asarray(grads.input)
-    for b, n in enumerate(cfg.lengths):  # cuDNN leaves them undefined (here: the fake's garbage)
+    for b, n in enumerate(cfg.lengths):  # cuDNN leaves them undefined (the fake writes NaN there)
         assert not dx[n:, b].any()
 
 
@@ -154,6 +154,30 @@ def test_a_fresh_weight_gradient_starts_from_zeros(fake):
     assert weights.snapshots["dw"].shape == (gpu.params_size(),) and not weights.snapshots["dw"].any()
     (data,) = _calls(fake, "backward_data")
     assert data.ptrs["dhy"] == 0 and data.ptrs["dcy"] == 0  # None: cuDNN's NULL, zeros
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("backward", [False, True])
+def test_the_cudnn_peer_through_the_fake_is_the_reference(fake, name, backward):
+    """With the reference doing the fake's arithmetic, the cudnn peer (backend, layouts, canonical repacking
+    of the weight gradient) must come out as the reference: a misplaced transpose or buffer does not."""
+    from compat_tests.compare import compare_peer
+    from compat_tests.peers import PEERS
+
+    verdict = compare_peer(PEERS["cudnn"], CONFIGS[name], backward=backward)
+    assert verdict.passed, verdict.explain()
+
+
+def test_a_capture_through_the_fake_replays_against_the_reference(fake, tmp_path):
+    """``gpu_capture``'s cuDNN branch, end to end: environment, every config recorded, and the check."""
+    from compat_tests import gpu_capture
+
+    configs = gpu_capture.capture_configs()[::11]
+    out = gpu_capture.capture(tmp_path, backend="cudnn", configs=configs)
+    document, _ = gpu_capture.load(out)
+    assert document["peer"] == "cudnn" and document["environment"]["cudnn"] == "9.28.0"
+    assert [e["status"] for e in document["entries"]] == ["ok"] * len(configs), document["entries"]
+    assert gpu_capture.check(out) == {}
 
 
 def test_versions_report_the_stack(fake):
