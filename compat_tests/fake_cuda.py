@@ -269,8 +269,10 @@ class FakeCudnn:
         states = {k: None if snap[k] is None else snap[k].reshape(self.tensors[_value(d)][0])
                   for k, d in (("hx", h_desc), ("cx", c_desc))}
         training = mode == _lib.FWD_TRAINING
+        if snap["seq_lengths"] is None or snap["seq_lengths"].tolist() != xd.lengths:
+            raise ValueError(f"devSeqLengths {snap['seq_lengths']} is not a copy of the descriptor's {xd.lengths}")
         fwd = model.forward(_time_major(snap["x"], xd), states["hx"], snap["w"], input_c=states["cx"],
-                            is_training=training, sequence_lengths=np.array(xd.lengths), time_major=True)
+                            is_training=training, sequence_lengths=snap["seq_lengths"], time_major=True)
         y_desc = self.data[_value(y_desc)]
         write(call.ptrs["y"], _caller_layout(_pad(fwd.output, xd.lengths, y_desc.fill), xd))
         write(call.ptrs["hy"], fwd.output_h)
