@@ -14,7 +14,7 @@ from pathlib import Path
 from reference.model import DIRECTIONS
 
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
-from .interop.convert import FORMATS
+from .interop.convert import FORMATS, WRITABLE
 
 
 def _backends(names: str | None):
@@ -81,9 +81,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .interop import convert
 
+    if args.scope and args.source != "tf":
+        raise ValueError(f"--scope applies to --from tf only, not to --from {args.source}")
     overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
                  "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
-                 "num_proj": args.num_proj, "dtype": args.dtype}
+                 "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope}
     model, weights, biases = convert.read(args.source, args.input, overrides)
     convert.write(args.target, args.output, model, weights, biases)
     print(f"{args.input} ({args.source}) -> {args.output} ({args.target}): {model!r}")
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
     conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx)")
     conv.add_argument("--from", dest="source", required=True, choices=FORMATS)
-    conv.add_argument("--to", dest="target", required=True, choices=FORMATS)
+    conv.add_argument("--to", dest="target", required=True, choices=WRITABLE)
     conv.add_argument("input")
     conv.add_argument("output")
     conv.add_argument("--mode", choices=MODE_NAMES,
@@ -197,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     conv.add_argument("--input-mode", choices=("linear_input", "skip_input"))
     conv.add_argument("--num-proj", type=int)
     conv.add_argument("--dtype", choices=DTYPE_NAMES)
+    conv.add_argument("--scope", help="--from tf: the variable scope of the RNN's tensors (default: found in the file)")
 
     infer = sub.add_parser("infer", help="run a checkpoint on the CPU with the NumPy reference")
     infer.add_argument("checkpoint")

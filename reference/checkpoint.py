@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import safetensors, tf
+from .formats import safetensors, tf, tf_bundle
 
 FORMAT = "cudnn-rnn-compat/tf-canonical"
 VERSION = 1
@@ -105,6 +105,9 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
             raise ValueError(f"{path}: {exc} (object arrays would need pickle; refused)") from None
         raw = tensors.pop(NPZ_CONFIG, None)
         return tensors, None if raw is None else _config(raw.tobytes().decode(errors="replace"), path)
+    if tf_bundle.is_bundle(path):
+        raise ValueError(f"{path}: a TensorFlow checkpoint (tensor bundle); read it with reference.formats.tf_bundle "
+                         "or `rnn-compat convert --from tf` and the model options")
     with open(path, "rb") as f:
         head = f.read(2)
     if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or zipfile.is_zipfile(path) or \

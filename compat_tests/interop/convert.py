@@ -3,9 +3,11 @@
 Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), ``torch`` (a ``state_dict``
 saved with safetensors or ``numpy.savez``: PyTorch's ``.pt`` pickles are refused), ``keras`` (per
 pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
-``.npz`` file) and ``onnx`` (an ``.onnx`` graph). Files this tool writes carry the model config; a
-foreign ``torch`` file gets its config from its shapes (plus ``--mode`` for relu/tanh), a foreign ``keras``
-file needs the config options.
+``.npz`` file), ``onnx`` (an ``.onnx`` graph) and, to read only, ``tf`` (a TensorFlow checkpoint: the tensor
+bundle ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes, with the canonical names of
+``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config; a foreign ``torch`` file gets
+its config from its shapes (plus ``--mode`` for relu/tanh), a foreign ``keras`` file needs the config
+options, and a ``tf`` checkpoint needs them but for its dtype and variable scope, which it tells.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from reference import checkpoint
-from reference.formats import keras, torch
+from reference.formats import keras, tf, tf_bundle, torch
 
-FORMATS = ("checkpoint", "torch", "keras", "onnx")
+FORMATS = ("checkpoint", "torch", "keras", "onnx", "tf")
+WRITABLE = FORMATS[:-1]  # a TensorFlow checkpoint is written as "checkpoint": TF's names in safetensors/.npz
 
 
 def _config(found: dict | None, overrides: dict, what: str) -> dict:
@@ -36,6 +39,8 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None):
         from .onnx_model import import_model
 
         return import_model(path)
+    if fmt == "tf":
+        return _read_tf_checkpoint(path, overrides)
     tensors, found = checkpoint.read_tensors(path)
     if fmt == "torch":
         if found is None:
@@ -51,6 +56,35 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None):
             raise ValueError(f"{path}: missing Keras weight {exc}") from None
         return (model, *keras.from_keras(model, layers))
     raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
+
+
+def _read_tf_checkpoint(path: str | Path, overrides: dict):
+    """A TensorFlow checkpoint: the model options from ``overrides``, the dtype and the variable scope (unless
+    ``overrides`` give them) from the checkpoint; its other tensors (``global_step``, optimizer slots) are
+    left alone, as TensorFlow's own restore of a subset does."""
+    entries = tf_bundle.entries(path)[0]
+    probe = checkpoint.model_from_config(_config({"dtype": "float64"}, overrides, str(path)))  # names only
+    scope = overrides.get("scope") or _tf_scope(probe, entries, path)
+    names = [n for n in tf.expected_shapes(probe, scope) if n in entries]
+    dtypes = sorted({entries[n].describe_dtype() for n in names})
+    if len(dtypes) > 1:
+        raise ValueError(f"{path}: the model's tensors are of several dtypes, {dtypes}")
+    model = checkpoint.model_from_config(_config({"dtype": dtypes[0] if dtypes else "float32"}, overrides, str(path)))
+    return (model, *tf.from_tf(model, tf_bundle.read(path, names), scope))
+
+
+def _tf_scope(model, entries: dict, path) -> str | None:
+    """The variable scope under which ``entries`` hold ``model``'s first tensor (``None``: no scope)."""
+    anchor = next(iter(tf.expected_shapes(model)))
+    scopes = {name[: -len(anchor) - 1] for name in entries if name.endswith("/" + anchor)}
+    scopes |= {None} if anchor in entries else set()
+    if len(scopes) == 1:
+        return scopes.pop()
+    if not scopes:
+        raise ValueError(f"{path} holds no {anchor!r} under any scope: are the mode, direction and layers right? "
+                         f"It holds e.g. {sorted(entries)[:4]}")
+    raise ValueError(f"{path} holds the model under several scopes {sorted(s or '' for s in scopes)}: "
+                     f"pick one with --scope")
 
 
 def write(fmt: str, path: str | Path, model, weights, biases) -> None:
@@ -70,4 +104,4 @@ def write(fmt: str, path: str | Path, model, weights, biases) -> None:
             raise ValueError(f"an ONNX file must end in .onnx, got {Path(path).name!r}")
         save(path, model, weights, biases)
     else:
-        raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
+        raise ValueError(f"unknown format to write {fmt!r}, expecting one of {', '.join(WRITABLE)}")

@@ -1,0 +1,138 @@
+"""TensorFlow's own checkpoint files (the V2 tensor bundle), read without TensorFlow.
+
+The fixtures in ``compat_tests/data/tf_bundle/`` were written by TensorFlow's ``SaveV2`` op
+(``scripts/make_tf_bundle_fixtures.py``; ``provenance.json`` names the version) from the arrays kept in
+``expected.npz``: the canonical tensors of three models under TF's names, in float32, float64 and float16,
+one under a variable scope beside a ``global_step``, an optimizer slot and a string, as a trained TF 1.x
+model's checkpoint holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compat_tests import cli
+from compat_tests.compare import assert_agree_within_policy
+from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
+from reference import checkpoint
+from reference.formats import tf as tf_format
+from reference.formats import tf_bundle
+
+DATA = Path(__file__).parent / "data" / "tf_bundle"
+PROVENANCE = json.loads((DATA / "provenance.json").read_text())
+FIXTURES = sorted(PROVENANCE["fixtures"])
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    with np.load(DATA / "expected.npz", allow_pickle=False) as data:
+        return {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith(f"{name}:")}
+
+
+def fixture_config(name: str) -> tuple[RNNConfig, str | None]:
+    entry = PROVENANCE["fixtures"][name]
+    return RNNConfig.from_json(json.dumps(entry["config"])), entry["scope"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_tensorflows_own_bundles_read_bit_for_bit(name):
+    got, want = tf_bundle.read(DATA / name), expected(name)
+    assert sorted(got) == sorted(want)  # every numeric tensor; the string is left out
+    for key, array in want.items():
+        assert got[key].dtype == array.dtype and got[key].shape == array.shape, key
+        assert got[key].tobytes() == array.tobytes(), key
+    assert tf_bundle.read(f"{DATA / name}.index").keys() == got.keys()  # the .index path names it too
+
+
+def test_what_numpy_cannot_hold_or_the_file_lacks_is_refused_by_name():
+    with pytest.raises(ValueError, match="'main/note' is string, which NumPy cannot hold"):
+        tf_bundle.read(DATA / "lstm_bi_scoped", ["main/note"])
+    with pytest.raises(ValueError, match="no tensor 'rnn/nope'"):
+        tf_bundle.read(DATA / "lstm_bi_scoped", ["rnn/nope"])
+    with pytest.raises(ValueError, match="no such TensorFlow checkpoint index"):
+        tf_bundle.read(DATA / "absent")
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    for f in DATA.glob(f"{name}.*"):
+        shutil.copy(f, tmp_path / f.name)
+    return tmp_path / name
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
+    prefix = _copy("gru_double", tmp_path)
+    entries = tf_bundle.entries(prefix)[0]
+    name, entry = next(iter(entries.items()))
+    _flip(Path(f"{prefix}.data-00000-of-00001"), entry.offset + 3)
+    with pytest.raises(ValueError, match=f"tensor '{name}': checksum mismatch"):
+        tf_bundle.read(prefix, [name])
+    changed = tf_bundle.read(prefix, [name], verify=False)[name]  # unverified, the flipped bit comes through
+    assert changed.tobytes() != expected("gru_double")[name].tobytes()
+
+    index = Path(f"{prefix}.index")
+    _flip(index, 10)  # inside the first data block
+    with pytest.raises(ValueError, match="checksum mismatch \\(corrupt index file\\)"):
+        tf_bundle.entries(prefix)
+    index.write_bytes(index.read_bytes()[:-1])
+    with pytest.raises(ValueError, match="no table magic number"):
+        tf_bundle.entries(prefix)
+
+    prefix = _copy("tanh_half", tmp_path)
+    Path(f"{prefix}.data-00000-of-00001").unlink()
+    with pytest.raises(ValueError, match="tanh_half.data-00000-of-00001, which is missing"):
+        tf_bundle.read(prefix)
+
+
+def test_crc32c_is_castagnoli():
+    assert tf_bundle.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert tf_bundle.crc32c(b"") == 0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_tensorflow_checkpoint_converts_and_runs(name, tmp_path):
+    """``rnn-compat convert --from tf`` with the model options only (the dtype and the variable scope come
+    from the file), then the model runs on the reference as the weights TF was given."""
+    cfg, scope = fixture_config(name)
+    options = ["--mode", cfg.mode, "--num-layers", str(cfg.num_layers), "--num-units", str(cfg.num_units),
+               "--input-size", str(cfg.input_size), "--direction", cfg.direction]
+    out = tmp_path / "converted.npz"
+    assert cli.main(["convert", "--from", "tf", "--to", "checkpoint", str(DATA / name), str(out), *options]) == 0
+    ck = checkpoint.load(out)
+    assert repr(ck.model) == repr(cfg.model())
+    rnn_tensors = {k: v for k, v in expected(name).items() if k in tf_format.expected_shapes(ck.model, scope)}
+    want_w, want_b = tf_format.from_tf(ck.model, rnn_tensors, scope)
+    for got, want in zip(ck.weights + ck.biases, want_w + want_b):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    case = make_case(cfg)
+    result = ck.model.forward(case.x, case.h0, ck.params(), input_c=case.c0, is_training=False)
+    assert_agree_within_policy(cfg, case, Outputs(result.output, result.output_h, result.output_c),
+                               run_reference(cfg, case))
+
+
+def test_a_tensorflow_checkpoint_with_the_wrong_options_is_refused(tmp_path, capsys):
+    source = str(DATA / "lstm_bi_scoped")
+    base = ["convert", "--from", "tf", "--to", "checkpoint", source, str(tmp_path / "c.npz"), "--mode", "lstm",
+            "--num-layers", "2", "--num-units", "4", "--input-size", "3"]
+    assert cli.main(base) == 2  # unidirectional: the names are not there
+    assert "holds no 'rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel' under any scope" in \
+        capsys.readouterr().err
+    assert cli.main(base + ["--direction", "bidirectional", "--scope", "other"]) == 2
+    assert "lacks 8 tensor(s)" in capsys.readouterr().err  # 2 layers x 2 directions x (kernel, bias)
+    assert cli.main(base + ["--direction", "bidirectional", "--num-units", "5"]) == 2
+    assert "cell_0/bidirectional_rnn/fw/cudnn_compatible_lstm_cell/kernel' has shape [7, 16]" in \
+        capsys.readouterr().err
+    assert cli.main(["convert", "--from", "torch", "--to", "checkpoint", source, "x.npz", "--scope", "main"]) == 2
+    assert "--scope applies to --from tf only" in capsys.readouterr().err
+    assert cli.main(["convert", "--from", "checkpoint", "--to", "torch", source, "x.npz"]) == 2
+    assert "a TensorFlow checkpoint (tensor bundle)" in capsys.readouterr().err
+    assert not (tmp_path / "c.npz").exists()
