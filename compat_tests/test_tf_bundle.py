@@ -2,9 +2,10 @@
 
 The fixtures in ``compat_tests/data/tf_bundle/`` were written by TensorFlow's ``SaveV2`` op
 (``scripts/make_tf_bundle_fixtures.py``; ``provenance.json`` names the version) from the arrays kept in
-``expected.npz``: the canonical tensors of three models under TF's names, in float32, float64 and float16,
+``expected.npz``: the canonical tensors of four models under TF's names, in float32, float64 and float16,
 one under a variable scope beside a ``global_step``, an optimizer slot and a string, as a trained TF 1.x
-model's checkpoint holds them.
+model's checkpoint holds them, and one in two data shards (merged by ``MergeV2Checkpoints``, as a sharded
+``tf.train.Saver`` writes them).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def test_tensorflows_own_bundles_read_bit_for_bit(name):
         assert got[key].dtype == array.dtype and got[key].shape == array.shape, key
         assert got[key].tobytes() == array.tobytes(), key
     assert tf_bundle.read(f"{DATA / name}.index").keys() == got.keys()  # the .index path names it too
+    entries, shards, order = tf_bundle.entries(DATA / name)
+    assert shards == PROVENANCE["fixtures"][name]["shards"] and order == "<"
+    assert {e.shard for e in entries.values()} == set(range(shards))
 
 
 def test_what_numpy_cannot_hold_or_the_file_lacks_is_refused_by_name():

@@ -10,6 +10,7 @@ TensorFlow is not a dependency of this project; this needs it once, in a separat
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,16 @@ FIXTURES = {
     "gru_double": (RNNConfig("gru", num_units=5, input_size=2, dtype="float64", seed=12), None, lambda rng: {}),
     "tanh_half": (RNNConfig("tanh", num_layers=2, num_units=3, input_size=2, dtype="float16", seed=13), None,
                   lambda rng: {}),
+    "gru_sharded": (RNNConfig("gru", num_layers=2, num_units=3, input_size=2, dtype="float32", seed=14), None,
+                    lambda rng: {}),
 }
+SHARDED = {"gru_sharded": 2}  # saved in this many pieces, then merged as a sharded tf.train.Saver does
+
+
+def save(prefix: Path, tensors: dict) -> None:
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(tensors[n]) for n in names])
 
 
 def main() -> None:
@@ -39,11 +49,19 @@ def main() -> None:
     for name, (cfg, scope, extras) in FIXTURES.items():
         case = make_case(cfg)
         tensors = tf_format.to_tf(cfg.model(), case.weights, case.biases, scope) | extras(np.random.default_rng(cfg.seed))
-        names = sorted(tensors)
-        tf.raw_ops.SaveV2(prefix=str(OUT / name), tensor_names=names, shape_and_slices=[""] * len(names),
-                          tensors=[tf.constant(tensors[n]) for n in names])
+        shards = SHARDED.get(name, 1)
+        if shards == 1:
+            save(OUT / name, tensors)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                names = sorted(tensors)
+                parts = [Path(tmp) / f"part{k}" for k in range(shards)]
+                for k, part in enumerate(parts):
+                    save(part, {n: tensors[n] for n in names[k::shards]})
+                tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=[str(p) for p in parts],
+                                              destination_prefix=str(OUT / name))
         expected |= {f"{name}:{n}": a for n, a in tensors.items() if a.dtype.kind != "S"}
-        provenance["fixtures"][name] = {"config": json.loads(cfg.to_json()), "scope": scope}
+        provenance["fixtures"][name] = {"config": json.loads(cfg.to_json()), "scope": scope, "shards": shards}
     np.savez(OUT / "expected.npz", **expected)
     (OUT / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
 
