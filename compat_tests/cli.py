@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--config", required=True, help="an RNNConfig as JSON")
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
-    conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx)")
+    conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx; tf to read)")
     conv.add_argument("--from", dest="source", required=True, choices=FORMATS)
     conv.add_argument("--to", dest="target", required=True, choices=WRITABLE)
     conv.add_argument("input")
