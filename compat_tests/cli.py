@@ -14,7 +14,7 @@ from pathlib import Path
 from reference.model import DIRECTIONS
 
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
-from .interop.convert import FORMATS, WRITABLE
+from .interop.convert import FORMATS
 
 
 def _backends(names: str | None):
@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--config", required=True, help="an RNNConfig as JSON")
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
-    conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx; tf to read)")
+    conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx, tf)")
     conv.add_argument("--from", dest="source", required=True, choices=FORMATS)
-    conv.add_argument("--to", dest="target", required=True, choices=WRITABLE)
+    conv.add_argument("--to", dest="target", required=True, choices=FORMATS)
     conv.add_argument("input")
     conv.add_argument("output")
     conv.add_argument("--mode", choices=MODE_NAMES,

@@ -5,7 +5,8 @@ The fixtures in ``compat_tests/data/tf_bundle/`` were written by TensorFlow's ``
 ``expected.npz``: the canonical tensors of four models under TF's names, in float32, float64 and float16,
 one under a variable scope beside a ``global_step``, an optimizer slot and a string, as a trained TF 1.x
 model's checkpoint holds them, and one in two data shards (merged by ``MergeV2Checkpoints``, as a sharded
-``tf.train.Saver`` writes them).
+``tf.train.Saver`` writes them); and ``many_names``, 1200 generated tensors whose index TensorFlow splits into
+several blocks. The writer must reproduce TensorFlow's files byte for byte.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ PROVENANCE = json.loads((DATA / "provenance.json").read_text())
 FIXTURES = sorted(PROVENANCE["fixtures"])
 
 
+def many_names() -> dict[str, np.ndarray]:
+    """The tensors of the ``many_names`` fixture (the script's ``MANY_NAMES``)."""
+    return {f"{2 * i:04d}/{'x' * 250}": np.float16(i) for i in range(1200)}
+
+
 def expected(name: str) -> dict[str, np.ndarray]:
     with np.load(DATA / "expected.npz", allow_pickle=False) as data:
         return {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith(f"{name}:")}
@@ -50,6 +56,35 @@ def test_tensorflows_own_bundles_read_bit_for_bit(name):
     entries, shards, order = tf_bundle.entries(DATA / name)
     assert shards == PROVENANCE["fixtures"][name]["shards"] and order == "<"
     assert {e.shard for e in entries.values()} == set(range(shards))
+
+
+@pytest.mark.parametrize("name", ["gru_double", "tanh_half", "many_names"])
+def test_the_writer_writes_what_tensorflow_wrote_byte_for_byte(name, tmp_path):
+    tensors = many_names() if name == "many_names" else expected(name)
+    tf_bundle.write(tmp_path / name, tensors)
+    for suffix in (".index", ".data-00000-of-00001"):
+        assert (tmp_path / f"{name}{suffix}").read_bytes() == (DATA / f"{name}{suffix}").read_bytes(), suffix
+
+
+def test_many_names_span_several_index_blocks_and_read_back():
+    assert len(tf_bundle.data_block_handles((DATA / "many_names.index").read_bytes())) > 1
+    got = tf_bundle.read(DATA / "many_names")
+    assert {k: v.item() for k, v in got.items()} == {k: v.item() for k, v in many_names().items()}
+
+
+def test_every_numeric_dtype_round_trips_and_others_are_refused(tmp_path):
+    rng = np.random.default_rng(5)
+    tensors = {f"t/{np.dtype(d).name}": (rng.standard_normal((2, 3)) * 50).astype(d) for d in tf_bundle.DTYPES.values()}
+    tensors |= {"scalar": np.float64(2.5), "empty": np.zeros((0, 4), np.float32),
+                "big_endian": np.arange(6, dtype=">i4").reshape(3, 2)}
+    tf_bundle.write(tmp_path / "all", tensors)
+    got = tf_bundle.read(tmp_path / "all")
+    assert sorted(got) == sorted(tensors)
+    for name, array in tensors.items():
+        assert got[name].shape == np.shape(array) and np.array_equal(got[name], array), name
+        assert got[name].dtype == np.asarray(array).dtype.newbyteorder("="), name
+    with pytest.raises(ValueError, match=r"tensor 'note' is \|S4"):
+        tf_bundle.write(tmp_path / "bad", {"note": np.array(b"text")})
 
 
 def test_what_numpy_cannot_hold_or_the_file_lacks_is_refused_by_name():
@@ -100,6 +135,21 @@ def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
 def test_crc32c_is_castagnoli():
     assert tf_bundle.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     assert tf_bundle.crc32c(b"") == 0
+
+
+def test_convert_writes_a_tensorflow_checkpoint_that_reads_back(tmp_path):
+    cfg, _ = fixture_config("lstm_bi_scoped")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "m.npz", cfg.model(), case.weights, case.biases)
+    assert cli.main(["convert", "--from", "checkpoint", "--to", "tf", str(tmp_path / "m.npz"), str(tmp_path / "m.ckpt")]) == 0
+    assert tf_bundle.read(tmp_path / "m.ckpt").keys() == tf_format.expected_shapes(cfg.model()).keys()
+    options = ["--mode", "lstm", "--num-layers", "2", "--num-units", "4", "--input-size", "3", "--direction",
+               "bidirectional"]
+    assert cli.main(["convert", "--from", "tf", "--to", "checkpoint", str(tmp_path / "m.ckpt.index"),
+                     str(tmp_path / "back.npz"), *options]) == 0
+    before, after = checkpoint.load(tmp_path / "m.npz"), checkpoint.load(tmp_path / "back.npz")
+    for a, b in zip(before.weights + before.biases, after.weights + after.biases):
+        assert a.tobytes() == b.tobytes()
 
 
 @pytest.mark.parametrize("name", FIXTURES)

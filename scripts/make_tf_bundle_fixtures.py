@@ -35,6 +35,9 @@ FIXTURES = {
                     lambda rng: {}),
 }
 SHARDED = {"gru_sharded": 2}  # saved in this many pieces, then merged as a sharded tf.train.Saver does
+# An index over 256 KiB, so that TensorFlow's table builder splits it into several data blocks; its tensors are
+# generated (not kept in expected.npz): test_tf_bundle.many_names() builds the same dict.
+MANY_NAMES = {f"{2 * i:04d}/{'x' * 250}": np.float16(i) for i in range(1200)}  # even: separators shorten
 
 
 def save(prefix: Path, tensors: dict) -> None:
@@ -62,6 +65,7 @@ def main() -> None:
                                               destination_prefix=str(OUT / name))
         expected |= {f"{name}:{n}": a for n, a in tensors.items() if a.dtype.kind != "S"}
         provenance["fixtures"][name] = {"config": json.loads(cfg.to_json()), "scope": scope, "shards": shards}
+    save(OUT / "many_names", MANY_NAMES)
     np.savez(OUT / "expected.npz", **expected)
     (OUT / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
 

@@ -3,11 +3,12 @@
 Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), ``torch`` (a ``state_dict``
 saved with safetensors or ``numpy.savez``: PyTorch's ``.pt`` pickles are refused), ``keras`` (per
 pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
-``.npz`` file), ``onnx`` (an ``.onnx`` graph) and, to read only, ``tf`` (a TensorFlow checkpoint: the tensor
-bundle ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes, with the canonical names of
-``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config; a foreign ``torch`` file gets
-its config from its shapes (plus ``--mode`` for relu/tanh), a foreign ``keras`` file needs the config
-options, and a ``tf`` checkpoint needs them but for its dtype and variable scope, which it tells.
+``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
+``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes and restores, with the canonical names
+of ``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config, but for a ``tf``
+checkpoint, which has no place for it; a foreign ``torch`` file gets its config from its shapes (plus
+``--mode`` for relu/tanh), a foreign ``keras`` file needs the config options, and a ``tf`` checkpoint needs
+them but for its dtype and variable scope, which it tells.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from reference import checkpoint
 from reference.formats import keras, tf, tf_bundle, torch
 
 FORMATS = ("checkpoint", "torch", "keras", "onnx", "tf")
-WRITABLE = FORMATS[:-1]  # a TensorFlow checkpoint is written as "checkpoint": TF's names in safetensors/.npz
 
 
 def _config(found: dict | None, overrides: dict, what: str) -> dict:
@@ -103,5 +103,7 @@ def write(fmt: str, path: str | Path, model, weights, biases) -> None:
         if Path(path).suffix != ".onnx":
             raise ValueError(f"an ONNX file must end in .onnx, got {Path(path).name!r}")
         save(path, model, weights, biases)
+    elif fmt == "tf":
+        tf_bundle.write(path, tf.to_tf(model, weights, biases))
     else:
-        raise ValueError(f"unknown format to write {fmt!r}, expecting one of {', '.join(WRITABLE)}")
+        raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")

@@ -1,13 +1,15 @@
 """TensorFlow checkpoints (the V2 "tensor bundle" that ``tf.train.Saver``, ``tf.train.Checkpoint`` and the
-``SaveV2`` op write: ``PREFIX.index`` plus ``PREFIX.data-NNNNN-of-MMMMM``), read with NumPy and the standard
-library alone, so weights trained with TensorFlow's ``CudnnGRU``/``CudnnLSTM`` load without TensorFlow.
+``SaveV2`` op write: ``PREFIX.index`` plus ``PREFIX.data-NNNNN-of-MMMMM``), read and written with NumPy and
+the standard library alone, so weights trained with TensorFlow's ``CudnnGRU``/``CudnnLSTM`` load without
+TensorFlow, and weights from elsewhere go into a checkpoint that TensorFlow's ``Saver`` restores.
 
 ``PREFIX.index`` is a LevelDB-style sorted table (TensorFlow's ``core/lib/io/table``): data blocks of
 prefix-compressed ``key -> value`` entries, an index block pointing at them, and a 48-byte footer ending in
 a magic number. The entry with the empty key is a ``BundleHeaderProto`` (shard count, endianness); every
 other key is a tensor name whose value is a ``BundleEntryProto`` (dtype, shape, shard, offset, size,
-masked CRC32C of the bytes). The protobufs are decoded here field by field. Numeric tensors only;
-partitioned (sliced) variables, strings and bfloat16 are refused with the tensor's name.
+masked CRC32C of the bytes). The protobufs are decoded and encoded here field by field. Numeric tensors
+only; partitioned (sliced) variables, strings and bfloat16 are refused with the tensor's name. :func:`write`
+lays a single-shard bundle out as TensorFlow 2.21's ``SaveV2`` does, byte for byte (tested on its files).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import numpy as np
 
 MAGIC = 0xDB4775248B80FB57  # kTableMagicNumber
 FOOTER_LENGTH = 48
+BLOCK_SIZE = 262144  # table::Options defaults, as BundleWriter keeps them
+RESTART_INTERVAL = 16
+BUNDLE_VERSION = 1  # VersionDef.producer of the bundles TensorFlow writes (kTensorBundleVersion)
 # tensorflow/core/framework/types.proto DataType -> NumPy (the numeric types a NumPy array can hold)
 DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
           10: np.bool_, 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64, 8: np.complex64,
@@ -143,16 +148,21 @@ def _block_entries(block: bytes) -> Iterable[tuple[bytes, bytes]]:
         pos += length
 
 
-def _table(data: bytes) -> Iterable[tuple[bytes, bytes]]:
+def data_block_handles(data: bytes) -> list[bytes]:
+    """The handles of a sorted table's data blocks, from its footer and index block."""
     if len(data) < FOOTER_LENGTH:
         raise ValueError("too short for a TensorFlow checkpoint index")
     footer = data[-FOOTER_LENGTH:]
     lo, hi = struct.unpack_from("<II", footer, FOOTER_LENGTH - 8)
     if (hi << 32) | lo != MAGIC:
         raise ValueError("not a TensorFlow checkpoint index (no table magic number at its end)")
-    _, pos = _varint(footer, 0)  # the metaindex handle (empty in bundles)
+    _, pos = _varint(footer, 0)  # the metaindex handle (an empty block in bundles)
     _, pos = _varint(footer, pos)
-    for _, handle in _block_entries(_block(data, footer[pos:], "index")):
+    return [handle for _, handle in _block_entries(_block(data, footer[pos:], "index"))]
+
+
+def _table(data: bytes) -> Iterable[tuple[bytes, bytes]]:
+    for handle in data_block_handles(data):
         yield from _block_entries(_block(data, handle, "data"))
 
 
@@ -185,6 +195,112 @@ def _unmask(masked: int) -> int:
     return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
 
 
+def _mask(crc: int) -> int:
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+# ---- writing: protobuf fields, blocks, the table -----------------------------------------------------------
+
+
+def _put_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes, fixed32: bool = False) -> bytes:
+    """One protobuf field; zero scalars are left out, as proto3 serialises them."""
+    if isinstance(value, bytes):
+        return _put_varint(number << 3 | 2) + _put_varint(len(value)) + value
+    if not value:
+        return b""
+    if fixed32:
+        return _put_varint(number << 3 | 5) + struct.pack("<I", value)
+    return _put_varint(number << 3) + _put_varint(value)
+
+
+def _encode_entry(dtype: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
+    dims = b"".join(_field(2, _field(1, d)) for d in shape)
+    return (_field(1, dtype) + _field(2, dims) + _field(4, offset) + _field(5, size)
+            + _field(6, _mask(crc), fixed32=True))
+
+
+class _BlockBuilder:
+    def __init__(self, restart_interval: int) -> None:
+        self.interval, self.buffer, self.restarts, self.count, self.last = restart_interval, bytearray(), [0], 0, b""
+
+    def add(self, key: bytes, value: bytes) -> None:
+        shared = 0
+        if self.count < self.interval:
+            while shared < min(len(key), len(self.last)) and key[shared] == self.last[shared]:
+                shared += 1
+        else:
+            self.restarts.append(len(self.buffer))
+            self.count = 0
+        self.buffer += _put_varint(shared) + _put_varint(len(key) - shared) + _put_varint(len(value))
+        self.buffer += key[shared:] + value
+        self.last, self.count = key, self.count + 1
+
+    def size_estimate(self) -> int:
+        return len(self.buffer) + 4 * len(self.restarts) + 4
+
+    def finish(self) -> bytes:
+        return bytes(self.buffer) + b"".join(struct.pack("<I", r) for r in self.restarts) + \
+            struct.pack("<I", len(self.restarts))
+
+
+def _shortest_separator(start: bytes, limit: bytes) -> bytes:
+    """LevelDB's bytewise ``FindShortestSeparator``: a short key in ``[start, limit)``."""
+    n = 0
+    while n < min(len(start), len(limit)) and start[n] == limit[n]:
+        n += 1
+    if n < min(len(start), len(limit)) and start[n] < 0xFF and start[n] + 1 < limit[n]:
+        return start[:n] + bytes([start[n] + 1])
+    return start
+
+
+def _short_successor(key: bytes) -> bytes:
+    """LevelDB's bytewise ``FindShortSuccessor``: a short key ``>= key``."""
+    for n, byte in enumerate(key):
+        if byte != 0xFF:
+            return key[:n] + bytes([byte + 1])
+    return key
+
+
+def _table_bytes(items: list[tuple[bytes, bytes]]) -> bytes:
+    """A sorted table of ``items`` (keys in increasing order), as TensorFlow's ``TableBuilder`` lays it out."""
+    out = bytearray()
+
+    def put_block(contents: bytes) -> bytes:
+        handle = _put_varint(len(out)) + _put_varint(len(contents))
+        out.extend(contents + b"\x00" + struct.pack("<I", _mask(crc32c(contents + b"\x00"))))
+        return handle
+
+    index, data, pending = _BlockBuilder(1), _BlockBuilder(RESTART_INTERVAL), None
+    for key, value in items:
+        if pending is not None:
+            index.add(_shortest_separator(pending[0], key), pending[1])
+            pending = None
+        data.add(key, value)
+        if data.size_estimate() >= BLOCK_SIZE:
+            pending = (key, put_block(data.finish()))
+            data = _BlockBuilder(RESTART_INTERVAL)
+    if data.count or len(data.restarts) > 1:
+        pending = (data.last, put_block(data.finish()))
+    if pending is not None:
+        index.add(_short_successor(pending[0]), pending[1])
+    meta = put_block(_BlockBuilder(RESTART_INTERVAL).finish())
+    handles = meta + put_block(index.finish())
+    out.extend(handles + bytes(FOOTER_LENGTH - 8 - len(handles)) + struct.pack("<II", MAGIC & 0xFFFFFFFF, MAGIC >> 32))
+    return bytes(out)
+
+
 # ---- the bundle ------------------------------------------------------------------------------------------
 
 
@@ -214,6 +330,25 @@ def entries(path: str | Path) -> tuple[dict[str, Entry], int, str]:
     if header is None:
         raise ValueError(f"{index}: a sorted table, but without a BundleHeaderProto (not a tensor bundle)")
     return found, header.get(1, 1), ">" if header.get(2, 0) == 1 else "<"
+
+
+def write(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
+    """A single-shard bundle at prefix ``path`` (``PREFIX.index``, ``PREFIX.data-00000-of-00001``) holding
+    ``tensors`` (numeric NumPy arrays, little-endian, in name order), as TensorFlow's ``SaveV2`` writes it."""
+    prefix = _prefix(path)
+    codes = {np.dtype(v): k for k, v in DTYPES.items()}
+    items, data, offset = [(b"", _field(1, 1) + _field(3, _field(1, BUNDLE_VERSION)))], bytearray(), 0
+    for name in sorted(tensors, key=lambda n: n.encode()):
+        array = np.asarray(tensors[name])
+        dtype = array.dtype.newbyteorder("=")
+        if dtype not in codes:
+            raise ValueError(f"tensor {name!r} is {array.dtype}; a checkpoint holds {sorted(d.name for d in codes)}")
+        blob = np.ascontiguousarray(array, dtype=dtype.newbyteorder("<")).tobytes()
+        items.append((name.encode(), _encode_entry(codes[dtype], array.shape, offset, len(blob), crc32c(blob))))
+        data += blob
+        offset += len(blob)
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+    Path(f"{prefix}.index").write_bytes(_table_bytes(items))
 
 
 def read(path: str | Path, names: Iterable[str] | None = None, verify: bool = True) -> dict[str, np.ndarray]:
