@@ -25,6 +25,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--fake-cuda"):  # before any test module asks cudnn_backend.available()
+        from compat_tests import fake_cuda
+
+        fake_cuda.install()
     # Every array the reference's buffer cache could serve goes through it, however small, so the suite's
     # small Hypothesis models check its reuse too (by default only arrays >= 128 KiB do).
     buffers.MIN_CACHED_BYTES = 0
@@ -39,6 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--peers", default=os.environ.get("RNN_COMPAT_PEERS", ""),
                      help="comma-separated peers to test (default: every registered peer)")
+    parser.addoption("--fake-cuda", action="store_true",
+                     help="replace CuPy and libcudnn by compat_tests.fake_cuda (the reference computing): a dry "
+                          "run of the GPU suite's own code on a CPU, not a test of cuDNN")
 
 
 def selected_peers(config: pytest.Config) -> list[str]:

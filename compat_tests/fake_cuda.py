@@ -9,16 +9,20 @@ point to, so a test can check what the backend handed cuDNN. "Device" arrays are
 ``.data.ptr`` is their host address.
 
 The compute calls then do what cuDNN's documentation says they do, with the reference as the arithmetic
-(no dropout): ``cudnnRNNForward`` reads ``x`` in its descriptor's layout, the states as ``[L*D, B, width]``,
+(dropout included, with the reference's masks): ``cudnnRNNForward`` reads ``x`` in its descriptor's layout, the states as ``[L*D, B, width]``,
 writes ``y`` (``paddingFill`` past each length, NaN without one), ``hy``, ``cy``;
 ``cudnnRNNBackwardData_v8`` finds the forward pass by its reserve space and writes ``dx`` (NaN past each
 length: cuDNN documents nothing there), ``dhx``, ``dcx``; ``cudnnRNNBackwardWeights_v8`` adds
 the weight gradient into ``dw``. So a backend that moves data wrongly (a layout, a transpose, a buffer)
 disagrees with the reference through this fake, while the arithmetic itself is never tested here.
+
+:func:`install` puts both in place for a whole process: ``pytest --fake-cuda -m gpu`` dry-runs the GPU suite's
+own code on a CPU (``test_cudnn_plumbing.py`` does, on every run).
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import itertools
 import types
@@ -107,6 +111,12 @@ def _make_cupy() -> types.ModuleType:
     runtime = types.SimpleNamespace(
         getDeviceCount=lambda: 1, runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
         getDeviceProperties=lambda i: {"name": b"fake", "major": 9, "minor": 0, "multiProcessorCount": 1})
+    class MemoryPool:
+        def used_bytes(self) -> int:
+            return 0  # nothing is on a device
+
+    pool = MemoryPool()
+    cp.get_default_memory_pool = lambda: pool
     cp.cuda = types.SimpleNamespace(Device=Device, get_current_stream=Stream, runtime=runtime)
     return cp
 
@@ -170,8 +180,10 @@ class FakeCudnn:
         self.data: dict[int, DataDesc] = {}
         self.rnns: dict[int, object] = {}  # descriptor -> the reference model of its settings
         self.rnn_settings: dict[int, dict[str, int]] = {}
-        self.calls: list[str] = []
-        self.compute: list[Call] = []
+        self.dropouts: dict[int, tuple[float, int]] = {}  # descriptor -> (rate, seed)
+        # the latest calls only: a long run (test_gpu's 2,000-call growth check) must not grow the fake
+        self.calls: collections.deque[str] = collections.deque(maxlen=1000)
+        self.compute: collections.deque[Call] = collections.deque(maxlen=64)
         self._trained: dict[int, tuple] = {}  # reserve space -> (forward result, data descriptor, weight gradient)
         self.cdll = types.SimpleNamespace(cudnnGetCudartVersion=lambda: 13000,
                                           **{f"cudnnDestroy{k}": (lambda *a: 0) for k in
@@ -214,13 +226,17 @@ class FakeCudnn:
     def _cudnnDropoutGetStatesSize(self, handle, size) -> None:
         _set_out(size, 256)
 
+    def _cudnnSetDropoutDescriptor(self, desc, handle, dropout, states, size, seed) -> None:
+        self.dropouts[_value(desc)] = (float(dropout), int(seed))
+
     def _cudnnSetRNNDescriptor_v8(self, desc, algo, mode, bias_mode, direction, input_mode, data_type, math_prec,
                                   math_type, input_size, hidden_size, proj_size, num_layers, dropout, aux) -> None:
         self.rnn_settings[_value(desc)] = dict(algo=algo, bias_mode=bias_mode, math_prec=math_prec,
                                                math_type=math_type, aux_flags=aux)
+        rate, seed = self.dropouts[_value(dropout)]
         self.rnns[_value(desc)] = reference.make_model(
             _MODES[mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
-            "bidirectional" if direction else "unidirectional", _DTYPES[data_type], 0.0, 0,
+            "bidirectional" if direction else "unidirectional", _DTYPES[data_type], rate, seed,
             proj_size if proj_size != hidden_size else None)
 
     def _cudnnGetRNNWeightSpaceSize(self, handle, desc, size) -> None:
@@ -327,3 +343,17 @@ def _time_major(flat: np.ndarray, desc: DataDesc) -> np.ndarray:
 def _caller_layout(sequence: np.ndarray, desc: DataDesc) -> np.ndarray:
     """A ``[T, B, vector]`` sequence in a data descriptor's memory layout."""
     return sequence if desc.layout == _lib.SEQ_MAJOR_UNPACKED else sequence.transpose(1, 0, 2)
+
+
+def install() -> FakeCudnn:
+    """The fakes in place of CuPy and libcudnn for the rest of this process (``pytest --fake-cuda``)."""
+    import sys
+
+    import cudnn_backend
+
+    lib = FakeCudnn()
+    sys.modules["cupy"] = cupy
+    _lib.load = lambda: lib
+    ok, why = cudnn_backend.available.__wrapped__()
+    cudnn_backend.available = lambda: (ok, why)
+    return lib
