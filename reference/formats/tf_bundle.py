@@ -359,7 +359,6 @@ def read(path: str | Path, names: Iterable[str] | None = None, verify: bool = Tr
     if names is None:
         names = [n for n, e in found.items() if e.numpy_dtype is not None and not e.sliced]
     out = {}
-    files: dict[int, bytes] = {}
     for name in names:
         if name not in found:
             raise ValueError(f"{prefix}: the checkpoint has no tensor {name!r}")
@@ -369,12 +368,12 @@ def read(path: str | Path, names: Iterable[str] | None = None, verify: bool = Tr
         dtype = entry.numpy_dtype
         if dtype is None:
             raise ValueError(f"tensor {name!r} is {entry.describe_dtype()}, which NumPy cannot hold")
-        if entry.shard not in files:
-            data = Path(f"{prefix}.data-{entry.shard:05d}-of-{shards:05d}")
-            if not data.is_file():
-                raise ValueError(f"tensor {name!r} lives in {data.name}, which is missing")
-            files[entry.shard] = data.read_bytes()
-        blob = files[entry.shard][entry.offset : entry.offset + entry.size]
+        data = Path(f"{prefix}.data-{entry.shard:05d}-of-{shards:05d}")
+        if not data.is_file():
+            raise ValueError(f"tensor {name!r} lives in {data.name}, which is missing")
+        with open(data, "rb") as f:  # only this tensor's bytes: the RNN may be a small part of a big checkpoint
+            f.seek(entry.offset)
+            blob = f.read(entry.size)
         count = int(np.prod(entry.shape))
         if len(blob) != entry.size or entry.size != count * dtype.itemsize:
             raise ValueError(f"tensor {name!r}: {entry.size} bytes at offset {entry.offset} do not hold "
