@@ -127,7 +127,13 @@ def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
         tf_bundle.entries(prefix)
 
     prefix = _copy("tanh_half", tmp_path)
-    Path(f"{prefix}.data-00000-of-00001").unlink()
+    data = Path(f"{prefix}.data-00000-of-00001")
+    last = max(tf_bundle.entries(prefix)[0].values(), key=lambda e: e.offset)
+    data.write_bytes(data.read_bytes()[:-2])
+    with pytest.raises(ValueError, match=f"tensor '{last.name}': {last.size} bytes at offset {last.offset} do not "
+                                         "hold .* \\(truncated or corrupt data file\\)"):
+        tf_bundle.read(prefix)
+    data.unlink()
     with pytest.raises(ValueError, match="tanh_half.data-00000-of-00001, which is missing"):
         tf_bundle.read(prefix)
 
