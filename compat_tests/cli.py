@@ -81,8 +81,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .interop import convert
 
-    if args.scope and args.source != "tf":
-        raise ValueError(f"--scope applies to --from tf only, not to --from {args.source}")
+    if args.scope and args.source not in ("tf", "checkpoint"):
+        raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
     overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
                  "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
                  "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope}
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     conv.add_argument("--input-mode", choices=("linear_input", "skip_input"))
     conv.add_argument("--num-proj", type=int)
     conv.add_argument("--dtype", choices=DTYPE_NAMES)
-    conv.add_argument("--scope", help="--from tf: the variable scope of the RNN's tensors (default: found in the file)")
+    conv.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's tensors, "
+                                       "where the file holds several")
 
     infer = sub.add_parser("infer", help="run a checkpoint on the CPU with the NumPy reference")
     infer.add_argument("checkpoint")

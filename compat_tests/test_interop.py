@@ -113,6 +113,40 @@ def test_cells_speak_tensorflows_call_convention():
     assert_agree_within_policy(cfg, case, Outputs(out[None], h[None], c[None]), ref)
 
 
+@given(cfg=rnn_configs(dtypes_=("float16", "float32", "float64"), **SMALL),
+       scope=st.sampled_from([None, "main", "outer/inner"]))
+def test_tf_names_and_shapes_tell_the_config(cfg, scope):
+    """What a file of TF-named tensors without our config restores as: the model that saved it (skip_input
+    comes back as linear_input, whose saved identity input matrices compute the same function)."""
+    model = cfg.model()
+    meta = {n: (model.dtype.name, shape) for n, shape in tf.expected_shapes(model, scope).items()}
+    meta |= {"global_step": ("int64", ()), f"{scope or 'x'}/opaque_kernel/Adam": ("float32", (7,))}
+    if cfg.mode in ("relu", "tanh"):
+        with pytest.raises(ValueError, match="relu and tanh RNNs have the same weights"):
+            tf.config_from_tf(meta)
+    found = tf.config_from_tf(meta, cfg.mode if cfg.mode in ("relu", "tanh") else None)
+    assert found.pop("scope") == scope
+    want = {k: v for k, v in checkpoint.model_config(model).items() if k not in ("format", "version")}
+    assert found == want | {"input_mode": "linear_input"}
+
+
+def test_a_foreign_tf_named_file_loads_and_runs(tmp_path, capsys):
+    cfg = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, num_proj=2, dtype="float32")
+    case = make_case(cfg)
+    model = cfg.model()
+    tensors = tf.to_tf(model, case.weights, case.biases, "trained")
+    checkpoint.write_tensors(tmp_path / "foreign.npz", tensors | {"global_step": np.array(7)}, None)  # no config
+    ck = checkpoint.load(tmp_path / "foreign.npz")
+    assert repr(ck.model) == repr(model) and ck.config["scope"] == "trained"
+    assert np.array_equal(ck.params(), model.canonical_to_params(*tf.from_tf(model, tensors, "trained")))
+    np.save(tmp_path / "x.npy", case.x)
+    assert cli.main(["infer", str(tmp_path / "foreign.npz"), str(tmp_path / "x.npy"), "--out", str(tmp_path / "y.npy")]) == 0
+    checkpoint.save(tmp_path / "ours.npz", model, case.weights, case.biases)
+    assert cli.main(["convert", "--from", "checkpoint", "--to", "torch", str(tmp_path / "ours.npz"),
+                     str(tmp_path / "t.npz"), "--mode", "gru", "--num-units", "4"]) == 2
+    assert "disagrees with the options given: rnn_mode is 'lstm', not 'gru'" in capsys.readouterr().err
+
+
 def test_cells_from_a_checkpoint_that_lacks_a_tensor_name_it():
     cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, dtype="float64")
     case, model = make_case(cfg), cfg.model()

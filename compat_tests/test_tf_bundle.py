@@ -12,6 +12,7 @@ several blocks. The writer must reproduce TensorFlow's files byte for byte.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -160,11 +161,11 @@ def test_convert_writes_a_tensorflow_checkpoint_that_reads_back(tmp_path):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_a_tensorflow_checkpoint_converts_and_runs(name, tmp_path):
-    """``rnn-compat convert --from tf`` with the model options only (the dtype and the variable scope come
-    from the file), then the model runs on the reference as the weights TF was given."""
+    """``rnn-compat convert --from tf`` with no model option but ``--mode`` for relu/tanh (names and shapes
+    tell the rest, the variable scope included), then the model runs on the reference as the weights TF was
+    given; ``rnn-compat infer`` runs the TensorFlow checkpoint directly."""
     cfg, scope = fixture_config(name)
-    options = ["--mode", cfg.mode, "--num-layers", str(cfg.num_layers), "--num-units", str(cfg.num_units),
-               "--input-size", str(cfg.input_size), "--direction", cfg.direction]
+    options = ["--mode", cfg.mode] if cfg.mode in ("relu", "tanh") else []
     out = tmp_path / "converted.npz"
     assert cli.main(["convert", "--from", "tf", "--to", "checkpoint", str(DATA / name), str(out), *options]) == 0
     ck = checkpoint.load(out)
@@ -177,22 +178,29 @@ def test_a_tensorflow_checkpoint_converts_and_runs(name, tmp_path):
     result = ck.model.forward(case.x, case.h0, ck.params(), input_c=case.c0, is_training=False)
     assert_agree_within_policy(cfg, case, Outputs(result.output, result.output_h, result.output_c),
                                run_reference(cfg, case))
+    if not options:
+        np.save(tmp_path / "x.npy", case.x)
+        assert cli.main(["infer", str(DATA / name), str(tmp_path / "x.npy"), "--out", str(tmp_path / "y.npy")]) == 0
+        np.testing.assert_array_equal(np.load(tmp_path / "y.npy"),
+                                      ck.model.forward(case.x, None, ck.params(), is_training=False).output)
 
 
 def test_a_tensorflow_checkpoint_with_the_wrong_options_is_refused(tmp_path, capsys):
     source = str(DATA / "lstm_bi_scoped")
-    base = ["convert", "--from", "tf", "--to", "checkpoint", source, str(tmp_path / "c.npz"), "--mode", "lstm",
-            "--num-layers", "2", "--num-units", "4", "--input-size", "3"]
-    assert cli.main(base) == 2  # unidirectional: the names are not there
-    assert "holds no 'rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel' under any scope" in \
-        capsys.readouterr().err
-    assert cli.main(base + ["--direction", "bidirectional", "--scope", "other"]) == 2
-    assert "lacks 8 tensor(s)" in capsys.readouterr().err  # 2 layers x 2 directions x (kernel, bias)
-    assert cli.main(base + ["--direction", "bidirectional", "--num-units", "5"]) == 2
-    assert "cell_0/bidirectional_rnn/fw/cudnn_compatible_lstm_cell/kernel' has shape [7, 16]" in \
-        capsys.readouterr().err
+    base = ["convert", "--from", "tf", "--to", "checkpoint", source, str(tmp_path / "c.npz")]
+    refusals = [
+        (["--direction", "unidirectional"], "lacks 4 tensor\\(s\\)"),  # 2 layers x (kernel, bias)
+        (["--scope", "other"], r"no RNN cell under scope 'other'; scopes found: \['main'\]"),
+        (["--num-units", "5"], r"cell_0/bidirectional_rnn/fw/cudnn_compatible_lstm_cell/kernel' has shape \[7, 16\]"),
+        (["--mode", "gru"], "holds cudnn_compatible_lstm_cell cells, which cannot be a 'gru' RNN"),
+    ]
+    for options, match in refusals:
+        assert cli.main(base + options) == 2, options
+        assert re.search(match, capsys.readouterr().err), match
+    assert cli.main(base[:-2] + [str(DATA / "tanh_half"), str(tmp_path / "c.npz")]) == 2
+    assert "relu and tanh RNNs have the same weights (basic_rnn_cell): say which" in capsys.readouterr().err
     assert cli.main(["convert", "--from", "torch", "--to", "checkpoint", source, "x.npz", "--scope", "main"]) == 2
-    assert "--scope applies to --from tf only" in capsys.readouterr().err
-    assert cli.main(["convert", "--from", "checkpoint", "--to", "torch", source, "x.npz"]) == 2
+    assert "--scope applies to TF-named files" in capsys.readouterr().err
+    assert cli.main(["convert", "--from", "torch", "--to", "checkpoint", source, "x.npz"]) == 2
     assert "a TensorFlow checkpoint (tensor bundle)" in capsys.readouterr().err
     assert not (tmp_path / "c.npz").exists()

@@ -1,5 +1,7 @@
 """Checkpoints: the canonical tensors under TensorFlow's names (``reference.formats.tf``) plus the model's
-configuration, in a safetensors or ``.npz`` file, so ``rnn-compat infer`` needs nothing else.
+configuration, in a safetensors or ``.npz`` file, so ``rnn-compat infer`` needs nothing else. Files without
+our config (TF-named tensors saved elsewhere, TensorFlow's own checkpoints) load too: their names and
+shapes tell the config (but relu from tanh).
 
 Nothing is unpickled: ``.npz`` files are opened with ``allow_pickle=False`` and files that are pickles (a
 PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to save them instead.
@@ -11,6 +13,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -106,8 +109,8 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         raw = tensors.pop(NPZ_CONFIG, None)
         return tensors, None if raw is None else _config(raw.tobytes().decode(errors="replace"), path)
     if tf_bundle.is_bundle(path):
-        raise ValueError(f"{path}: a TensorFlow checkpoint (tensor bundle); read it with reference.formats.tf_bundle "
-                         "or `rnn-compat convert --from tf` and the model options")
+        raise ValueError(f"{path}: a TensorFlow checkpoint (tensor bundle); load it with reference.checkpoint.load "
+                         "or `rnn-compat convert --from tf`")
     with open(path, "rb") as f:
         head = f.read(2)
     if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or zipfile.is_zipfile(path) or \
@@ -129,12 +132,37 @@ def _config(text: str | None, path) -> dict | None:
     return config
 
 
-def load(path: str | Path) -> Checkpoint:
-    """Restore a checkpoint written by :func:`save` (or any TF-named file with our config)."""
+def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
+    """Restore a checkpoint written by :func:`save`; or a file of TF-named tensors without our config (a
+    safetensors or ``.npz`` file, or a TensorFlow checkpoint ``PREFIX``), whose config comes from its names
+    and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``scope`` picks one of several
+    variable scopes). ``overrides`` must agree with a config the file carries."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if tf_bundle.is_bundle(path):
+        entries = tf_bundle.entries(path)[0]
+        return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in entries.items()},
+                             lambda names: tf_bundle.read(path, names), overrides)
     tensors, config = read_tensors(path)
     if config is None:
-        raise ValueError(f"{path}: no model config inside; convert it with `rnn-compat convert` and the model "
-                         "options, or use reference.formats.tf.from_tf with a model you build")
+        return from_tf_names({n: (a.dtype.name, a.shape) for n, a in tensors.items()},
+                             lambda names: {n: tensors[n] for n in names}, overrides)
+    clash = {k: (config.get(k), v) for k, v in overrides.items() if config.get(k) != v}
+    if clash:
+        raise ValueError(f"{path} carries its config, which disagrees with the options given: "
+                         + ", ".join(f"{k} is {have!r}, not {want!r}" for k, (have, want) in clash.items()))
     model = model_from_config(config)
     weights, biases = tf.from_tf(model, tensors, config.get("scope"))
+    return Checkpoint(model, weights, biases, config)
+
+
+def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[list[str]], dict[str, np.ndarray]],
+                  overrides: dict) -> Checkpoint:
+    """A model from TF-named tensors that carry no config (``meta``: name -> (dtype name, shape)): the config
+    from :func:`reference.formats.tf.config_from_tf` with ``overrides`` on top; ``read(names)`` returns only
+    the model's tensors (a ``global_step`` or optimizer slots beside them stay unread)."""
+    found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
+    config = complete_config({**found, **overrides})
+    model = model_from_config(config)
+    names = [n for n in tf.expected_shapes(model, config["scope"]) if n in meta]
+    weights, biases = tf.from_tf(model, read(names), config["scope"])
     return Checkpoint(model, weights, biases, config)

@@ -6,9 +6,9 @@ pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
 ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes and restores, with the canonical names
 of ``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config, but for a ``tf``
-checkpoint, which has no place for it; a foreign ``torch`` file gets its config from its shapes (plus
-``--mode`` for relu/tanh), a foreign ``keras`` file needs the config options, and a ``tf`` checkpoint needs
-them but for its dtype and variable scope, which it tells.
+checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``checkpoint`` without our config
+and a ``tf`` checkpoint get it from their names and shapes (plus ``--mode`` for relu/tanh, ``--scope`` where
+TF-named tensors sit under several scopes), a foreign ``keras`` file needs the config options.
 """
 
 from __future__ import annotations
@@ -32,15 +32,13 @@ def _config(found: dict | None, overrides: dict, what: str) -> dict:
 def read(fmt: str, path: str | Path, overrides: dict | None = None):
     """``(model, weights, biases)`` from a file of format ``fmt``."""
     overrides = overrides or {}
-    if fmt == "checkpoint":
-        ck = checkpoint.load(path)
+    if fmt in ("checkpoint", "tf"):  # TF names, with our config or (a foreign file) read off names and shapes
+        ck = checkpoint.load(path, overrides)
         return ck.model, ck.weights, ck.biases
     if fmt == "onnx":
         from .onnx_model import import_model
 
         return import_model(path)
-    if fmt == "tf":
-        return _read_tf_checkpoint(path, overrides)
     tensors, found = checkpoint.read_tensors(path)
     if fmt == "torch":
         if found is None:
@@ -56,35 +54,6 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None):
             raise ValueError(f"{path}: missing Keras weight {exc}") from None
         return (model, *keras.from_keras(model, layers))
     raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
-
-
-def _read_tf_checkpoint(path: str | Path, overrides: dict):
-    """A TensorFlow checkpoint: the model options from ``overrides``, the dtype and the variable scope (unless
-    ``overrides`` give them) from the checkpoint; its other tensors (``global_step``, optimizer slots) are
-    left alone, as TensorFlow's own restore of a subset does."""
-    entries = tf_bundle.entries(path)[0]
-    probe = checkpoint.model_from_config(_config({"dtype": "float64"}, overrides, str(path)))  # names only
-    scope = overrides.get("scope") or _tf_scope(probe, entries, path)
-    names = [n for n in tf.expected_shapes(probe, scope) if n in entries]
-    dtypes = sorted({entries[n].describe_dtype() for n in names})
-    if len(dtypes) > 1:
-        raise ValueError(f"{path}: the model's tensors are of several dtypes, {dtypes}")
-    model = checkpoint.model_from_config(_config({"dtype": dtypes[0] if dtypes else "float32"}, overrides, str(path)))
-    return (model, *tf.from_tf(model, tf_bundle.read(path, names), scope))
-
-
-def _tf_scope(model, entries: dict, path) -> str | None:
-    """The variable scope under which ``entries`` hold ``model``'s first tensor (``None``: no scope)."""
-    anchor = next(iter(tf.expected_shapes(model)))
-    scopes = {name[: -len(anchor) - 1] for name in entries if name.endswith("/" + anchor)}
-    scopes |= {None} if anchor in entries else set()
-    if len(scopes) == 1:
-        return scopes.pop()
-    if not scopes:
-        raise ValueError(f"{path} holds no {anchor!r} under any scope: are the mode, direction and layers right? "
-                         f"It holds e.g. {sorted(entries)[:4]}")
-    raise ValueError(f"{path} holds the model under several scopes {sorted(s or '' for s in scopes)}: "
-                     f"pick one with --scope")
 
 
 def write(fmt: str, path: str | Path, model, weights, biases) -> None:

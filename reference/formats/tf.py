@@ -25,6 +25,8 @@ bias, and restoring checks that they are exactly that.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, input_blocks, zeros
@@ -77,6 +79,62 @@ def to_tf(model, weights: list[np.ndarray], biases: list[np.ndarray], scope: str
                 out[f"{p}/candidate/kernel"] = joined(2).T
                 out[f"{p}/candidate/bias"] = _sum(t, bW, 2)
     return {name: np.ascontiguousarray(a) for name, a in out.items()}
+
+
+_CELL = re.compile(r"^(?:(?P<scope>.+)/)?(?:rnn/multi_rnn_cell/cell_(?P<uni>\d+)|stack_bidirectional_rnn/"
+                   r"cell_(?P<bi>\d+)/bidirectional_rnn/(?P<dir>fw|bw))/(?P<cell>\w+)/(?P<tensor>.+)$")
+GATE_COLUMNS = {"lstm": ("kernel", 4), "gru": ("gates/kernel", 2), "classic_gru": ("gates/kernel", 2),
+                "relu": ("kernel", 1), "tanh": ("kernel", 1)}  # the first layer's kernel: [in + Hr, k * H]
+
+
+def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: str | None = None,
+                   scope: str | None = None) -> dict:
+    """The model config that TF checkpoint names and shapes tell (``tensors``: name -> (dtype name, shape)),
+    with ``scope``, the variable scope they were found under (``None``: none). Other tensors (a
+    ``global_step``, optimizer slots) are ignored. ``rnn_mode`` is needed only for ``basic_rnn_cell``
+    (relu or tanh); ``scope`` only when the file holds RNNs under several scopes."""
+    cells: dict[str | None, dict] = {}
+    for name, (dtype, shape) in tensors.items():
+        m = _CELL.match(name)
+        if m and m["cell"] in CELL_NAMES.values():
+            layer = int(m["uni"] if m["uni"] is not None else m["bi"])
+            cells.setdefault(m["scope"], {})[(layer, m["dir"], m["cell"], m["tensor"])] = (dtype, tuple(shape))
+    if scope is not None and scope not in cells:
+        raise ValueError(f"no RNN cell under scope {scope!r}; scopes found: {sorted(s or '' for s in cells)}")
+    if scope is None and len(cells) > 1:
+        raise ValueError(f"RNN cells under several scopes {sorted(s or '' for s in cells)}: say which (--scope)")
+    if not cells:
+        raise ValueError("no TensorFlow RNN cell tensors (rnn/multi_rnn_cell/cell_N/... or "
+                         "stack_bidirectional_rnn/cell_N/...) found")
+    scope = scope if scope is not None else next(iter(cells))
+    found = cells[scope]
+    kinds = {cell for _, _, cell, _ in found}
+    directions = {d for _, d, _, _ in found}
+    if len(kinds) > 1 or (None in directions and len(directions) > 1):
+        raise ValueError(f"mixed cells under scope {scope!r}: {sorted(kinds)}, directions {sorted(map(str, directions))}")
+    kind = kinds.pop()
+    modes = tuple(m for m, c in CELL_NAMES.items() if c == kind)
+    if rnn_mode is None and len(modes) > 1:
+        raise ValueError("relu and tanh RNNs have the same weights (basic_rnn_cell): say which (rnn_mode / --mode)")
+    mode = rnn_mode or modes[0]
+    if mode not in modes:
+        raise ValueError(f"the checkpoint holds {CELL_NAMES[modes[0]]} cells, which cannot be a {mode!r} RNN")
+    layers = sorted({layer for layer, _, _, _ in found})
+    if layers != list(range(len(layers))):
+        raise ValueError(f"the checkpoint's layers are {layers}, not 0..{len(layers) - 1}")
+    first = "fw" if None not in directions else None
+    kernel, k = GATE_COLUMNS[mode]
+    cell = CELL_NAMES[mode]
+    try:
+        dtype, (rows, cols) = found[(0, first, cell, kernel)]
+    except KeyError:
+        raise ValueError(f"the checkpoint lacks layer 0's {kernel!r} of its {cell}") from None
+    H = cols // k
+    projection = found.get((0, first, cell, "projection/kernel"))
+    num_proj = projection[1][1] if projection else None
+    return {"rnn_mode": mode, "num_layers": len(layers), "num_units": H, "input_size": rows - (num_proj or H),
+            "input_mode": "linear_input", "direction": "unidirectional" if first is None else "bidirectional",
+            "num_proj": num_proj, "dtype": dtype, "scope": scope}
 
 
 def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...]]:
