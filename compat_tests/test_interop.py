@@ -130,6 +130,18 @@ def test_tf_names_and_shapes_tell_the_config(cfg, scope):
     assert found == want | {"input_mode": "linear_input"}
 
 
+def test_tf_names_under_several_scopes_need_one_named():
+    gru, lstm = RNNConfig("gru", num_units=3, input_size=2).model(), RNNConfig("lstm", num_units=5, input_size=2).model()
+    meta = {n: ("float64", shape) for n, shape in tf.expected_shapes(gru, "encoder").items()}
+    meta |= {n: ("float64", shape) for n, shape in tf.expected_shapes(lstm, "decoder").items()}
+    with pytest.raises(ValueError, match=r"RNN cells under several scopes \['decoder', 'encoder'\]: say which"):
+        tf.config_from_tf(meta)
+    assert tf.config_from_tf(meta, scope="decoder")["rnn_mode"] == "lstm"
+    assert tf.config_from_tf(meta, scope="encoder")["num_units"] == 3
+    with pytest.raises(ValueError, match="no TensorFlow RNN cell tensors"):
+        tf.config_from_tf({"global_step": ("int64", ())})
+
+
 def test_a_foreign_tf_named_file_loads_and_runs(tmp_path, capsys):
     cfg = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, num_proj=2, dtype="float32")
     case = make_case(cfg)
