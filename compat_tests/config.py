@@ -81,7 +81,12 @@ class RNNConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "RNNConfig":
-        data = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RNNConfig":
+        """A config from its JSON object (as ``to_json`` writes it, already parsed)."""
+        data = dict(data)
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:

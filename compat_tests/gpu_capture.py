@@ -155,7 +155,7 @@ def _case(entry: dict, arrays: dict[str, np.ndarray]) -> Case:
 
 def entry_config(entry: dict) -> RNNConfig:
     """The config a capture entry recorded."""
-    return RNNConfig.from_json(json.dumps(entry["config"]))
+    return RNNConfig.from_dict(entry["config"])
 
 
 def check_entry(entry: dict, arrays: dict[str, np.ndarray], peer: str) -> list[str]:

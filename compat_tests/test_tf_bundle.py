@@ -43,7 +43,7 @@ def expected(name: str) -> dict[str, np.ndarray]:
 
 def fixture_config(name: str) -> tuple[RNNConfig, str | None]:
     entry = PROVENANCE["fixtures"][name]
-    return RNNConfig.from_json(json.dumps(entry["config"])), entry["scope"]
+    return RNNConfig.from_dict(entry["config"]), entry["scope"]
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -30,7 +30,7 @@ def captured(name: str) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("name", sorted(PROVENANCE["fixtures"]))
 def test_tensorflows_kernels_on_its_cell_formats_are_the_reference(name):
-    cfg = RNNConfig.from_json(json.dumps(PROVENANCE["fixtures"][name]["config"]))
+    cfg = RNNConfig.from_dict(PROVENANCE["fixtures"][name]["config"])
     arrays = captured(name)
     model = cfg.model()
     tensors = {k[len("tf:"):]: v for k, v in arrays.items() if k.startswith("tf:")}

@@ -102,7 +102,7 @@ def load_grid(name: str, seed: int) -> list[Spec]:
         raise ValueError(f"--grid must be one of {', '.join(GRIDS)} or a JSON grid file, got {name!r}")
     try:
         entries = json.loads(path.read_text())
-        specs = [(e["study"], RNNConfig.from_json(json.dumps(e["config"]))) for e in entries]
+        specs = [(e["study"], RNNConfig.from_dict(e["config"])) for e in entries]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"grid file {name}: {exc}") from exc
     unknown = {study for study, _ in specs} - set(STUDIES)

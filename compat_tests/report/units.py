@@ -47,7 +47,7 @@ class Unit:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Unit":
-        return cls(data["study"], data["backend"], RNNConfig.from_json(json.dumps(data["config"])))
+        return cls(data["study"], data["backend"], RNNConfig.from_dict(data["config"]))
 
 
 def _finite(value):
