@@ -345,15 +345,23 @@ def _caller_layout(sequence: np.ndarray, desc: DataDesc) -> np.ndarray:
     return sequence if desc.layout == _lib.SEQ_MAJOR_UNPACKED else sequence.transpose(1, 0, 2)
 
 
-def install() -> FakeCudnn:
-    """The fakes in place of CuPy and libcudnn for the rest of this process (``pytest --fake-cuda``)."""
+def install(patch=None) -> FakeCudnn:
+    """The fakes in place of CuPy and libcudnn, through ``patch`` (a ``pytest.MonkeyPatch``: undone with it),
+    or for the rest of this process when none is given (``pytest --fake-cuda``)."""
     import sys
 
-    import cudnn_backend
+    import pytest
 
+    import cudnn_backend
+    from cudnn_backend import model as backend_model
+
+    patch = patch or pytest.MonkeyPatch()
     lib = FakeCudnn()
-    sys.modules["cupy"] = cupy
-    _lib.load = lambda: lib
-    ok, why = cudnn_backend.available.__wrapped__()
-    cudnn_backend.available = lambda: (ok, why)
+    patch.setitem(sys.modules, "cupy", cupy)
+    patch.setattr(_lib, "load", lambda: lib)
+    patch.setattr(backend_model, "_HANDLES", {})  # no handle of a real cuDNN is handed to the fake
+    ok, why = cudnn_backend.available.__wrapped__()  # the real check, answered by the fakes
+    if not ok:
+        raise RuntimeError(f"the fake CUDA stack does not pass cudnn_backend.available(): {why}")
+    patch.setattr(cudnn_backend, "available", lambda: (ok, why))
     return lib

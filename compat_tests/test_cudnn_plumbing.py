@@ -34,14 +34,7 @@ CONFIGS = {
 @pytest.fixture
 def fake(monkeypatch):
     """The fake CuPy and cuDNN in place of the real ones (whatever this machine has), for one test."""
-    lib = fake_cuda.FakeCudnn()
-    monkeypatch.setitem(sys.modules, "cupy", fake_cuda.cupy)
-    monkeypatch.setattr(_lib, "load", lambda: lib)
-    monkeypatch.setattr(backend_model, "_HANDLES", {})
-    ok, why = cudnn_backend.available.__wrapped__()  # the real check, answered by the fakes
-    assert ok, why
-    monkeypatch.setattr(cudnn_backend, "available", lambda: (ok, why))
-    return lib
+    return fake_cuda.install(monkeypatch)
 
 
 def _model(cfg: RNNConfig, **options):
