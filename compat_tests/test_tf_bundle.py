@@ -54,9 +54,9 @@ def test_tensorflows_own_bundles_read_bit_for_bit(name):
         assert got[key].dtype == array.dtype and got[key].shape == array.shape, key
         assert got[key].tobytes() == array.tobytes(), key
     assert tf_bundle.read(f"{DATA / name}.index").keys() == got.keys()  # the .index path names it too
-    entries, shards, order = tf_bundle.entries(DATA / name)
-    assert shards == PROVENANCE["fixtures"][name]["shards"] and order == "<"
-    assert {e.shard for e in entries.values()} == set(range(shards))
+    bundle = tf_bundle.open_bundle(DATA / name)
+    assert bundle.shards == PROVENANCE["fixtures"][name]["shards"] and bundle.order == "<"
+    assert {e.shard for e in bundle.entries.values()} == set(range(bundle.shards))
 
 
 @pytest.mark.parametrize("name", ["gru_double", "tanh_half", "many_names"])
@@ -111,7 +111,7 @@ def _flip(path: Path, offset: int) -> None:
 
 def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
     prefix = _copy("gru_double", tmp_path)
-    entries = tf_bundle.entries(prefix)[0]
+    entries = tf_bundle.open_bundle(prefix).entries
     name, entry = next(iter(entries.items()))
     _flip(Path(f"{prefix}.data-00000-of-00001"), entry.offset + 3)
     with pytest.raises(ValueError, match=f"tensor '{name}': checksum mismatch"):
@@ -122,14 +122,14 @@ def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
     index = Path(f"{prefix}.index")
     _flip(index, 10)  # inside the first data block
     with pytest.raises(ValueError, match="checksum mismatch \\(corrupt index file\\)"):
-        tf_bundle.entries(prefix)
+        tf_bundle.open_bundle(prefix)
     index.write_bytes(index.read_bytes()[:-1])
     with pytest.raises(ValueError, match="no table magic number"):
-        tf_bundle.entries(prefix)
+        tf_bundle.open_bundle(prefix)
 
     prefix = _copy("tanh_half", tmp_path)
     data = Path(f"{prefix}.data-00000-of-00001")
-    last = max(tf_bundle.entries(prefix)[0].values(), key=lambda e: e.offset)
+    last = max(tf_bundle.open_bundle(prefix).entries.values(), key=lambda e: e.offset)
     data.write_bytes(data.read_bytes()[:-2])
     with pytest.raises(ValueError, match=f"tensor '{last.name}': {last.size} bytes at offset {last.offset} do not "
                                          "hold .* \\(truncated or corrupt data file\\)"):

@@ -139,9 +139,9 @@ def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     variable scopes). ``overrides`` must agree with a config the file carries."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if tf_bundle.is_bundle(path):
-        entries = tf_bundle.entries(path)[0]
-        return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in entries.items()},
-                             lambda names: tf_bundle.read(path, names), overrides)
+        bundle = tf_bundle.open_bundle(path)  # the index is parsed once, for the names and for the reads
+        return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in bundle.entries.items()}, bundle.read,
+                             overrides)
     tensors, config = read_tensors(path)
     if config is None:
         return from_tf_names({n: (a.dtype.name, a.shape) for n, a in tensors.items()},

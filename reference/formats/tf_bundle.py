@@ -314,10 +314,51 @@ def is_bundle(path: str | Path) -> bool:
     return Path(f"{_prefix(path)}.index").is_file()
 
 
-def entries(path: str | Path) -> tuple[dict[str, Entry], int, str]:
-    """``({name: Entry}, number of data shards, byte order "<" or ">")`` of the bundle at ``path`` (its prefix
-    or its ``.index`` file)."""
-    index = Path(f"{_prefix(path)}.index")
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle's parsed index: its prefix, ``{name: Entry}``, the number of data shards and the byte order
+    (``"<"`` or ``">"``)."""
+
+    prefix: Path
+    entries: dict[str, Entry]
+    shards: int
+    order: str
+
+    def read(self, names: Iterable[str] | None = None, verify: bool = True) -> dict[str, np.ndarray]:
+        """The tensors ``names`` (default: every tensor of a numeric dtype), checked against their stored
+        CRC32C unless ``verify`` is false (a pure-Python CRC: about 1 s for 10 MB)."""
+        if names is None:
+            names = [n for n, e in self.entries.items() if e.numpy_dtype is not None and not e.sliced]
+        out = {}
+        for name in names:
+            if name not in self.entries:
+                raise ValueError(f"{self.prefix}: the checkpoint has no tensor {name!r}")
+            entry = self.entries[name]
+            if entry.sliced:
+                raise ValueError(f"tensor {name!r} is saved in slices (a partitioned variable); not supported")
+            dtype = entry.numpy_dtype
+            if dtype is None:
+                raise ValueError(f"tensor {name!r} is {entry.describe_dtype()}, which NumPy cannot hold")
+            data = Path(f"{self.prefix}.data-{entry.shard:05d}-of-{self.shards:05d}")
+            if not data.is_file():
+                raise ValueError(f"tensor {name!r} lives in {data.name}, which is missing")
+            with open(data, "rb") as f:  # only this tensor's bytes: the RNN may be a small part of a big checkpoint
+                f.seek(entry.offset)
+                blob = f.read(entry.size)
+            count = int(np.prod(entry.shape))
+            if len(blob) != entry.size or entry.size != count * dtype.itemsize:
+                raise ValueError(f"tensor {name!r}: {entry.size} bytes at offset {entry.offset} do not hold "
+                                 f"{list(entry.shape)} {dtype.name} (truncated or corrupt data file)")
+            if verify and entry.crc32c is not None and _unmask(entry.crc32c) != crc32c(blob):
+                raise ValueError(f"tensor {name!r}: checksum mismatch (corrupt data file)")
+            out[name] = np.frombuffer(blob, dtype.newbyteorder(self.order)).astype(dtype).reshape(entry.shape)
+        return out
+
+
+def open_bundle(path: str | Path) -> Bundle:
+    """The index of the bundle at ``path`` (its prefix or its ``.index`` file), parsed once."""
+    prefix = _prefix(path)
+    index = Path(f"{prefix}.index")
     if not index.is_file():
         raise ValueError(f"{index}: no such TensorFlow checkpoint index")
     found, header = {}, None
@@ -329,7 +370,7 @@ def entries(path: str | Path) -> tuple[dict[str, Entry], int, str]:
             found[name] = _entry(name, value)
     if header is None:
         raise ValueError(f"{index}: a sorted table, but without a BundleHeaderProto (not a tensor bundle)")
-    return found, header.get(1, 1), ">" if header.get(2, 0) == 1 else "<"
+    return Bundle(prefix, found, header.get(1, 1), ">" if header.get(2, 0) == 1 else "<")
 
 
 def write(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
@@ -352,33 +393,5 @@ def write(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
 
 
 def read(path: str | Path, names: Iterable[str] | None = None, verify: bool = True) -> dict[str, np.ndarray]:
-    """The tensors ``names`` (default: every tensor of a numeric dtype) of the bundle at ``path``, checked
-    against their stored CRC32C unless ``verify`` is false (a pure-Python CRC: about 1 s for 10 MB)."""
-    prefix = _prefix(path)
-    found, shards, order = entries(prefix)
-    if names is None:
-        names = [n for n, e in found.items() if e.numpy_dtype is not None and not e.sliced]
-    out = {}
-    for name in names:
-        if name not in found:
-            raise ValueError(f"{prefix}: the checkpoint has no tensor {name!r}")
-        entry = found[name]
-        if entry.sliced:
-            raise ValueError(f"tensor {name!r} is saved in slices (a partitioned variable); not supported")
-        dtype = entry.numpy_dtype
-        if dtype is None:
-            raise ValueError(f"tensor {name!r} is {entry.describe_dtype()}, which NumPy cannot hold")
-        data = Path(f"{prefix}.data-{entry.shard:05d}-of-{shards:05d}")
-        if not data.is_file():
-            raise ValueError(f"tensor {name!r} lives in {data.name}, which is missing")
-        with open(data, "rb") as f:  # only this tensor's bytes: the RNN may be a small part of a big checkpoint
-            f.seek(entry.offset)
-            blob = f.read(entry.size)
-        count = int(np.prod(entry.shape))
-        if len(blob) != entry.size or entry.size != count * dtype.itemsize:
-            raise ValueError(f"tensor {name!r}: {entry.size} bytes at offset {entry.offset} do not hold "
-                             f"{list(entry.shape)} {dtype.name} (truncated or corrupt data file)")
-        if verify and entry.crc32c is not None and _unmask(entry.crc32c) != crc32c(blob):
-            raise ValueError(f"tensor {name!r}: checksum mismatch (corrupt data file)")
-        out[name] = np.frombuffer(blob, dtype.newbyteorder(order)).astype(dtype).reshape(entry.shape)
-    return out
+    """``open_bundle(path).read(names, verify)``."""
+    return open_bundle(path).read(names, verify)
