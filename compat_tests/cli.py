@@ -1,7 +1,7 @@
 """``rnn-compat``: the command line.
 
-Exit status: 0 when everything compared is within the tolerance policy, 1 when something is not,
-2 on bad arguments.
+Exit status: 0 when everything compared is within the tolerance policy, 1 when something is not (or a
+report run stopped before its last unit), 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ def _backends(names: str | None):
 def cmd_report(args: argparse.Namespace) -> int:
     import datetime
 
-    from .report import build_report, write_report
     from .report.grids import load_grid, plan
-    from .report.render import terminal_summary
+    from .report.run_plan import write_plan
     from .report.sweep import RESULTS, sweep
 
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
     specs = load_grid(args.grid, args.seed)
     peers, status = _backends(args.backends)
     if not peers:
@@ -51,11 +52,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     units, skipped = plan(specs, peers)
     print(f"rnn-compat report --grid {args.grid}: {len(units)} units ({', '.join(p.name for p in peers)}) "
           f"against the float64 NumPy reference, seed {args.seed}, {args.jobs} jobs -> {out}", flush=True)
-    records = sweep(units, out, jobs=args.jobs, progress=not args.no_progress)
-    report = build_report(records, grid_name, args.seed, status, skipped)
-    write_report(out, report)
+    write_plan(out, grid_name, args.seed, status, units, skipped)
+    sweep(units, out, jobs=args.jobs, progress=not args.no_progress, max_seconds=args.max_seconds)
+    return _rendered(out)
+
+
+def _rendered(out: Path) -> int:
+    """Write the report of the run in ``out``, print its summary, and return the exit status."""
+    from .report.render import terminal_summary
+    from .report.run_plan import render
+
+    report = render(out)
     print(terminal_summary(report, str(out)))
-    return 0 if report["passed"] else 1
+    return 0 if report["passed"] and report["complete"] else 1
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    return _rendered(Path(args.dir))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -179,6 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--seed", type=int, default=0)
     report.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
+    report.add_argument("--max-seconds", type=float,
+                        help="start no unit after this many seconds; the report then covers the units that ran "
+                             "(marked incomplete, exit status 1) and --resume runs the rest")
+
+    render = sub.add_parser("render", help="write a report run's report.json, report.md and index.html again from "
+                                           "its run.json and results.jsonl (a stopped run, or figures on a machine "
+                                           "with matplotlib)")
+    render.add_argument("dir", help="the folder of a report run (--out of rnn-compat report)")
 
     check = sub.add_parser("check", help="re-run one comparison (the command a failure prints)")
     check.add_argument("--peer", required=True)
@@ -220,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "test":
             return cmd_test(args, extra)
-        commands = {"report": cmd_report, "check": cmd_check, "convert": cmd_convert, "infer": cmd_infer}
+        commands = {"report": cmd_report, "render": cmd_render, "check": cmd_check, "convert": cmd_convert,
+                    "infer": cmd_infer}
         return commands[args.command](args)
     except (ValueError, TypeError, OSError) as exc:  # bad arguments or files: named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from compat_tests.peers.reference_peer import ReferencePeer
 from compat_tests.report import SCHEMA
 from compat_tests.report.grids import GRIDS, load_grid, plan
 from compat_tests.report.sweep import RESULTS, read_records
+from compat_tests.report import sweep as sweep_module
 
 TINY = Path(__file__).with_name("data") / "tiny_grid.json"
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,9 +159,81 @@ def test_a_killed_run_resumes_to_the_same_report(tmp_path):
     assert deterministic(a) == deterministic(b)
 
 
+class UnitClock:
+    """A clock for ``sweep`` that only a unit moves, one second per unit: a time limit stops a run at a
+    known unit, however fast or slow the machine."""
+
+    def __init__(self, run_unit):
+        self.now, self._run_unit = 0.0, run_unit
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def run_unit(self, unit: dict) -> dict:
+        self.now += 1.0
+        return self._run_unit(unit)
+
+
+def test_a_run_stopped_at_its_time_limit_reports_what_ran_and_resumes(tmp_path, monkeypatch, capsys, tiny_report):
+    clock = UnitClock(sweep_module.run_unit)
+    monkeypatch.setattr(sweep_module, "time", clock)
+    monkeypatch.setattr(sweep_module, "run_unit", clock.run_unit)
+    assert run(tmp_path, "--max-seconds", "2.5") == 1, "a run that stopped early must not exit 0"
+    partial = json.loads((tmp_path / "report.json").read_text())
+    _validate(partial)
+    planned = json.loads((tmp_path / "run.json").read_text())["units"]
+    assert len(read_records(tmp_path / RESULTS)) == 3, "units start at t = 0, 1 and 2 only"
+    assert not partial["complete"] and partial["totals"]["units"] == 3
+    assert partial["totals"]["planned_units"] == len(planned) > 3
+    assert [r["id"] for r in partial["records"]] == planned[:3]
+    notice = f"INCOMPLETE: 3 of {len(planned)} planned units ran"
+    assert notice in (tmp_path / "report.md").read_text() and notice in (tmp_path / "index.html").read_text()
+    assert notice in capsys.readouterr().out
+    assert run(tmp_path, "--resume") == 0
+    resumed = json.loads((tmp_path / "report.json").read_text())
+    assert resumed["complete"] and deterministic(resumed) == deterministic(tiny_report[2])
+
+
+def test_a_time_limit_stops_worker_processes_too(tmp_path):
+    """With worker processes, units not yet started when the time is up are dropped (those already handed
+    to a worker finish) and the report of the rest is written."""
+    assert run(tmp_path, "--jobs", "2", "--max-seconds", "1e-9") == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert not report["complete"] and report["totals"]["units"] < report["totals"]["planned_units"]
+    assert len(read_records(tmp_path / RESULTS)) == report["totals"]["units"]
+
+
+def test_render_writes_the_report_of_the_run_not_of_the_renderer(tmp_path, tiny_report):
+    """A run rendered on another machine (a GPU run's results on a laptop with matplotlib) keeps the
+    environment of the machine that ran it."""
+    _, out, report = tiny_report
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("run.json", RESULTS):
+        (copy / name).write_bytes((out / name).read_bytes())
+    plan = json.loads((copy / "run.json").read_text())
+    plan["environment"] = {**plan["environment"], "cpu": "the machine that ran it", "cudnn": {"device": "GPU 7"}}
+    (copy / "run.json").write_text(json.dumps(plan))
+    assert cli.main(["render", str(copy)]) == 0
+    rendered = json.loads((copy / "report.json").read_text())
+    _validate(rendered)
+    assert rendered["environment"] == plan["environment"]
+    assert deterministic(rendered) == deterministic(report)
+    page = (copy / "index.html").read_text()
+    assert "the machine that ran it" in page and "GPU 7" in page
+    assert (copy / "report.md").read_text().startswith("# cudnn-rnn-compat divergence report")
+
+
+def test_render_refuses_a_folder_that_is_not_a_report_run(tmp_path, capsys):
+    assert cli.main(["render", str(tmp_path)]) == 2
+    assert "no run.json" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [
     ["--grid", "nonesuch"],
     ["--grid", str(TINY), "--backends", "nonesuch"],
+    ["--grid", str(TINY), "--max-seconds", "0"],
+    ["--grid", str(TINY), "--max-seconds", "-1"],
 ])
 def test_bad_report_arguments_exit_2(tmp_path, argv):
     assert cli.main(["report", "--out", str(tmp_path), "--no-progress", *argv]) == 2

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from .. import tolerances
 from ..config import MODE_NAMES, RNNConfig
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: totals.planned_units and complete (partial runs)
 WORST_CASES = 20
 DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
 
@@ -94,7 +94,11 @@ def _worst(records: list[dict], kind: str) -> dict | None:
 
 
 def build_report(records: list[dict], grid: str, seed: int, backends: list[dict],
-                 skipped: list[tuple[str, str, RNNConfig]], env: dict | None = None) -> dict:
+                 skipped: list[tuple[str, str, RNNConfig]], env: dict | None = None,
+                 planned: int | None = None) -> dict:
+    """The report of ``records`` (``planned`` units were planned, default ``len(records)``; fewer records make
+    it incomplete) in ``env`` (default: this machine's :func:`environment`)."""
+    planned = len(records) if planned is None else planned
     compat = [r for r in records if r["study"] == "compat"]
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in compat:
@@ -133,7 +137,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
             "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
                            "reason": o.budget.reason} for o in tolerances.OVERRIDES],
         },
-        "totals": {"units": len(records), "compat_units": len(compat), **_tally(compat),
+        "totals": {"units": len(records), "planned_units": planned, "compat_units": len(compat), **_tally(compat),
                    "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too
         "summary": summary,
         "worst": worst[:WORST_CASES],
@@ -145,6 +149,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         "records": [_compact(r) for r in records],
     }
     report["passed"] = report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0
+    report["complete"] = len(records) >= planned
     return report
 
 

@@ -84,6 +84,15 @@ AMPLIFICATION_HEAD = ["backend", "dtype", "mode", "units", "forward max eps", "g
                       "median ratio", "max ratio"]
 
 
+def _incomplete(report: dict) -> str | None:
+    """What a report of a run that stopped early must say first, or ``None``."""
+    t = report["totals"]
+    if report["complete"]:
+        return None
+    return (f"INCOMPLETE: {t['units']} of {t['planned_units']} planned units ran (the run stopped at --max-seconds "
+            f"or was killed); the same rnn-compat report command with --resume runs the rest.")
+
+
 def _worst_lines(report: dict) -> list[str]:
     lines = []
     for i, w in enumerate(report["worst"], 1):
@@ -102,6 +111,7 @@ def markdown(report: dict) -> str:
         f"Grid `{report['grid']}`, seed {report['seed']}, generated {report['generated_utc']}. "
         f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
         f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{verdict}**.", "",
+        *([f"**{_incomplete(report)}**", ""] if _incomplete(report) else []),
         f"Measure: {MEASURE}.", "",
         "## Summary", "",
         *_md_table(SUMMARY_HEAD, _backend_rows(report)), "",
@@ -160,6 +170,7 @@ def html_page(report: dict) -> str:
         f"<p>Grid <code>{html.escape(report['grid'])}</code>, seed {report['seed']}, generated "
         f"{report['generated_utc']}. {t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
         f"{t['indeterminate']} indeterminate, {t['errors']} errors. <span class='{verdict}'>{verdict}</span></p>",
+        *([f"<p class='FAIL'>{html.escape(_incomplete(report))}</p>"] if _incomplete(report) else []),
         f"<p>Measure: {html.escape(MEASURE)}.</p>",
         "<h2>Summary</h2>", _html_table(SUMMARY_HEAD, _backend_rows(report)),
         "<h2>Worst share of the budget per mode</h2>",
@@ -172,7 +183,8 @@ def html_page(report: dict) -> str:
         if figures.get(key):
             parts.append(f"<h2>{html.escape(title)}</h2><img alt='{key}' src='data:image/png;base64,{figures[key]}'>")
     if not figures:
-        parts.append("<p><em>Plots need matplotlib (pip install '.[report]').</em></p>")
+        parts.append("<p><em>No figures: matplotlib was not installed where this page was written. With "
+                     "pip install '.[report]', <code>rnn-compat render DIR</code> writes it again with them.</em></p>")
     parts.append("<h2>Worst cases</h2><ol>")
     for w in report["worst"]:
         verdict = "PASS" if w["passed"] else "FAIL"
@@ -213,6 +225,7 @@ def terminal_summary(report: dict, out: str) -> str:
     lines = [fmt.format(*head), *(fmt.format(*r) for r in rows), "",
              f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
              f"{t['indeterminate']} indeterminate, {t['errors']} errors",
+             *([_incomplete(report)] if _incomplete(report) else []),
              f"report: {out}/report.md, {out}/index.html, {out}/report.json ({out}/results.jsonl per unit)"]
     failing = [w for w in report["worst"] if not w["passed"]]
     if failing:

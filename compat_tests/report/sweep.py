@@ -1,6 +1,6 @@
 """Run work units, in this process or in worker processes, appending each record to ``results.jsonl``
 as it finishes: a killed run loses at most the units in flight, and ``--resume`` skips every unit whose
-record is already there.
+record is already there. With a time limit no unit starts after it; the units in flight finish.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
@@ -78,21 +78,36 @@ def _single_threaded_workers(jobs: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _results(units: list[Unit], jobs: int) -> Iterable[dict]:
+def _results(units: list[Unit], jobs: int, deadline: float | None) -> Iterable[dict]:
+    """Records of ``units`` as they finish; none starts after ``deadline`` (``time.monotonic()``)."""
+    def expired() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     if jobs <= 1:
         for unit in units:
+            if expired():
+                return
             yield run_unit(unit.to_dict())
         return
     with _single_threaded_workers(jobs), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        pending = {pool.submit(run_unit, unit.to_dict()) for unit in units}
+        pending: set[Future] = {pool.submit(run_unit, unit.to_dict()) for unit in units}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
             for future in done:
-                yield future.result()
+                if not future.cancelled():
+                    yield future.result()
+            if expired():  # units not yet started are dropped; the ones in flight finish
+                for future in pending:
+                    future.cancel()
+                deadline = None
 
 
-def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True) -> list[dict]:
-    """Run every unit not yet in ``out/results.jsonl`` and return all records in plan order."""
+def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
+          max_seconds: float | None = None) -> list[dict]:
+    """Run every unit not yet in ``out/results.jsonl`` (none starting after ``max_seconds``, when given) and
+    return the records of ``units`` there, in plan order: all of them unless the time ran out."""
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS
     _drop_torn_tail(path)
@@ -100,12 +115,12 @@ def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True) ->
     todo = [u for u in units if u.id not in done]
     bar = Progress(len(todo), progress)
     with path.open("a") as sink:
-        for record in _results(todo, jobs):
+        for record in _results(todo, jobs, deadline):
             sink.write(json.dumps(record, sort_keys=True) + "\n")
             sink.flush()
             done[record["id"]] = record
             bar.update(record)
-    return [done[u.id] for u in units]
+    return [done[u.id] for u in units if u.id in done]
 
 
 def _drop_torn_tail(path: Path) -> None:
