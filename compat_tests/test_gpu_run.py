@@ -1,0 +1,98 @@
+"""``scripts/gpu_run.sh`` end to end on a CPU, with ``compat_tests.fake_cuda`` in place of CuPy and libcudnn
+in every process (``compat_tests/fake_site``), then ``scripts/gpu_unpack.py`` on what it returned.
+
+A GPU session is rare and short, so the script must not fail there for a reason a CPU can see: each step
+runs here (``pytest -m gpu`` included, so a broken GPU test fails here too), what it returns fits the
+device tool's limits on returned files, and the CPU side turns it into a committed report folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from compat_tests import gpu_capture
+
+ROOT = Path(__file__).resolve().parent.parent
+# What the device tool returns from $OUT: at most 8 files of at most 16 MiB, at most 2 folders down.
+MAX_FILES, MAX_BYTES, MAX_DEPTH = 8, 16 << 20, 2
+ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "capture/capture.json", "capture/arrays.npz",
+            "capture.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
+            "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"}
+
+
+def gpu_run(out: Path, seconds: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
+           "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site")}
+    return subprocess.run(["bash", "scripts/gpu_run.sh", "quick"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def returned(out: Path) -> list[Path]:
+    """The files under ``out``, each checked against the device tool's limits."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert 0 < len(files) <= MAX_FILES, files
+    for p in files:
+        rel = p.relative_to(out)
+        assert len(rel.parts) - 1 <= MAX_DEPTH and re.fullmatch(r"[A-Za-z0-9._-]+", p.name), rel
+        assert p.stat().st_size <= MAX_BYTES, (rel, p.stat().st_size)
+    return files
+
+
+def members(archive: Path) -> set[str]:
+    with tarfile.open(archive) as tar:
+        return {m.name.removeprefix("./") for m in tar.getmembers() if m.isfile()}
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    return gpu_run(out, 540), out
+
+
+def test_every_step_passes_on_the_fake_and_comes_back_in_few_files(dry_run):
+    run, out = dry_run
+    summary = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else "(none)"
+    assert run.returncode == 0, f"summary:\n{summary}\nstdout:\n{run.stdout[-4000:]}\nstderr:\n{run.stderr[-2000:]}"
+    assert {p.name for p in returned(out)} == {"gpu_run.tar.gz", "summary.txt", "versions.json"}
+    assert members(out / "gpu_run.tar.gz") >= ARCHIVED
+    for step in ("versions", "capture", "host-tests", "gpu-tests", "report"):
+        assert f"gpu_run.sh: {step}: ok" in summary, summary
+    assert json.loads((out / "versions.json").read_text())["available"]
+
+
+def test_unpack_files_the_run_under_its_device_and_renders_the_report(dry_run, tmp_path):
+    _, out = dry_run
+    unpack = [sys.executable, "scripts/gpu_unpack.py", str(out), "--into", str(tmp_path)]
+    done = subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    target = tmp_path / "fake-cudnn9.28.0"  # the fake's device and cuDNN version
+    assert {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()} == ARCHIVED
+    gpu_tests = (target / "pytest.txt").read_text().splitlines()[-1]
+    assert re.search(r"\d+ passed", gpu_tests) and "failed" not in gpu_tests and "error" not in gpu_tests, gpu_tests
+    assert "fake_cuda is in place" in (target / "pytest-host.txt").read_text(), "host tests skip on the fake"
+    assert gpu_capture.check(target / "capture") == {}
+    report = json.loads((target / "report" / "report.json").read_text())
+    assert report["complete"] and report["passed"]
+    assert report["environment"]["cudnn"]["device"] == "fake", "the run's environment, not the renderer's"
+    assert {b["name"] for b in report["backends"] if b["available"]} >= {"reference", "cudnn", "cudnn-tf32"}
+    assert "data:image/png;base64," in (target / "report" / "index.html").read_text(), "figures rendered here"
+    again = subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "exists already" in again.stderr
+
+
+def test_out_of_time_the_steps_are_skipped_and_what_ran_still_comes_back(tmp_path):
+    run = gpu_run(tmp_path, 1)
+    assert run.returncode == 1
+    summary = (tmp_path / "summary.txt").read_text()
+    for step in ("capture", "host-tests", "gpu-tests", "report"):
+        assert f"gpu_run.sh: {step}: SKIPPED, no time left" in summary, summary
+    returned(tmp_path)
+    assert {"versions.json", "summary.txt"} <= members(tmp_path / "gpu_run.tar.gz")

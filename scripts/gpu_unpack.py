@@ -1,0 +1,74 @@
+"""Put what ``scripts/gpu_run.sh`` returned from a GPU under ``reports/gpu/<device>-cudnn<version>/``, and
+write its report again there with figures (the GPU image has no matplotlib).
+
+    python scripts/gpu_unpack.py PATH [--into reports/gpu]
+
+PATH: the ``gpu_run.tar.gz`` the device tool returned, or the folder holding it. The archive is extracted
+with tarfile's ``data`` filter (no absolute paths, links out of the folder or device files). Prints the
+folder it wrote; commit it as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ARCHIVE = "gpu_run.tar.gz"
+
+
+def folder_name(versions: dict) -> str:
+    """``<device>-cudnn<version>``, lower case, letters, digits, dots and dashes only."""
+    name = f"{versions.get('device') or 'unknown-device'}-cudnn{versions.get('cudnn') or 'unknown'}"
+    return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-")
+
+
+def unpack(path: Path, into: Path) -> Path:
+    """Extract the archive at ``path`` (or ``path/gpu_run.tar.gz``) into a new folder under ``into``, render
+    its report if it has one, and return the folder."""
+    if not hasattr(tarfile, "data_filter"):
+        raise ValueError("extracting safely needs tarfile's data filter (Python >= 3.11.4)")
+    archive = path / ARCHIVE if path.is_dir() else path
+    if not archive.is_file():
+        raise ValueError(f"{archive} does not exist: give gpu_run.sh's {ARCHIVE} or the folder holding it")
+    with tarfile.open(archive) as tar:
+        try:
+            versions = json.load(tar.extractfile("./versions.json"))
+        except KeyError:
+            raise ValueError(f"{archive} holds no versions.json: the GPU run stopped before it knew its "
+                             f"device (its summary.txt says why)") from None
+        target = into / folder_name(versions)
+        if target.exists():
+            raise ValueError(f"{target} exists already: move it away first")
+        target.mkdir(parents=True)
+        tar.extractall(target, filter="data")
+    if (target / "report" / "run.json").is_file():
+        from compat_tests.report.render import terminal_summary
+        from compat_tests.report.run_plan import render
+
+        print(terminal_summary(render(target / "report"), str(target / "report")))
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("path", type=Path)
+    p.add_argument("--into", type=Path, default=ROOT / "reports" / "gpu")
+    args = p.parse_args(argv)
+    try:
+        target = unpack(args.path, args.into)
+    except (ValueError, OSError, tarfile.TarError) as exc:
+        print(f"gpu_unpack: {exc}", file=sys.stderr)
+        return 2
+    print(f"unpacked into {target}; summary:\n{(target / 'summary.txt').read_text()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
