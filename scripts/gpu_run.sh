@@ -80,10 +80,10 @@ if ! "$python" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))[
 fi
 # cuDNN's ground truth as data first (layout regions, outputs, gradients of 66 small configs): checked on
 # every CPU test run once committed, whatever happens to the longer steps below.
-step capture $(($(left) - 300)) capture.txt "$python" -m compat_tests.gpu_capture --out "$work/capture" --check
-step host-tests $(($(left) - 240)) pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
+step capture $(($(left) - 120)) capture.txt "$python" -m compat_tests.gpu_capture --out "$work/capture" --check
+step host-tests $(($(left) - 100)) pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
     compat_tests/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
-step gpu-tests $(($(left) - 150)) pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \
+step gpu-tests $(($(left) - 60)) pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \
     --hypothesis-profile=ci -q -rfEsx
 units_until=$(($(left) - 45))  # then the units in flight finish, the report is written and packed
 step report $((units_until > 0 ? units_until + 30 : 0)) report.txt "$python" -m compat_tests.cli report \
