@@ -8,7 +8,7 @@
 # did), beside $OUT/summary.txt (a line per step) and $OUT/versions.json; and every step runs under the
 # time left of GPU_RUN_SECONDS (default 540), the report with --max-seconds so that it writes the report
 # of the units that ran. On the CPU side, scripts/gpu_unpack.py puts the archive under
-# reports/gpu/<device>-cudnn<version>/ and renders the report again there with its figures.
+# reports/gpu/<device>-cudnn<version>/ and renders the report again there.
 #
 # Stops at once when the backend is unavailable (its reason is in versions.json), and otherwise runs every
 # step whatever the one before did; the exit status is 1 if any step failed.

@@ -1,5 +1,6 @@
 """Put what ``scripts/gpu_run.sh`` returned from a GPU under ``reports/gpu/<device>-cudnn<version>/``, and
-write its report again there with figures (the GPU image has no matplotlib).
+write its report again there (``rnn-compat render``: whole even where the GPU image lacked matplotlib for
+the figures or the report step was cut short; the GPU machine's environment is kept).
 
     python scripts/gpu_unpack.py PATH [--into reports/gpu]
 
