@@ -100,6 +100,49 @@ def test_compatible_cells_equal_the_fused_reference(cfg):
     assert_agree_within_policy(cfg, case, got, run_reference(cfg, case))
 
 
+def test_cells_round_each_float16_layer_output_like_the_fused_reference():
+    """A float16 stack stores each layer's output in float16 (``reference.precision``); here the second layer
+    amplifies that rounding a thousandfold. Every product and sum below is exact in float32, so the expected
+    value does not depend on the order of any GEMM."""
+    import reference
+
+    model = reference.make_model("relu", 2, 1, 1, dtype=np.float16)
+    f16, f32 = np.float16, np.float32
+    weights = [np.full((1, 1), v, f16) for v in (0.1, 0.0, 1000.0, 0.0)]  # W0, R0, W1, R1
+    biases = [np.full(1, v, f16) for v in (0.0, 0.0, -29.98, 0.0)]  # b_W0, b_R0, b_W1, b_R1
+    x = np.full((1, 1, 1), 0.3, f16)
+    layer0 = f16(max(f32(weights[0][0, 0]) * f32(x[0, 0, 0]), 0))  # stored in float16 between the layers
+    expected = f16(max(f32(weights[2][0, 0]) * f32(layer0) + f32(biases[2][0]), 0))
+    assert expected != f16(max(f32(weights[2][0, 0]) * (f32(weights[0][0, 0]) * f32(x[0, 0, 0])) + f32(biases[2][0]),
+                               0)), "the rounding between the layers must show in the output for this test to mean anything"
+    fused, _ = model(x, None, model.canonical_to_params(weights, biases))
+    cells = cells_from_tf(model, tf.to_tf(model, weights, biases))
+    stepped, _, _ = run_cells(cells, model.num_dirs, x)
+    assert fused[0, 0, 0] == stepped[0, 0, 0] == expected, (fused, stepped, expected)
+
+
+@pytest.mark.parametrize(("mode", "tensor", "change", "match"), [
+    ("gru", "candidate/input_projection/bias", lambda b: b + 0.5, "input_projection/bias must be zero with skip_input"),
+    ("gru", "candidate/input_projection/kernel", lambda k: 2 * k, "gate 'h' is not the identity"),
+    ("gru", "gates/kernel", lambda k: np.concatenate([k[:2][:, ::-1], k[2:]]), "gate 'r' is not the identity"),
+    ("lstm", "kernel", lambda k: np.concatenate([k[:2] * 0, k[2:]]), "gate 'i' is not the identity"),
+])
+def test_a_skip_input_tf_checkpoint_the_layout_cannot_hold_is_refused(mode, tensor, change, match):
+    """With skip_input, cuDNN has no input matrices or input biases in layer 0: a TF checkpoint whose input
+    kernels are not the identity, or whose GRU candidate has an input bias (it would land inside
+    ``r * (...)``), computes something else, so it is refused rather than silently changed."""
+    import reference
+
+    model = reference.make_model(mode, 1, 2, 2, input_mode="skip_input", dtype=np.float64)
+    case = make_case(RNNConfig(mode, num_units=2, input_size=2, input_mode="skip_input", dtype="float64"))
+    tensors = tf.to_tf(model, case.weights, case.biases)
+    tf.from_tf(model, tensors)  # as written: accepted
+    name = f"{tf.cell_prefix(model, 0)}/{tensor}"
+    tensors[name] = change(tensors[name])
+    with pytest.raises(ValueError, match=re.escape(match)):
+        tf.from_tf(model, tensors)
+
+
 def test_cells_speak_tensorflows_call_convention():
     from reference.cells import CudnnCompatibleLSTMCell
 
