@@ -23,8 +23,8 @@ from compat_tests import gpu_capture
 ROOT = Path(__file__).resolve().parent.parent
 # What the device tool returns from $OUT: at most 8 files of at most 16 MiB, at most 2 folders down.
 MAX_FILES, MAX_BYTES, MAX_DEPTH = 8, 16 << 20, 2
-ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "capture/capture.json", "capture/arrays.npz",
-            "capture.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
+ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "capture/capture.json",
+            "capture/arrays.npz", "capture.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
             "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"}
 
 

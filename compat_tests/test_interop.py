@@ -113,8 +113,8 @@ def test_cells_round_each_float16_layer_output_like_the_fused_reference():
     x = np.full((1, 1, 1), 0.3, f16)
     layer0 = f16(max(f32(weights[0][0, 0]) * f32(x[0, 0, 0]), 0))  # stored in float16 between the layers
     expected = f16(max(f32(weights[2][0, 0]) * f32(layer0) + f32(biases[2][0]), 0))
-    assert expected != f16(max(f32(weights[2][0, 0]) * (f32(weights[0][0, 0]) * f32(x[0, 0, 0])) + f32(biases[2][0]),
-                               0)), "the rounding between the layers must show in the output for this test to mean anything"
+    unrounded = f16(max(f32(weights[2][0, 0]) * (f32(weights[0][0, 0]) * f32(x[0, 0, 0])) + f32(biases[2][0]), 0))
+    assert expected != unrounded, "the rounding between the layers must show in the output for this test to mean anything"
     fused, _ = model(x, None, model.canonical_to_params(weights, biases))
     cells = cells_from_tf(model, tf.to_tf(model, weights, biases))
     stepped, _, _ = run_cells(cells, model.num_dirs, x)
