@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from compat_tests import tolerances
-from compat_tests.compare import compare_peer, judge_results
+from compat_tests.compare import Recorded, compare_peer, judge_results
 from compat_tests.conditioning import sensitivity
 from compat_tests.config import Outputs, RNNConfig, ground_truth, make_case
 from compat_tests.metrics import error_stats, ulp_distance
@@ -37,6 +37,86 @@ def test_errors_of_small_tensors_are_absolute_and_of_large_ones_relative():
     assert small.scale == 1.0 and small.max_eps == pytest.approx(1e-8 / np.finfo(np.float32).eps)
     big = error_stats(np.array([1000.0 + 2 ** -13], np.float32), np.array([1000.0]))
     assert big.scale == 1000.0 and big.max_eps == pytest.approx(2 ** -13 / (1000 * np.finfo(np.float32).eps))
+
+
+def test_errors_count_whichever_side_of_the_truth_they_fall():
+    truth = np.array([1.0, 2.5, 3.0])
+    delta = 2.0 ** -10
+    below = error_stats((truth - [0, delta, 0]).astype(np.float32), truth)
+    above = error_stats((truth + [0, delta, 0]).astype(np.float32), truth)
+    assert below.max_abs == above.max_abs == delta and below.max_eps == above.max_eps > 0
+    assert below.max_ulp == above.max_ulp == delta / np.spacing(np.float32(2.5))
+
+
+def test_the_error_per_time_step_is_each_steps_worst():
+    """``per_step`` (the drift study) holds the largest error of each step, over batch and features."""
+    truth = np.zeros((3, 2, 4))
+    actual = truth.astype(np.float32)
+    actual[1, 0, 3], actual[1, 1, 0] = -1e-3, 1e-4  # step 1: its worst is 1e-3
+    actual[2, 1, 2] = 5e-5
+    stats = error_stats(actual, truth, time_axis=0)
+    eps = float(np.finfo(np.float32).eps)
+    assert stats.per_step == pytest.approx((0.0, float(np.float32(1e-3)) / eps, float(np.float32(5e-5)) / eps))
+    batch_major = error_stats(actual.transpose(1, 0, 2), truth.transpose(1, 0, 2), time_axis=1)
+    assert batch_major.per_step == stats.per_step
+
+
+def test_the_worst_element_is_judged_not_the_typical_one():
+    """One element 100 eps off among 10,000 exact ones fails the float32 budget (16); its RMS would pass."""
+    truth = np.linspace(-1.0, 1.0, 10_000)
+    actual = truth.astype(np.float32)
+    actual[1234] += 100 * np.finfo(np.float32).eps
+    stats = error_stats(actual, truth)
+    assert stats.rms_eps < 16 < stats.max_eps
+    assert not tolerances.judge("reference", "float32", "output", stats, kappa=1.0).passed
+
+
+def test_a_non_finite_disagreement_fails_whatever_the_error_of_the_rest():
+    truth = np.array([1.0, 2.0, 3.0])
+    stats = error_stats(np.array([1.0, np.inf, 3.0], np.float32), truth)
+    assert stats.max_eps == 0 and stats.nonfinite_mismatch == 1
+    assert not tolerances.judge("reference", "float32", "output", stats, kappa=1.0).passed
+
+
+def test_moderately_ill_conditioned_truths_are_still_judged():
+    """Only a truth past MAX_JUDGEABLE_KAPPA (1e10) is indeterminate: kappa 1e6 is judged, and an error a
+    hundred times its budget still fails."""
+    assert tolerances.MAX_JUDGEABLE_KAPPA >= 1e6
+    stats = error_stats(np.array([1.0 + 1e9 * 2 ** -23], np.float32), np.array([1.0]))
+    verdict = tolerances.judge("reference", "float32", "output", stats, kappa=1e6)
+    assert verdict.indeterminate is None and not verdict.passed
+
+
+def test_a_peer_result_of_another_dtype_or_shape_is_an_error_not_a_comparison():
+    """A peer that returned float64 for a float32 config would look exact without testing float32 at all."""
+    cfg = RNNConfig("gru", num_units=3, input_size=2, seq_len=4, batch=2, dtype="float32")
+    truth = ground_truth(cfg, make_case(cfg))
+    for wrong in (truth.output, truth.output.astype(np.float32)[:-1], None):
+        actual = Outputs(wrong, truth.output_h.astype(np.float32), None)
+        with pytest.raises(AssertionError, match="returned output of"):
+            judge_results("peer", cfg, actual, truth, {})
+
+
+# Planted gradient errors, in eps x scale of the tested dtype: over three times each budget (32 for float32,
+# 2 for float16; d_params on T*B = 64 terms, where its reduction factor is still 1), within 8x of it.
+PLANTED_GRADIENT_ERRORS = {"float32": 100.0, "float16": 10.0}
+
+
+@pytest.mark.parametrize("quantity", ["d_input", "d_params"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_planted_gradient_error_fails(dtype, quantity):
+    cfg = RNNConfig("gru", num_units=4, input_size=3, seq_len=8, batch=8, dtype=dtype, weight_scale=0.5)
+    case = make_case(cfg)
+    clean = PEERS["reference"].backward(cfg, case)
+    assert compare_peer(Recorded("reference", gradients=clean), cfg, case, backward=True).passed
+    planted = getattr(clean, quantity).copy()
+    flat = planted.reshape(-1)
+    flat[5] += PLANTED_GRADIENT_ERRORS[dtype] * np.finfo(dtype).eps * max(1.0, float(np.abs(planted).max()))
+    comparison = compare_peer(Recorded("reference", gradients=clean._replace(**{quantity: planted})), cfg, case,
+                              backward=True)
+    verdict = comparison.verdicts[quantity]
+    assert verdict.kappa < 3, "a well-conditioned config, or the planted error proves nothing"
+    assert not verdict.passed, verdict.explain(quantity)
 
 
 def test_sensitivity_separates_contracting_from_chaotic_dynamics():
