@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat_tests import tolerances
+from compat_tests import conditioning, tolerances
 from compat_tests.compare import Recorded, compare_peer, judge_results
 from compat_tests.conditioning import sensitivity
-from compat_tests.config import Outputs, RNNConfig, ground_truth, make_case
+from compat_tests.config import Outputs, RNNConfig, ground_truth, ground_truth_backward, make_case
 from compat_tests.metrics import error_stats, ulp_distance
 from compat_tests.peers import PEERS
 
@@ -124,6 +124,29 @@ def test_sensitivity_separates_contracting_from_chaotic_dynamics():
     wild = RNNConfig("tanh", num_units=32, input_size=4, seq_len=200, batch=2, weight_scale=4.0)
     assert sensitivity(calm, make_case(calm))["output"] < 10
     assert sensitivity(wild, make_case(wild))["output"] > 1000
+
+
+def test_an_explosive_configs_kappa_is_its_derivative_not_a_saturated_response():
+    """tanh outputs move by at most 2, so at the default delta no response exceeds 2 / DELTA; a chaotic
+    config's kappa goes past that only because delta shrinks until the response is linear again."""
+    wild = RNNConfig("tanh", num_units=32, input_size=4, seq_len=200, batch=2, weight_scale=4.0)
+    assert sensitivity(wild, make_case(wild))["output"] > 10 * 2 / conditioning.DELTA
+
+
+def test_float16_rounding_can_cross_a_relu_kink_and_kappa_says_so():
+    """A relu pre-activation of 2^-11 (x = 1, W = 1, b_W = -(1 - 2^-11)): relative changes of DELTA never
+    cross 0, changes of float16's eps do, and there the gradient jumps; a correct float16 implementation
+    may land on either side, so its kappa must show the jump. The same values in float64 are calm."""
+    def kink(dtype: str):
+        cfg = RNNConfig("relu", num_units=1, input_size=1, seq_len=1, batch=1, dtype=dtype)
+        case = make_case(cfg)._replace(x=np.ones((1, 1, 1), dtype))
+        weights = [np.ones((1, 1), dtype), np.zeros((1, 1), dtype)]
+        biases = [np.full(1, -(1 - 2.0 ** -11), dtype), np.zeros(1, dtype)]
+        return cfg, case._replace(weights=weights, biases=biases)
+
+    kappa16 = sensitivity(*kink("float16"), evaluate=ground_truth_backward)
+    kappa64 = sensitivity(*kink("float64"), evaluate=ground_truth_backward)
+    assert kappa16["d_input"] > 100 and kappa64["d_input"] < 10, (kappa16, kappa64)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
