@@ -143,6 +143,22 @@ def test_a_skip_input_tf_checkpoint_the_layout_cannot_hold_is_refused(mode, tens
         tf.from_tf(model, tensors)
 
 
+@pytest.mark.parametrize("change", ["W", "B"])
+def test_a_skip_input_onnx_model_the_layout_cannot_hold_is_refused(change):
+    """ONNX always has input matrices: with skip_input they must be the identity and the input biases zero."""
+    import reference
+
+    model = reference.make_model("gru", 1, 2, 2, input_mode="skip_input", dtype=np.float32)
+    case = make_case(RNNConfig("gru", num_units=2, input_size=2, input_mode="skip_input", dtype="float32"))
+    (layer,) = onnx_format.to_onnx(model, case.weights, case.biases)
+    onnx_format.from_onnx(model, [layer])  # as written: accepted
+    layer = dict(layer)
+    layer[change] = layer[change].copy()
+    layer[change].reshape(-1)[1] += 0.5  # W: off the identity's diagonal; B: an input bias
+    with pytest.raises(ValueError, match="skip_input needs identity input matrices and zero input biases"):
+        onnx_format.from_onnx(model, [layer])
+
+
 def test_cells_speak_tensorflows_call_convention():
     from reference.cells import CudnnCompatibleLSTMCell
 
@@ -237,10 +253,13 @@ def _file(header: bytes, data: bytes = b"") -> bytes:
     (struct.pack("<Q", 10**9) + b"{}", "exceeds the file"),
     (_file(b"nope"), "not JSON"),
     (_file(b'{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'), "lies outside"),
+    (_file(b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', bytes(7)), "lies outside"),  # 1 byte short
     (_file(b'{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', bytes(8)), "needs 12"),
     (_file(b'{"a":{"dtype":"X9","shape":[2],"data_offsets":[0,8]}}', bytes(8)), "malformed"),
     (_file(b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],'
            b'"data_offsets":[2,6]}}', bytes(6)), "overlap"),
+    (_file(b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],'
+           b'"data_offsets":[3,7]}}', bytes(7)), "overlap"),  # by one byte
     (_file(b'{"a":{"dtype":"U8","shape":"12","data_offsets":[0,2]}}', bytes(2)), "malformed shape"),
     (_file(b'{"a":{"dtype":"U8","shape":[true],"data_offsets":[0,1]}}', bytes(1)), "malformed shape"),
     (_file(b'{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}'), "needs"),
