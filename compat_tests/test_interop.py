@@ -7,6 +7,7 @@ import os
 import pickle
 import re
 import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -299,6 +300,7 @@ def _rewrite(path, change):
     (lambda t, c: t.update({"rnn/stray": np.zeros(2, np.float32)}), ValueError, "does not: \\['rnn/stray'\\]"),
     (lambda t, c: c.update(rnn_mode="lstm"), ValueError, "lacks .*cudnn_compatible_lstm_cell"),
     (lambda t, c: c.update(format="something-else"), ValueError, "not a cudnn-rnn-compat"),
+    (lambda t, c: c.update(version=99), ValueError, "checkpoint version 99 is not supported"),
     (lambda t, c: c.update(rnn_mode="bogus"), ValueError, "Invalid rnn_mode: 'bogus', expecting one of"),
     (lambda t, c: c.update(num_proj=2), ValueError, "num_proj must be None for rnn_mode='gru'"),
     (lambda t, c: [c.pop("num_units"), c.pop("dtype")], ValueError, "config lacks 'num_units', 'dtype'"),
@@ -383,6 +385,11 @@ def test_pickles_are_refused(tmp_path):
     np.savez(obj, a=np.array([{"x": 1}], dtype=object))
     with pytest.raises(ValueError, match="refused"):
         checkpoint.read_tensors(obj)
+    archive = tmp_path / "torch_archive.npz"  # a zip holding a pickle, as torch.save writes (NumPy reads it as bytes)
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"weight_ih_l0": np.zeros(3)}))
+    with pytest.raises(ValueError, match="holds a pickle"):
+        checkpoint.read_tensors(archive)
 
 
 # ---- PyTorch, Keras 3, ONNX: converted both ways and run by the framework -------------------------------

@@ -11,6 +11,7 @@ several blocks. The writer must reproduce TensorFlow's files byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -86,6 +87,30 @@ def test_every_numeric_dtype_round_trips_and_others_are_refused(tmp_path):
         assert got[name].dtype == np.asarray(array).dtype.newbyteorder("="), name
     with pytest.raises(ValueError, match=r"tensor 'note' is \|S4"):
         tf_bundle.write(tmp_path / "bad", {"note": np.array(b"text")})
+
+
+def test_a_big_endian_bundle_reads_as_its_header_says(tmp_path):
+    """A bundle from a big-endian host (``BundleHeaderProto.endianness = BIG``) holds big-endian data."""
+    tensors = {"a": np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5, "b": np.array([1, -2], np.int64)}
+    tf_bundle.write(tmp_path / "big", tensors, byte_order=">")
+    tf_bundle.write(tmp_path / "little", tensors)
+    big, little = tf_bundle.open_bundle(tmp_path / "big"), tf_bundle.open_bundle(tmp_path / "little")
+    assert (big.order, little.order) == (">", "<")
+    blob = Path(f"{tmp_path / 'big'}.data-00000-of-00001").read_bytes()
+    assert blob == b"".join(tensors[n].astype(tensors[n].dtype.newbyteorder(">")).tobytes() for n in sorted(tensors))
+    for bundle in (big, little):
+        got = bundle.read()
+        assert all(np.array_equal(got[n], tensors[n]) and got[n].dtype == tensors[n].dtype for n in tensors)
+    with pytest.raises(ValueError, match="Invalid byte_order: '='"):
+        tf_bundle.write(tmp_path / "native", tensors, byte_order="=")
+
+
+def test_an_entry_whose_shape_does_not_match_its_bytes_is_refused(tmp_path):
+    tf_bundle.write(tmp_path / "b", {"a": np.zeros((2, 3), np.float32)})
+    bundle = tf_bundle.open_bundle(tmp_path / "b")
+    bundle.entries["a"] = dataclasses.replace(bundle.entries["a"], shape=(2, 2))  # as a corrupt index would say
+    with pytest.raises(ValueError, match=r"tensor 'a': 24 bytes at offset 0 do not hold \[2, 2\] float32"):
+        bundle.read()
 
 
 def test_what_numpy_cannot_hold_or_the_file_lacks_is_refused_by_name():

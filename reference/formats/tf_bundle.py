@@ -21,6 +21,8 @@ from typing import Iterable
 
 import numpy as np
 
+from .. import checks
+
 MAGIC = 0xDB4775248B80FB57  # kTableMagicNumber
 FOOTER_LENGTH = 48
 BLOCK_SIZE = 262144  # table::Options defaults, as BundleWriter keeps them
@@ -373,18 +375,21 @@ def open_bundle(path: str | Path) -> Bundle:
     return Bundle(prefix, found, header.get(1, 1), ">" if header.get(2, 0) == 1 else "<")
 
 
-def write(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
+def write(path: str | Path, tensors: dict[str, np.ndarray], byte_order: str = "<") -> None:
     """A single-shard bundle at prefix ``path`` (``PREFIX.index``, ``PREFIX.data-00000-of-00001``) holding
-    ``tensors`` (numeric NumPy arrays, little-endian, in name order), as TensorFlow's ``SaveV2`` writes it."""
+    ``tensors`` (numeric NumPy arrays, in name order), as TensorFlow's ``SaveV2`` writes it: little-endian,
+    or with ``byte_order=">"`` big-endian, as on a big-endian host (the header says which)."""
+    checks.one_of("byte_order", byte_order, ("<", ">"))
     prefix = _prefix(path)
     codes = {np.dtype(v): k for k, v in DTYPES.items()}
-    items, data, offset = [(b"", _field(1, 1) + _field(3, _field(1, BUNDLE_VERSION)))], bytearray(), 0
+    header = _field(1, 1) + (_field(2, 1) if byte_order == ">" else b"") + _field(3, _field(1, BUNDLE_VERSION))
+    items, data, offset = [(b"", header)], bytearray(), 0
     for name in sorted(tensors, key=lambda n: n.encode()):
         array = np.asarray(tensors[name])
         dtype = array.dtype.newbyteorder("=")
         if dtype not in codes:
             raise ValueError(f"tensor {name!r} is {array.dtype}; a checkpoint holds {sorted(d.name for d in codes)}")
-        blob = np.ascontiguousarray(array, dtype=dtype.newbyteorder("<")).tobytes()
+        blob = np.ascontiguousarray(array, dtype=dtype.newbyteorder(byte_order)).tobytes()
         items.append((name.encode(), _encode_entry(codes[dtype], array.shape, offset, len(blob), crc32c(blob))))
         data += blob
         offset += len(blob)
