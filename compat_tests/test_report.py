@@ -283,3 +283,31 @@ def test_a_crashing_backend_becomes_an_error_record_not_a_crash(tmp_path, monkey
     errors = [w for w in report["worst"] if w["quantity"] == "error"]
     assert errors and "kernel exploded" in errors[0]["error"] and errors[0]["reproduce"].startswith("rnn-compat check")
     _validate(report)
+    crashed = [r for r in read_records(tmp_path / RESULTS) if r["status"] == "error"]
+    assert crashed and not any(r["passed"] for r in crashed), "a crashed unit is not a passed one"
+    assert sum(row["failed"] for row in report["summary"]) == sum(r["study"] == "compat" for r in crashed)
+
+
+class PerturbedGradients(ReferencePeer):
+    """The reference with one input gradient nudged by 1000 ulp: its forward pass is exact."""
+
+    name = "perturbed-gradients"
+
+    def backward(self, cfg, case):
+        grads = super().backward(cfg, case)
+        d = grads.d_input.copy()
+        d.flat[0] += 1000 * np.finfo(d.dtype).eps * max(1.0, float(np.abs(d).max()))
+        return grads._replace(d_input=d)
+
+
+def test_a_unit_with_a_failing_gradient_fails_and_leads_the_worst_cases(tmp_path, monkeypatch):
+    monkeypatch.setitem(PEERS, "perturbed-gradients", PerturbedGradients())
+    assert run(tmp_path, "--backends", "perturbed-gradients") == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    with_gradients = [r for r in report["records"] if r["study"] == "compat" and "gradients" in r]
+    assert with_gradients and not any(r["passed"] for r in with_gradients)
+    assert all(all(v["passed"] for v in r["forward"].values()) for r in with_gradients), "forward is exact"
+    assert all(row["worst_gradient"]["quantity"] == "d_input" for row in report["summary"] if row["worst_gradient"])
+    shares = [w["conditioned"] / w["budget"] for w in report["worst"]]
+    assert shares == sorted(shares, reverse=True) and len(set(shares)) > 1, "worst cases, worst first"
+    assert all(not w["passed"] for w in report["worst"][:len(with_gradients)])
