@@ -93,6 +93,22 @@ def test_descriptors_say_what_the_arrays_hold(fake):
     np.testing.assert_array_equal(hx, case.h0.transpose(1, 0, 2))
 
 
+def test_training_copies_even_aligned_weights(fake):
+    """An aligned device buffer needs no copy for alignment, but a training forward pass still copies it:
+    the caller may change its buffer before backward, which must read the weights forward read."""
+    cfg = CONFIGS["lstm-proj-bi-lengths"]
+    case = make_case(cfg)
+    gpu = _model(cfg)
+    params = fake_cuda.cupy.asarray(gpu.canonical_to_params(case.weights, case.biases))
+    assert params.data.ptr % backend_model.DEVICE_ALIGNMENT == 0
+    fwd = forward_case(gpu, cfg, case, is_training=True, params=params)
+    params[...] = np.nan
+    gpu.backward(fwd, case.dy, case.dh, case.dc)
+    forward, data, weights = fake.compute
+    assert forward.ptrs["w"] != params.data.ptr and data.ptrs["w"] == forward.ptrs["w"]
+    assert not np.isnan(data.snapshots["w"]).any()
+
+
 def test_backward_gets_what_forward_read_in_private_aligned_copies(fake):
     cfg = CONFIGS["lstm-proj-bi-lengths"]
     case = make_case(cfg)
