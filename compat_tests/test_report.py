@@ -288,6 +288,23 @@ def test_a_crashing_backend_becomes_an_error_record_not_a_crash(tmp_path, monkey
     assert sum(row["failed"] for row in report["summary"]) == sum(r["study"] == "compat" for r in crashed)
 
 
+def test_a_unit_whose_gradients_cannot_be_judged_is_indeterminate_not_passed(tmp_path):
+    """A float16 relu stack whose forward pass overflows half precision: its gradients are of another
+    function (test_policy), so the unit is indeterminate, and counts as such rather than as passed."""
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {
+        "mode": "relu", "num_layers": 2, "num_units": 4, "input_size": 3, "seq_len": 40, "batch": 2,
+        "dtype": "float16", "weight_scale": 4.0, "seed": 1}}]))
+    out = tmp_path / "out"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 0
+    (record,) = read_records(out / RESULTS)
+    assert record["passed"] and record["indeterminate"] and "gradients" in record
+    report = json.loads((out / "report.json").read_text())
+    assert {k: report["totals"][k] for k in ("passed", "failed", "indeterminate")} == \
+        {"passed": 0, "failed": 0, "indeterminate": 1}
+
+
 class PerturbedGradients(ReferencePeer):
     """The reference with one input gradient nudged by 1000 ulp: its forward pass is exact."""
 
