@@ -109,6 +109,24 @@ def test_training_copies_even_aligned_weights(fake):
     assert not np.isnan(data.snapshots["w"]).any()
 
 
+def test_backward_hands_cudnn_zeros_at_padded_steps_of_the_output_gradient(fake):
+    """dy past a sequence's length is ignored (the caller's padding may hold NaN): cuDNN gets zeros there, so
+    nothing padded reaches the weight gradient, and the gradients come out finite."""
+    cfg = CONFIGS["lstm-proj-bi-lengths"]  # time-major
+    case = make_case(cfg)
+    gpu = _model(cfg)
+    dy = case.dy.copy()
+    for b, n in enumerate(cfg.lengths):
+        dy[n:, b] = np.nan
+    fwd = forward_case(gpu, cfg, case, is_training=True)
+    grads = gpu.backward(fwd, dy, case.dh, case.dc)
+    data = fake.compute[1]
+    seen = data.snapshots["dy"].reshape(dy.shape)
+    for b, n in enumerate(cfg.lengths):
+        assert not seen[n:, b].any() and np.array_equal(seen[:n, b], dy[:n, b])
+    assert all(np.isfinite(np.asarray(g)).all() for g in grads if g is not None)
+
+
 def test_backward_gets_what_forward_read_in_private_aligned_copies(fake):
     cfg = CONFIGS["lstm-proj-bi-lengths"]
     case = make_case(cfg)
