@@ -137,3 +137,13 @@ def test_descriptors_are_released_deterministically_and_do_not_grow():
     assert t.alive
     t.close()
     assert not t.alive
+
+
+def test_weight_regions_must_be_packed_row_major_to_be_read_as_such():
+    """``cudnnGetTensorNdDescriptor``'s answer for a weight region, judged before its offsets are trusted."""
+    from cudnn_backend.model import _is_packed
+
+    assert _is_packed([1, 4, 3], [12, 3, 1]) and _is_packed([1, 4, 3], [99, 3, 1])  # a size-1 dim's stride is unused
+    assert not _is_packed([1, 4, 3], [12, 1, 4])  # column-major
+    assert not _is_packed([1, 4, 3], [12, 4, 1])  # padded rows
+    assert not _is_packed([1, 4, 3], [3, 1]) and not _is_packed([4, 3], [12, 3, 1])  # ranks disagree

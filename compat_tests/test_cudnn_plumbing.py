@@ -109,6 +109,21 @@ def test_training_copies_even_aligned_weights(fake):
     assert not np.isnan(data.snapshots["w"]).any()
 
 
+def test_forward_copies_even_a_contiguous_device_input(fake):
+    """The same for the input: without lengths no padding needs zeroing, yet BackwardWeights must read the
+    input forward read."""
+    cfg = CONFIGS["relu-double"]  # full-length, time-major
+    case = make_case(cfg)
+    gpu = _model(cfg)
+    x = fake_cuda.cupy.asarray(case.x)
+    fwd = forward_case(gpu, cfg, case._replace(x=x), is_training=True)
+    x[...] = np.nan
+    gpu.backward(fwd, case.dy)
+    forward, data, weights = fake.compute
+    assert forward.ptrs["x"] != x.data.ptr and weights.ptrs["x"] == forward.ptrs["x"]
+    np.testing.assert_array_equal(weights.snapshots["x"], case.x.ravel())
+
+
 def test_backward_hands_cudnn_zeros_at_padded_steps_of_the_output_gradient(fake):
     """dy past a sequence's length is ignored (the caller's padding may hold NaN): cuDNN gets zeros there, so
     nothing padded reaches the weight gradient, and the gradients come out finite."""
