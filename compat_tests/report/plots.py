@@ -126,16 +126,18 @@ def _gru_variant(report: dict) -> str:
     return _png(fig)
 
 
-def _amplification(report: dict) -> str:
+def _amplification(report: dict) -> str | None:
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 5))
     points = defaultdict(list)
     for r in report["records"]:
         if r.get("gradients") and r["status"] == "ok" and not r["indeterminate"]:
             fwd = max(v["max_eps"] or 0.0 for v in r["forward"].values())
             grad = max(v["max_eps"] or 0.0 for v in r["gradients"].values())
             points[r["config"]["mode"]].append((max(fwd, 1e-3), max(grad, 1e-3)))
+    if not points:  # every gradient comparison was indeterminate: nothing to plot
+        return None
+    fig, ax = plt.subplots(figsize=(6, 5))
     for mode, pts in points.items():
         ax.loglog(*zip(*pts), linestyle="", marker=".", label=mode)
     lo, hi = ax.get_xlim()
