@@ -79,12 +79,23 @@ def test_a_non_finite_disagreement_fails_whatever_the_error_of_the_rest():
 
 
 def test_moderately_ill_conditioned_truths_are_still_judged():
-    """Only a truth past MAX_JUDGEABLE_KAPPA (1e10) is indeterminate: kappa 1e6 is judged, and an error a
-    hundred times its budget still fails."""
+    """A float64 truth with kappa 1e6 is judged in float64 (its budget still rejects most answers), and an
+    error a hundred times that budget fails."""
     assert tolerances.MAX_JUDGEABLE_KAPPA >= 1e6
-    stats = error_stats(np.array([1.0 + 1e9 * 2 ** -23], np.float32), np.array([1.0]))
-    verdict = tolerances.judge("reference", "float32", "output", stats, kappa=1e6)
+    stats = error_stats(np.array([1.0 + 1e9 * 2 ** -52]), np.array([1.0]))
+    verdict = tolerances.judge("reference", "float64", "output", stats, kappa=1e6)
     assert verdict.indeterminate is None and not verdict.passed
+
+
+def test_a_budget_that_no_answer_could_fail_makes_the_comparison_indeterminate():
+    """float32 with kappa 1e6: 16 eps x kappa exceeds the result's own size, so even an all-zero output
+    would score within budget; such a comparison is indeterminate, not a pass. Found by a mutation run
+    on a chaotic tanh (kappa 2.3e9), whose all-zero float32 output was judged a pass."""
+    truth = np.array([0.5, -0.8, 0.3])
+    zeros = error_stats(np.zeros(3, np.float32), truth)
+    verdict = tolerances.judge("reference", "float32", "output", zeros, kappa=1e6)
+    assert verdict.indeterminate and "no answer could fail" in verdict.explain("output")
+    assert not tolerances.judge("reference", "float32", "output", zeros, kappa=1e4).passed
 
 
 def test_a_peer_result_of_another_dtype_or_shape_is_an_error_not_a_comparison():

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .metrics import ErrorStats
 
 FORWARD_QUANTITIES = ("output", "output_h", "output_c")
@@ -139,6 +141,9 @@ def judge(peer: str, dtype: str, quantity: str, stats: ErrorStats, kappa: float,
     why = None
     if kappa > MAX_JUDGEABLE_KAPPA:
         why = f"kappa {kappa:.3g} > {MAX_JUDGEABLE_KAPPA:g}: the float64 truth is too ill-conditioned to judge"
+    elif float(np.finfo(dtype).eps) * max(1.0, kappa) * bound >= 1.0:
+        why = (f"kappa {kappa:.3g}: {dtype}'s budget ({bound:g} eps x kappa) admits an error as large as the "
+               f"result itself, so no answer could fail")
     elif forward_overflows and kind_of(quantity) == "gradient":
         why = f"the forward pass overflows {dtype}, so its gradients are not comparable"
     if why:
