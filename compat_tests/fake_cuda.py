@@ -345,6 +345,12 @@ def _caller_layout(sequence: np.ndarray, desc: DataDesc) -> np.ndarray:
     return sequence if desc.layout == _lib.SEQ_MAJOR_UNPACKED else sequence.transpose(1, 0, 2)
 
 
+def is_fake(lib) -> bool:
+    """Whether ``lib`` (what ``cudnn_backend._lib.load()`` returned) is this module's fake cuDNN, as in a dry
+    run where ``install`` or ``compat_tests/fake_site`` put it in place."""
+    return isinstance(lib, FakeCudnn)
+
+
 def install(patch=None) -> FakeCudnn:
     """The fakes in place of CuPy and libcudnn, through ``patch`` (a ``pytest.MonkeyPatch``: undone with it),
     or for the rest of this process when none is given (``pytest --fake-cuda``)."""

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cudnn_backend
+from compat_tests import fake_cuda
 from compat_tests.tolerances import DESCRIPTOR_CHURN_RSS
 from cudnn_backend import _lib
 
@@ -22,7 +23,7 @@ try:
     NO_LIBRARY = None
 except _lib.LibraryNotFound as exc:
     LIB, NO_LIBRARY = None, str(exc)
-if type(LIB).__module__ == "compat_tests.fake_cuda":  # a dry run (gpu_run.sh on a CPU): no libcudnn to ask
+if fake_cuda.is_fake(LIB):  # a dry run (gpu_run.sh on a CPU): no libcudnn to ask
     LIB, NO_LIBRARY = None, "compat_tests.fake_cuda is in place of it"
 
 needs_library = pytest.mark.skipif(LIB is None, reason=f"host-side cuDNN tests need libcudnn.so.9: {NO_LIBRARY}")

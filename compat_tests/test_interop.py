@@ -105,9 +105,7 @@ def test_cells_round_each_float16_layer_output_like_the_fused_reference():
     """A float16 stack stores each layer's output in float16 (``reference.precision``); here the second layer
     amplifies that rounding a thousandfold. Every product and sum below is exact in float32, so the expected
     value does not depend on the order of any GEMM."""
-    import reference
-
-    model = reference.make_model("relu", 2, 1, 1, dtype=np.float16)
+    model = RNNConfig("relu", num_layers=2, num_units=1, input_size=1, dtype="float16").model()
     f16, f32 = np.float16, np.float32
     weights = [np.full((1, 1), v, f16) for v in (0.1, 0.0, 1000.0, 0.0)]  # W0, R0, W1, R1
     biases = [np.full(1, v, f16) for v in (0.0, 0.0, -29.98, 0.0)]  # b_W0, b_R0, b_W1, b_R1
@@ -132,10 +130,8 @@ def test_a_skip_input_tf_checkpoint_the_layout_cannot_hold_is_refused(mode, tens
     """With skip_input, cuDNN has no input matrices or input biases in layer 0: a TF checkpoint whose input
     kernels are not the identity, or whose GRU candidate has an input bias (it would land inside
     ``r * (...)``), computes something else, so it is refused rather than silently changed."""
-    import reference
-
-    model = reference.make_model(mode, 1, 2, 2, input_mode="skip_input", dtype=np.float64)
-    case = make_case(RNNConfig(mode, num_units=2, input_size=2, input_mode="skip_input", dtype="float64"))
+    cfg = RNNConfig(mode, num_units=2, input_size=2, input_mode="skip_input", dtype="float64")
+    model, case = cfg.model(), make_case(cfg)
     tensors = tf.to_tf(model, case.weights, case.biases)
     tf.from_tf(model, tensors)  # as written: accepted
     name = f"{tf.cell_prefix(model, 0)}/{tensor}"
@@ -147,10 +143,8 @@ def test_a_skip_input_tf_checkpoint_the_layout_cannot_hold_is_refused(mode, tens
 @pytest.mark.parametrize("change", ["W", "B"])
 def test_a_skip_input_onnx_model_the_layout_cannot_hold_is_refused(change):
     """ONNX always has input matrices: with skip_input they must be the identity and the input biases zero."""
-    import reference
-
-    model = reference.make_model("gru", 1, 2, 2, input_mode="skip_input", dtype=np.float32)
-    case = make_case(RNNConfig("gru", num_units=2, input_size=2, input_mode="skip_input", dtype="float32"))
+    cfg = RNNConfig("gru", num_units=2, input_size=2, input_mode="skip_input", dtype="float32")
+    model, case = cfg.model(), make_case(cfg)
     (layer,) = onnx_format.to_onnx(model, case.weights, case.biases)
     onnx_format.from_onnx(model, [layer])  # as written: accepted
     layer = dict(layer)

@@ -46,6 +46,8 @@ def model_config(model) -> dict:
     """The config a checkpoint carries: ``CONFIG_FIELDS`` as the model's attributes (its dtype by name)."""
     fields = {name: getattr(model, name) for name in CONFIG_FIELDS}
     return {"format": FORMAT, "version": VERSION, **fields, "dtype": model.dtype.name}
+
+
 CONFIG_DEFAULTS = {"format": FORMAT, "version": VERSION, "input_mode": "linear_input", "direction": "unidirectional",
                    "num_proj": None}
 
