@@ -86,7 +86,8 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
 
 def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
     """Only the GEMMs the reference makes for this config, on the same shapes and layouts: per
-    pseudo-layer the input projection ``W @ x_rows.T`` and ``R @ h`` per step into a buffer; for ``train``
+    pseudo-layer the input projection ``W @ x_rows.T`` (``x_rows @ W.T`` at batch 1) and ``R @ h`` per step
+    into a buffer; for ``train``
     also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``, ``dW``, ``dx``). The time no
     NumPy implementation of this algorithm can beat on this machine's BLAS."""
     G, D = MODES[mode].num_gates, 2 if bidi else 1
@@ -106,9 +107,9 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
 
     def gemms():
         for k, (W, R) in enumerate(layers):
-            W @ xs[k // D].T
+            xs[k // D] @ W.T if B == 1 else W @ xs[k // D].T
             for _ in range(T):
-                np.matmul(R, h, out=z)
+                R.dot(h, out=z)
         if task == "train":
             for k, (W, R) in enumerate(layers):
                 RT = np.ascontiguousarray(R.T)

@@ -130,6 +130,21 @@ def test_accumulating_into_a_buffer_adds_the_fresh_gradient(cfg, seed):
             np.testing.assert_array_equal(a, b)
 
 
+@given(cfg=rnn_configs(dtypes_=("float32", "float64")))
+def test_backward_reads_the_weights_forward_read(cfg):
+    """Inference may read the caller's ``params`` in place; a training pass must not, since its trace
+    outlives the call: the caller may change ``params`` before backward."""
+    model, _, expected = _backward(cfg)
+    case = make_case(cfg)
+    params = model.canonical_to_params(case.weights, case.biases)
+    fwd = forward_case(model, cfg, case, is_training=True, params=params)
+    params[...] = np.nan
+    got = model.backward(fwd, case.dy, case.dh, case.dc)
+    for a, b in zip(got, expected):
+        if b is not None:
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("mode", ["tanh", "lstm", "gru"])
 def test_none_backprops_mean_zeros(mode):
     cfg = RNNConfig(mode, num_layers=2, seq_len=5, batch=3)

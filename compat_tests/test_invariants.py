@@ -42,6 +42,20 @@ def test_batch_equals_per_sequence_runs(cfg):
         assert_agree_within_policy(one, single, run_reference(one, single), expected)
 
 
+@given(cfg=rnn_configs(dtypes_=("float16", "float32", "float64")))
+def test_inference_leaves_params_untouched_and_unshared(cfg):
+    """Inference reads ``params`` in place where its blocks already lie in compute order: it must neither
+    write them nor hand back an array that shares their memory."""
+    model = cfg.model()
+    case = make_case(cfg).astype(model.dtype)
+    params = model.canonical_to_params(case.weights, case.biases)
+    before = params.copy()
+    results = forward_case(model, cfg, case, is_training=False, params=params)
+    assert params.tobytes() == before.tobytes()
+    for name, result in zip(("output", "output_h", "output_c"), results):
+        assert result is None or not np.shares_memory(result, params), name
+
+
 @given(cfg=rnn_configs(dtypes_=REFERENCE_DTYPES), data=st.data())
 def test_padded_batch_equals_unpadded_runs(cfg, data):
     lengths = data.draw(st.lists(st.integers(1, cfg.seq_len), min_size=cfg.batch, max_size=cfg.batch), label="lengths")

@@ -18,6 +18,7 @@ other than CPython, free-threaded builds), and :func:`release` drops this thread
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 
@@ -79,7 +80,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     """An uninitialised C-contiguous array, like ``np.empty(shape, dtype)``, from this thread's cache when
     it is large enough to be worth it. Its memory is not reused while anything references it."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(map(int, shape)) * dtype.itemsize
     if not _ENABLED or not MIN_CACHED_BYTES <= nbytes <= MAX_CACHED_BYTES or _limit == 0:
         return np.empty(shape, dtype)
     size = _bucket(nbytes)

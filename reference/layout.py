@@ -15,6 +15,7 @@ all matrices of all pseudo-layers first, then all biases, no padding. The GPU su
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
@@ -43,7 +44,7 @@ class Region(NamedTuple):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(map(int, self.shape))
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def canonical_layout(spec: LayoutSpec) -> list[Region]:
     offset = 0
     for kind, pseudo_layer, lin, shape in sorted(entries, key=_opaque_order):
         offsets[(kind, pseudo_layer, lin)] = offset
-        offset += int(np.prod(shape))
+        offset += math.prod(map(int, shape))
     return [Region(k, p, i, offsets[(k, p, i)], s) for k, p, i, s in entries]
 
 

@@ -131,6 +131,7 @@ class _CudnnRNN:
         self._weight_regions = [r for r in regions if r.kind == "weight"]
         self._bias_regions = [r for r in regions if r.kind == "bias"]
         self._regions = {(r.kind, r.pseudo_layer, r.lin_layer_id): r for r in regions}
+        self._stacking = self._stacking_plan()
         self._params_size = layout.params_size(self._spec)
         self._rng = np.random.default_rng(self.seed)
         self._token = next(_model_tokens)
@@ -195,29 +196,45 @@ class _CudnnRNN:
         checks.shape(name, params, (self._params_size,), "[params_size()]")
         return params
 
-    def _pseudo_layers(self, params: np.ndarray) -> list[PseudoLayerParams]:
-        """Per pseudo-layer parameters, gate blocks stacked in the mode's compute order, in the compute dtype."""
-        cdt = compute_dtype(self.dtype)
-        G = self._mode.num_gates
-        order = self._mode.gate_order
+    def _stacking_plan(self) -> list[dict[str, tuple[list[slice], tuple[int, ...]] | None]]:
+        """Per pseudo-layer, for each field of :class:`PseudoLayerParams`: the slices of the opaque buffer
+        that :meth:`_pseudo_layers` stacks (gate blocks in the mode's compute order) and the stacked shape,
+        or ``None`` where the buffer has no such tensor. Row-major blocks stacked along their first axis are
+        their flat slices one after another."""
+        G, order = self._mode.num_gates, self._mode.gate_order
 
-        def stacked(kind: str, pl: int, lin_ids: Sequence[int]) -> np.ndarray | None:
+        def plan(kind: str, pl: int, lin_ids: Sequence[int]) -> tuple[list[slice], tuple[int, ...]] | None:
             regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
             if regions[0] is None:
                 return None
-            blocks = [layout.view(params, r) for r in regions]
-            shape = (sum(b.shape[0] for b in blocks), *blocks[0].shape[1:])
-            return np.concatenate(blocks, out=buffers.empty(shape, cdt))  # a copy: params may change later
+            return ([slice(r.offset, r.offset + r.size) for r in regions],
+                    (sum(r.shape[0] for r in regions), *regions[0].shape[1:]))
 
-        layers = []
-        for pl in range(self.num_layers * self.num_dirs):
-            proj = self._regions.get(("weight", pl, layout.PROJECTION_LIN_LAYER_ID))
-            layers.append(PseudoLayerParams(
-                W=stacked("weight", pl, order), b_W=stacked("bias", pl, order),
-                R=stacked("weight", pl, [G + g for g in order]), b_R=stacked("bias", pl, [G + g for g in order]),
-                P=None if proj is None else stacked("weight", pl, [layout.PROJECTION_LIN_LAYER_ID]),
-            ))
-        return layers
+        recurrent = [G + g for g in order]
+        return [{"W": plan("weight", pl, order), "b_W": plan("bias", pl, order),
+                 "R": plan("weight", pl, recurrent), "b_R": plan("bias", pl, recurrent),
+                 "P": plan("weight", pl, [layout.PROJECTION_LIN_LAYER_ID])}
+                for pl in range(self.num_layers * self.num_dirs)]
+
+    def _pseudo_layers(self, params: np.ndarray, copy: bool) -> list[PseudoLayerParams]:
+        """Per pseudo-layer parameters, gate blocks stacked in the mode's compute order, in the compute dtype.
+        With ``copy`` (a training pass, whose trace outlives the call while ``params`` may change) they are
+        copies; else views of ``params`` where its blocks already lie in that order and dtype."""
+        cdt = compute_dtype(self.dtype)
+        viewable = not copy and params.dtype == cdt and params.flags.c_contiguous
+
+        def stacked(plan: tuple[list[slice], tuple[int, ...]] | None) -> np.ndarray | None:
+            if plan is None:
+                return None
+            slices, shape = plan
+            if viewable and all(a.stop == b.start for a, b in zip(slices, slices[1:])):
+                return params[slices[0].start : slices[-1].stop].reshape(shape)
+            out = buffers.empty(shape, cdt)
+            np.concatenate([params[s] for s in slices], out=out.reshape(-1))
+            return out
+
+        return [PseudoLayerParams(**{name: stacked(plan) for name, plan in fields.items()})
+                for fields in self._stacking]
 
     # ---- forward ----------------------------------------------------------------------------------
 
@@ -263,7 +280,7 @@ class _CudnnRNN:
             y, h_n, c_n, trace = run_layers(
                 self._mode, np.ascontiguousarray(x, dtype=cdt), h0.astype(cdt),
                 None if c0 is None else c0.astype(cdt),
-                self._pseudo_layers(params), self.num_dirs,
+                self._pseudo_layers(params, copy=is_training), self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
                 self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
                 [s.astype(cdt) for s in scales], trace=is_training,

@@ -6,7 +6,9 @@ order their blocks are stacked in ``W``, ``R``, biases, ``xw`` and gradients): t
 i, f, o, c so that its three sigmoid gates are one contiguous block.
 Steps work **feature-major**: a state is ``[width, B]`` (features down, batch across), so each gate block
 is a contiguous block of rows and the per-step GEMM is ``R @ h`` (``[G*H, Hr] @ [Hr, B]``), which OpenBLAS
-runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``).
+runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``). It is ``R.dot(h, out=...)``: the same BLAS
+call as ``np.matmul`` (bit for bit), made with 0.5-0.7 µs less overhead, a third of a batch-1 GEMV at
+``H = 128``.
 
 ``step(ws, xw, h, c, h_out, c_out, acts)`` receives the :class:`Workspace` of its pseudo-layer (``R``,
 the inner recurrent biases, scratch buffers), the input projection of the current time step
@@ -89,7 +91,7 @@ def relu(x: Array, out: Array | None = None) -> Array:
 
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
-        z = np.matmul(ws.R, h, out=ws.z)
+        z = ws.R.dot(h, out=ws.z)
         z += xw
         activation(z, out=h_out)
         if acts is not None:
@@ -120,7 +122,7 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
 
 def _lstm_step(ws, xw, h, c, h_out, c_out, acts=None):
     H = c.shape[0]
-    z = np.matmul(ws.R, h, out=ws.z if acts is None else acts[: 4 * H])
+    z = ws.R.dot(h, out=ws.z if acts is None else acts[: 4 * H])
     z += xw
     sigmoid(z[: 3 * H], out=z[: 3 * H])  # i, f and o: one block in compute order
     i, f, o, g = z[:H], z[H : 2 * H], z[2 * H : 3 * H], z[3 * H :]
@@ -208,12 +210,12 @@ def _gru_step(reset_after: bool) -> StepFn:
         H = ws.tmp.shape[0]
         z = ws.z if acts is None else acts[: 3 * H]  # r, z, then hn (cuDNN) or n (textbook)
         if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
-            np.matmul(ws.R, h, out=z)
+            ws.R.dot(h, out=z)
             hn = z[2 * H :]
             hn += ws.b_inner
             n = ws.tmp if acts is None else acts[3 * H :]
         else:  # textbook: the reset gate scales the state before the recurrent product
-            np.matmul(ws.R[: 2 * H], h, out=z[: 2 * H])
+            ws.R[: 2 * H].dot(h, out=z[: 2 * H])
             n = z[2 * H :]
         rz = z[: 2 * H]
         rz += xw[: 2 * H]
@@ -222,7 +224,7 @@ def _gru_step(reset_after: bool) -> StepFn:
         if reset_after:
             np.multiply(r, hn, out=n)
         else:
-            np.matmul(ws.R[2 * H :], np.multiply(r, h, out=ws.tmp), out=n)
+            ws.R[2 * H :].dot(np.multiply(r, h, out=ws.tmp), out=n)
         n += xw[2 * H :]
         np.tanh(n, out=n)
         np.subtract(h, n, out=h_out)  # h' = z * (h - n) + n
