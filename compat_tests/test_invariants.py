@@ -4,6 +4,7 @@ direction and input mode, and the relation between the two GRU variants."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from compat_tests.config import Case, Outputs, RNNConfig, forward_case, ground_t
 from compat_tests.peers.canonical import by_pseudo_layer
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import GRU_VARIANTS_DIFFER_BY
+from reference.modes import MODES
 
 REFERENCE_DTYPES = ("float32", "float64")
 
@@ -230,3 +232,16 @@ def test_float16_is_float32_math_rounded_where_cudnn_stores_half(cfg):
     np.testing.assert_array_equal(half.output_h, np.concatenate(h_n, axis=axis).astype(np.float16))
     if half.output_c is not None:
         np.testing.assert_array_equal(half.output_c, np.concatenate(c_n, axis=axis).astype(np.float16))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_float32_arithmetic_is_float32(mode):
+    """A float32 model computes in float32 (cuDNN's FLOAT math), not in float64 rounded at the end: on the
+    same float32 values, float32 rounding leaves some of 2,560 outputs off the rounded float64 answer.
+    (Every comparison against the float64 ground truth would pass a float64 computation too.) One layer,
+    so that no rounding between layers is what tells them apart."""
+    cfg = RNNConfig(mode, num_units=16, input_size=8, seq_len=40, batch=4, dtype="float32", seed=3)
+    case = make_case(cfg)
+    single = run_reference(cfg, case)
+    assert single.output.dtype == np.float32
+    assert (single.output != ground_truth(cfg, case).output.astype(np.float32)).any()
