@@ -87,9 +87,8 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
 def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
     """Only the GEMMs the reference makes for this config, on the same shapes and layouts: per
     pseudo-layer the input projection ``W @ x_rows.T`` (``x_rows @ W.T`` at batch 1) and ``R @ h`` per step
-    into a buffer; for ``train``
-    also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``, ``dW``, ``dx``). The time no
-    NumPy implementation of this algorithm can beat on this machine's BLAS."""
+    into a buffer; for ``train`` also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``,
+    ``dW``, ``dx``). The time no NumPy implementation of this algorithm can beat on this machine's BLAS."""
     G, D = MODES[mode].num_gates, 2 if bidi else 1
     rng = np.random.default_rng(0)
     layers, xs = [], []
