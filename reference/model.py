@@ -78,6 +78,16 @@ def training_reserve(fwd: object, model_token: int, reserve_type: type):
     return reserve
 
 
+class _Stacking(NamedTuple):
+    """How one field of :class:`PseudoLayerParams` is cut from the opaque buffer: its blocks' flat
+    ``slices`` in compute order, the stacked ``shape``, and ``span``, the one slice they fill when they
+    are consecutive (so the field can be a view), else ``None``."""
+
+    slices: list[slice]
+    shape: tuple[int, ...]
+    span: slice | None
+
+
 class _CudnnRNN:
     """A cuDNN RNN of one cell mode over an opaque parameter buffer (see the subclasses)."""
 
@@ -196,19 +206,20 @@ class _CudnnRNN:
         checks.shape(name, params, (self._params_size,), "[params_size()]")
         return params
 
-    def _stacking_plan(self) -> list[dict[str, tuple[list[slice], tuple[int, ...]] | None]]:
-        """Per pseudo-layer, for each field of :class:`PseudoLayerParams`: the slices of the opaque buffer
-        that :meth:`_pseudo_layers` stacks (gate blocks in the mode's compute order) and the stacked shape,
-        or ``None`` where the buffer has no such tensor. Row-major blocks stacked along their first axis are
-        their flat slices one after another."""
+    def _stacking_plan(self) -> list[dict[str, _Stacking | None]]:
+        """Per pseudo-layer, for each field of :class:`PseudoLayerParams`, how :meth:`_pseudo_layers` stacks it
+        (gate blocks in the mode's compute order), or ``None`` where the buffer has no such tensor. Row-major
+        blocks stacked along their first axis are their flat slices one after another."""
         G, order = self._mode.num_gates, self._mode.gate_order
 
-        def plan(kind: str, pl: int, lin_ids: Sequence[int]) -> tuple[list[slice], tuple[int, ...]] | None:
+        def plan(kind: str, pl: int, lin_ids: Sequence[int]) -> _Stacking | None:
             regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
             if regions[0] is None:
                 return None
-            return ([slice(r.offset, r.offset + r.size) for r in regions],
-                    (sum(r.shape[0] for r in regions), *regions[0].shape[1:]))
+            slices = [slice(r.offset, r.offset + r.size) for r in regions]
+            consecutive = all(a.stop == b.start for a, b in zip(slices, slices[1:]))
+            return _Stacking(slices, (sum(r.shape[0] for r in regions), *regions[0].shape[1:]),
+                             slice(slices[0].start, slices[-1].stop) if consecutive else None)
 
         recurrent = [G + g for g in order]
         return [{"W": plan("weight", pl, order), "b_W": plan("bias", pl, order),
@@ -223,14 +234,13 @@ class _CudnnRNN:
         cdt = compute_dtype(self.dtype)
         viewable = not copy and params.dtype == cdt and params.flags.c_contiguous
 
-        def stacked(plan: tuple[list[slice], tuple[int, ...]] | None) -> np.ndarray | None:
+        def stacked(plan: _Stacking | None) -> np.ndarray | None:
             if plan is None:
                 return None
-            slices, shape = plan
-            if viewable and all(a.stop == b.start for a, b in zip(slices, slices[1:])):
-                return params[slices[0].start : slices[-1].stop].reshape(shape)
-            out = buffers.empty(shape, cdt)
-            np.concatenate([params[s] for s in slices], out=out.reshape(-1))
+            if viewable and plan.span is not None:
+                return params[plan.span].reshape(plan.shape)
+            out = buffers.empty(plan.shape, cdt)
+            np.concatenate([params[s] for s in plan.slices], out=out.reshape(-1))
             return out
 
         return [PseudoLayerParams(**{name: stacked(plan) for name, plan in fields.items()})
