@@ -1,4 +1,6 @@
-"""The sweep the tolerance budgets were set from: ``python -m compat_tests.calibration [--configs N] [--seed S]``.
+"""The sweep the tolerance budgets were set from: ``python -m compat_tests.calibration [--seed S]``.
+
+Options: ``--configs N`` (random configs per dtype, default 150), ``--peers a,b`` (default: every peer).
 
 Random configs well beyond the property tests' sizes (H and input size up to 64, T up to 200, weight
 scales up to 4, i.e. into chaotic dynamics), every mode and dtype, every available peer; prints the
@@ -15,7 +17,7 @@ import numpy as np
 
 from .compare import compare_peer
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
-from .peers import PEERS
+from .peers import PEERS, get_peer
 
 
 def random_configs(n: int, seed: int) -> list[RNNConfig]:
@@ -37,11 +39,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=int, default=150)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--peers", default="", help="comma-separated peers (default: every available peer)")
     args = parser.parse_args(argv)
+    peers = [get_peer(name) for name in args.peers.split(",") if name] or list(PEERS.values())
     worst: dict[tuple[str, str, str], tuple[float, float, str]] = defaultdict(lambda: (0.0, 0.0, ""))
     left_out = 0
     for cfg in random_configs(args.configs, args.seed):
-        for peer in PEERS.values():
+        for peer in peers:
             if not peer.available()[0] or peer.unsupported(cfg):
                 continue
             verdicts = dict(compare_peer(peer, cfg).verdicts)

@@ -26,6 +26,34 @@ KNOWN: tuple[Divergence, ...] = (
                "input (or an inf that turns into NaN in the next GEMM) does not reach the outputs; only "
                "its Tanh propagates NaN. The reference, PyTorch and cuDNN's documented math propagate it.",
     ),
+    Divergence(
+        peer="keras",
+        area="padded_nan_gradients",
+        modes=("relu", "tanh", "lstm", "gru", "classic_gru"),
+        reason="Keras 3.15 (torch backend) runs every step of a masked sequence, padded ones included, and "
+               "keeps the old state with a select; autograd sends a zero gradient into the padded step, "
+               "which meets the step's own derivatives there, so NaN in padded inputs (never read by cuDNN, "
+               "nor by PyTorch's packed sequences) turns into NaN gradients of the weights and the padded "
+               "inputs (0 * NaN). Finite padding is handled exactly (test_backward.py).",
+    ),
+    Divergence(
+        peer="keras",
+        area="float64_precision",
+        modes=("relu", "tanh", "classic_gru"),
+        reason="Keras 3.15 computes keras.ops.matmul of two float64 tensors in float32 on every backend but "
+               "TensorFlow (dtypes.result_type maps 64-bit to 32-bit dtypes, JAX's default), and the generic "
+               "cell loop steps through that op: SimpleRNN always takes it, GRU(reset_after=False) too (the "
+               "torch backend's fused GRU knows only reset_after=True), so they are float32-accurate in "
+               "float64 (errors ~1e-7 against ~1e-16).",
+    ),
+    Divergence(
+        peer="keras",
+        area="float64_precision_masked",
+        modes=("relu", "tanh", "lstm", "gru", "classic_gru"),
+        reason="As float64_precision: with a mask (sequence lengths) LSTM and GRU leave their torch "
+               "fallback, which stays float64, for the generic cell loop over keras.ops.matmul, so they "
+               "turn float32-accurate too.",
+    ),
 )
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import reference
 from compat_tests.compare import compare_peer
 from compat_tests.config import RNNConfig, forward_case, make_case
+from compat_tests.known_divergences import known
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
 
@@ -90,10 +91,15 @@ def _backward(cfg: RNNConfig, case=None, **kwargs):
     return model, fwd, model.backward(fwd, case.dy, case.dh, case.dc, **kwargs)
 
 
+@pytest.mark.parametrize("padding", [np.nan, 1e3], ids=["nan", "finite"])
 @given(data=st.data())
-def test_padded_steps_give_and_receive_no_gradient(grad_peer, data):
-    """NaN in the padded inputs and in the padded output gradients: every gradient stays finite and the
-    padded inputs' gradient is exactly zero."""
+def test_padded_steps_give_and_receive_no_gradient(grad_peer, padding, data, request):
+    """Garbage (NaN, or a large finite value) in the padded inputs and in the padded output gradients: every
+    gradient stays finite, the padded inputs' gradient is exactly zero, and (finite garbage) the gradients
+    are those of the case's own padding, bit for bit."""
+    ledger = [known(grad_peer.name, "padded_nan_gradients", mode) for mode in grad_peer.capabilities.modes]
+    if np.isnan(padding) and all(ledger):  # the modes are drawn below: only a divergence of every mode fits
+        request.applymarker(pytest.mark.xfail(reason=ledger[0].reason, strict=True))
     cfg = data.draw(rnn_configs(grad_peer.capabilities, dtypes_=tuple(d for d in grad_peer.capabilities.dtypes
                                                                       if d != "float16")), label="config")
     lengths = data.draw(st.lists(st.integers(1, cfg.seq_len), min_size=cfg.batch, max_size=cfg.batch),
@@ -104,8 +110,8 @@ def test_padded_steps_give_and_receive_no_gradient(grad_peer, data):
     x, dy = case.x.copy(), case.dy.copy()
     time_axis = 0 if cfg.time_major else 1
     for b, n in enumerate(lengths):
-        np.moveaxis(x, time_axis, 0)[n:, b] = np.nan
-        np.moveaxis(dy, time_axis, 0)[n:, b] = np.nan
+        np.moveaxis(x, time_axis, 0)[n:, b] = padding
+        np.moveaxis(dy, time_axis, 0)[n:, b] = padding
     with np.errstate(invalid="ignore"):
         grads = grad_peer.backward(cfg, case._replace(x=x, dy=dy))
     dx = np.moveaxis(grads.d_input, time_axis, 0)
@@ -113,6 +119,10 @@ def test_padded_steps_give_and_receive_no_gradient(grad_peer, data):
         assert (dx[n:, b] == 0).all(), "gradient of a padded step's input must be exactly zero"
     for name, g in grads._asdict().items():
         assert g is None or np.isfinite(g).all(), f"padding leaked into {name}"
+    if np.isfinite(padding):
+        clean = grad_peer.backward(cfg, case)
+        for name, g in grads._asdict().items():
+            assert g is None or np.array_equal(g, getattr(clean, name)), f"padding changed {name}"
 
 
 @given(cfg=rnn_configs(dtypes_=("float16", "float32", "float64")), seed=st.integers(0, 2**32 - 1))

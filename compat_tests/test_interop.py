@@ -3,7 +3,6 @@ converters (each verified by running that framework), the command line, and bad 
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
 import struct
@@ -20,6 +19,7 @@ from compat_tests.conditioning import sensitivity
 from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
 from compat_tests.metrics import error_stats
 from compat_tests.peers import PEERS
+from compat_tests.peers.keras_peer import import_keras, keras_layers
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import judge
 from reference import checkpoint
@@ -416,18 +416,16 @@ KERAS_CONFIGS = [RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, d
 
 @pytest.mark.parametrize("cfg", KERAS_CONFIGS, ids=lambda c: c.short())
 def test_keras_weights_both_ways(cfg):
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    keras = pytest.importorskip("keras")
+    """A ``keras.Sequential`` of the layers the Keras peer builds (the peer runs them layer by layer, with
+    states and masks, in test_forward.py and test_backward.py)."""
+    ok, why = PEERS["keras"].available()
+    if not ok:
+        pytest.skip(why)
+    keras = import_keras()
     case, model = make_case(cfg), cfg.model()
     layers = keras_format.to_keras(model, case.weights, case.biases)
-    make = {"relu": lambda: keras.layers.SimpleRNN(4, activation="relu", return_sequences=True),
-            "tanh": lambda: keras.layers.SimpleRNN(4, return_sequences=True),
-            "lstm": lambda: keras.layers.LSTM(4, return_sequences=True),
-            "gru": lambda: keras.layers.GRU(4, return_sequences=True, reset_after=True),
-            "classic_gru": lambda: keras.layers.GRU(4, return_sequences=True, reset_after=False)}[cfg.mode]
-    net = keras.Sequential([keras.Input((cfg.seq_len, cfg.input_size))] + [
-        keras.layers.Bidirectional(make()) if cfg.num_dirs == 2 else make() for _ in range(cfg.num_layers)])
-    net.set_weights([w for layer in layers for w in layer])
+    net = keras.Sequential([keras.Input((cfg.seq_len, cfg.input_size))] +
+                           keras_layers(cfg, case.weights, case.biases, return_sequences=True))
     got = keras.ops.convert_to_numpy(net.predict(case.x, verbose=0))  # the output sequence only
     verdict = judge("keras", cfg.dtype, "output", error_stats(got, run_reference(cfg, case).output.astype(np.float64)),
                     sensitivity(cfg, case)["output"])

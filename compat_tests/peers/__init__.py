@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import Capabilities, Peer
 from .cudnn_gpu import CudnnPeer
+from .keras_peer import KerasPeer
 from .onnxruntime_cpu import OnnxRuntimeCPU
 from .reference_peer import ReferencePeer
 from .torch_peers import TorchPeer
@@ -12,6 +13,7 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     ReferencePeer(),
     TorchPeer("torch-cpu", "cpu"),
     OnnxRuntimeCPU(),
+    KerasPeer(),
     CudnnPeer("cudnn", None, ("float16", "float32", "float64")),
     CudnnPeer("cudnn-tf32", "default", ("float32",)),
     TorchPeer("torch-cuda", "cuda"),

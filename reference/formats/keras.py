@@ -41,8 +41,11 @@ def to_keras(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list
     return layers
 
 
-def from_keras(model, layers: list[list[np.ndarray]]) -> tuple[list, list]:
-    """The canonical lists of ``model`` from per-pseudo-layer Keras weights; errors name the weight."""
+def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False) -> tuple[list, list]:
+    """The canonical lists of ``model`` from per-pseudo-layer Keras weights; errors name the weight.
+
+    ``gradients``: ``layers`` hold the gradients of Keras's weights, so a summed bias's gradient is the
+    gradient of each of its two canonical parts (rather than split in halves)."""
     _supported(model)
     expected = to_keras(model, *zeros(model))
     if len(layers) != len(expected):
@@ -55,7 +58,7 @@ def from_keras(model, layers: list[list[np.ndarray]]) -> tuple[list, list]:
         for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
             check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, f"{LAYERS[model.rnn_mode]} of {model!r}")
         kernel, recurrent, bias = got
-        b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else halves(bias)
+        b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else (bias, bias) if gradients else halves(bias)
         W, R, bW, bR = ([None] * len(order) for _ in range(4))
         for k, g in enumerate(order):
             block = slice(k * H, (k + 1) * H)
