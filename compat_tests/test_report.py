@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -15,11 +16,13 @@ import pytest
 
 from compat_tests import cli
 from compat_tests.config import Outputs
-from compat_tests.peers import PEERS
+from compat_tests.known_divergences import KNOWN
+from compat_tests.peers import GPU_PEERS, PEERS
 from compat_tests.peers.reference_peer import ReferencePeer
 from compat_tests.report import SCHEMA
 from compat_tests.report.grids import GRIDS, load_grid, plan
 from compat_tests.report.sweep import RESULTS, read_records
+from compat_tests.tolerances import OVERRIDES
 from compat_tests.report import sweep as sweep_module
 
 TINY = Path(__file__).with_name("data") / "tiny_grid.json"
@@ -80,6 +83,20 @@ def test_markdown_and_html_name_every_backend_and_config(tiny_report):
     assert page.count("data:image/png;base64,") == 4  # heat maps, drift, GRU variants, amplification
     assert "gru_variant" in json.dumps(report["studies"]) and report["studies"]["gru_variant"]
     assert report["studies"]["drift"] and report["studies"]["amplification"]
+
+
+def test_the_policy_exceptions_of_the_run_s_backends_are_listed(tiny_report):
+    """Every budget override and known divergence of a backend in the run is in both documents with its
+    reason; those of backends not in the run are not."""
+    _, out, report = tiny_report
+    md, page = (out / "report.md").read_text(), (out / "index.html").read_text()
+    section = md.split("## Policy exceptions for these backends")[1].split("\n## ")[0]
+    page_section = page.split("<h2>Policy exceptions for these backends</h2>")[1].split("<h2>")[0]
+    ran = {r["backend"] for r in report["records"]}
+    assert {"reference", "torch-cpu"} <= ran and not ran & set(GPU_PEERS)  # exceptions both listed and left out
+    for peer, reason in ([(o.peer, o.budget.reason) for o in OVERRIDES] + [(d.peer, d.reason) for d in KNOWN]):
+        assert (reason in section) == (peer in ran), (peer, reason)
+        assert (html.escape(reason) in page_section) == (peer in ran), (peer, reason)
 
 
 METRICS = {"max_abs", "max_rel", "max_eps", "rms_eps", "max_ulp", "scale", "per_step", "kappa", "conditioned",

@@ -72,8 +72,9 @@ _TORCH_HALF = Budget(8.0, "PyTorch's CPU float16 RNNs round more intermediates t
 # correct TF32 run is off by up to about eps(TF32) * kappa. UNCONFIRMED: no GPU run has calibrated it yet.
 _TF32 = Budget(2.0 * 8192, "TF32 tensor-core GEMMs: operands rounded to 10 mantissa bits (eps 2^-10 = 8192 "
                            "float32 eps); 2 TF32 eps x kappa. Not yet calibrated on a GPU.")
-_TORCH_HALF_GRADIENTS = Budget(4.0, "as _TORCH_HALF, in PyTorch's CPU float16 autograd: measured up to 1.5 "
-                                    "(d_input_h) where the reference's float16 gradients stay within 0.93")
+_TORCH_HALF_GRADIENTS = Budget(4.0, "PyTorch's CPU float16 autograd rounds more intermediates to half "
+                                    "precision, as its forward pass does: measured up to 1.5 (d_input_h) where "
+                                    "the reference's float16 gradients stay within 0.93")
 _KERAS_HALF = Budget(4.0, "Keras 3 float16 layers compute in half precision (torch backend: each elementwise "
                           "op's result rounded to half, the matmuls in float32 rounded to half), not cuDNN's "
                           "FLOAT math with half storage; calibration (seeds 1 and 2, --peers keras) max 1.11 "

@@ -14,10 +14,10 @@ import platform
 import statistics
 from collections import Counter, defaultdict
 
-from .. import tolerances
+from .. import known_divergences, tolerances
 from ..config import MODE_NAMES, RNNConfig
 
-SCHEMA_VERSION = 2  # 2: totals.planned_units and complete (partial runs)
+SCHEMA_VERSION = 3  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences
 WORST_CASES = 20
 DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
 
@@ -136,6 +136,8 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
             "budgets": {f"{d}/{k}": {"bound": b.bound, "reason": b.reason} for (d, k), b in tolerances.DEFAULTS.items()},
             "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
                            "reason": o.budget.reason} for o in tolerances.OVERRIDES],
+            "known_divergences": [{"peer": d.peer, "area": d.area, "modes": list(d.modes), "reason": d.reason}
+                                  for d in known_divergences.KNOWN],
         },
         "totals": {"units": len(records), "planned_units": planned, "compat_units": len(compat), **_tally(compat),
                    "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too

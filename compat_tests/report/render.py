@@ -84,6 +84,21 @@ AMPLIFICATION_HEAD = ["backend", "dtype", "mode", "units", "forward max eps", "g
                       "median ratio", "max ratio"]
 
 
+def _exceptions(report: dict) -> list[str]:
+    """The policy's exceptions for the backends of this run, one line each: budget overrides (quantities of
+    one budget together) and known divergences (the ledger of compat_tests/known_divergences.py)."""
+    ran = {r["backend"] for r in report["records"]}
+    budgets: dict[tuple, list[str]] = defaultdict(list)
+    for o in report["policy"]["overrides"]:
+        if o["peer"] in ran:
+            budgets[(o["peer"], o["dtype"], o["bound"], o["reason"])].append(o["quantity"])
+    lines = [f"budget override: {peer} {dtype} {', '.join(qs)}: {_fmt(bound)} conditioned eps. {reason}"
+             for (peer, dtype, bound, reason), qs in budgets.items()]
+    lines += [f"known divergence: {d['peer']} {d['area']} ({', '.join(d['modes'])}): {d['reason']}"
+              for d in report["policy"]["known_divergences"] if d["peer"] in ran]
+    return lines
+
+
 def _incomplete(report: dict) -> str | None:
     """What a report of a run that stopped early must say first, or ``None``."""
     t = report["totals"]
@@ -132,6 +147,9 @@ def markdown(report: dict) -> str:
               "### Forward vs backward error amplification (max error in eps x scale)", "",
               *(_md_table(AMPLIFICATION_HEAD, _amplification_rows(report)) if report["studies"]["amplification"]
                 else ["no backend with a backward pass in this run"]), ""]
+    exceptions = _exceptions(report)
+    lines += ["## Policy exceptions for these backends", "",
+              *([f"- {e}" for e in exceptions] or ["none: every backend is judged by the default budgets"]), ""]
     if report["skipped"]:
         lines += ["## Not run", "", *[f"- `{s['backend']}`: {s['count']} configs: {s['reason']}" for s in
                                       report["skipped"]], ""]
@@ -197,6 +215,9 @@ def html_page(report: dict) -> str:
         parts += ["<h2>GRU variants: max |output difference|</h2>", _html_table(["scale", *variant_head], variant_rows)]
     if report["studies"]["amplification"]:
         parts += ["<h2>Amplification table</h2>", _html_table(AMPLIFICATION_HEAD, _amplification_rows(report))]
+    parts += ["<h2>Policy exceptions for these backends</h2><ul>",
+              *([f"<li>{html.escape(e)}</li>" for e in _exceptions(report)] or
+                ["<li>none: every backend is judged by the default budgets</li>"]), "</ul>"]
     if report["skipped"]:
         parts += ["<h2>Not run</h2><ul>", *[f"<li><code>{html.escape(s['backend'])}</code>: {s['count']} configs: "
                                             f"{html.escape(s['reason'])}</li>" for s in report["skipped"]], "</ul>"]
