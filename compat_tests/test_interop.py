@@ -423,7 +423,6 @@ def test_keras_weights_both_ways(cfg):
         pytest.skip(why)
     keras = import_keras()
     case, model = make_case(cfg), cfg.model()
-    layers = keras_format.to_keras(model, case.weights, case.biases)
     net = keras.Sequential([keras.Input((cfg.seq_len, cfg.input_size))] +
                            keras_layers(cfg, case.weights, case.biases, return_sequences=True))
     got = keras.ops.convert_to_numpy(net.predict(case.x, verbose=0))  # the output sequence only
@@ -431,7 +430,7 @@ def test_keras_weights_both_ways(cfg):
                     sensitivity(cfg, case)["output"])
     assert verdict.passed, verdict.explain("output")
     flat = net.get_weights()
-    back = keras_format.from_keras(model, [flat[3 * k:3 * k + 3] for k in range(len(layers))])
+    back = keras_format.from_keras(model, [flat[k:k + 3] for k in range(0, len(flat), 3)])
     restored = run_reference(cfg, case._replace(weights=back[0], biases=back[1]))
     assert_agree_within_policy(cfg, case, restored, run_reference(cfg, case))
 

@@ -113,10 +113,9 @@ class KerasPeer(Peer):
             loss = loss + (c * dc).sum()
         loss.backward()
         model = cfg.model()
-        grads = [[v.value.grad.numpy() for v in net.weights] for net in layers]
-        flat = [g for per_layer in grads for g in per_layer]
-        d_params = model.canonical_to_params(*from_keras(model, [flat[3 * k:3 * k + 3] for k in
-                                                                 range(len(flat) // 3)], gradients=True))
+        grads = [v.value.grad.numpy() for net in layers for v in net.weights]  # 3 per pseudo-layer, in order
+        per_pseudo_layer = [grads[k:k + 3] for k in range(0, len(grads), 3)]
+        d_params = model.canonical_to_params(*from_keras(model, per_pseudo_layer, gradients=True))
         x, h0, c0 = (None if t is None else t.grad for t in inputs)
         d_input, d_h, d_c = _numpy(cfg, x, h0, c0)
         return GradOutputs(d_input, d_h, d_c, d_params)
