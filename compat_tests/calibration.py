@@ -3,9 +3,9 @@
 Options: ``--configs N`` (random configs per dtype, default 150), ``--peers a,b`` (default: every peer).
 
 Random configs well beyond the property tests' sizes (H and input size up to 64, T up to 200, weight
-scales up to 4, i.e. into chaotic dynamics), every mode and dtype, every available peer; prints the
-largest conditioned error per (peer, dtype, quantity: outputs, states and, for peers with a backward
-pass, gradients) next to its budget.
+scales up to 4, i.e. into chaotic dynamics), every mode and dtype, every available peer (or those of
+``--peers``); prints the largest conditioned error per (peer, dtype, quantity: outputs, states and, for
+peers with a backward pass, gradients) next to its budget.
 """
 
 from __future__ import annotations

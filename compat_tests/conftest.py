@@ -84,6 +84,12 @@ def peer(peer_name: str):
 
 
 @pytest.fixture
+def available_peer():
+    """``available_peer(name)``: that peer, or the test skipped with its reason (for tests of one peer)."""
+    return _available
+
+
+@pytest.fixture
 def grad_peer(grad_peer_name: str):
     """A selected peer with a backward pass, skipped with its reason when it is not available here."""
     return _available(grad_peer_name)

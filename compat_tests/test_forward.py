@@ -40,11 +40,8 @@ TORCH_FEATURES = {
 
 @pytest.mark.parametrize(("mode", "feature"), [(m, f) for m in ("relu", "tanh", "lstm", "gru") for f in TORCH_FEATURES
                                                if m == "lstm" or not f.startswith("projection")])
-def test_torch_float64_agrees_to_1e12(mode, feature):
-    peer = PEERS["torch-cpu"]
-    ok, why = peer.available()
-    if not ok:
-        pytest.skip(why)
+def test_torch_float64_agrees_to_1e12(mode, feature, available_peer):
+    peer = available_peer("torch-cpu")
     cfg = RNNConfig(mode, num_units=6, input_size=5, seq_len=7, batch=4, dtype="float64", seed=11)
     cfg = cfg.with_(**TORCH_FEATURES[feature])
     case = make_case(cfg)
@@ -59,13 +56,10 @@ def test_torch_float64_agrees_to_1e12(mode, feature):
 
 @pytest.mark.parametrize("masked", [False, True], ids=["full", "lengths"])
 @pytest.mark.parametrize("mode", ["relu", "tanh", "lstm", "gru", "classic_gru"])
-def test_keras_float64_is_float64_accurate(mode, masked, request):
+def test_keras_float64_is_float64_accurate(mode, masked, request, available_peer):
     """Keras's float64 layers against the float64 budget, outside the Keras peer's declared dtypes; where
     Keras computes in float32 the ledger says so (strict xfail)."""
-    peer = PEERS["keras"]
-    ok, why = peer.available()
-    if not ok:
-        pytest.skip(why)
+    peer = available_peer("keras")
     divergence = known("keras", "float64_precision_masked" if masked else "float64_precision", mode)
     if divergence:
         request.applymarker(pytest.mark.xfail(reason=divergence.reason, strict=True))

@@ -415,12 +415,10 @@ KERAS_CONFIGS = [RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, d
 
 
 @pytest.mark.parametrize("cfg", KERAS_CONFIGS, ids=lambda c: c.short())
-def test_keras_weights_both_ways(cfg):
+def test_keras_weights_both_ways(cfg, available_peer):
     """A ``keras.Sequential`` of the layers the Keras peer builds (the peer runs them layer by layer, with
     states and masks, in test_forward.py and test_backward.py)."""
-    ok, why = PEERS["keras"].available()
-    if not ok:
-        pytest.skip(why)
+    available_peer("keras")
     keras = import_keras()
     case, model = make_case(cfg), cfg.model()
     net = keras.Sequential([keras.Input((cfg.seq_len, cfg.input_size))] +

@@ -208,13 +208,10 @@ def test_comparison_explains_itself_with_a_reproduce_command():
     assert RNNConfig.from_json(text.split("--config '")[1].split("'")[0]) == cfg
 
 
-def test_keras_float16_override_is_needed_and_enough():
+def test_keras_float16_override_is_needed_and_enough(available_peer):
     """The Keras float16 override (half-precision math) stays true both ways: on the calibration's worst
     config Keras exceeds the default float16 budget, which the reference meets, and stays within its own."""
-    keras = PEERS["keras"]
-    ok, why = keras.available()
-    if not ok:
-        pytest.skip(why)
+    keras = available_peer("keras")
     cfg = RNNConfig("gru", num_layers=2, num_units=1, input_size=1, direction="bidirectional", seq_len=10, batch=4,
                     dtype="float16", weight_scale=4.0, seed=200141)  # calibration --seed 2 --peers keras
     default = tolerances.DEFAULTS[("float16", "forward")].bound

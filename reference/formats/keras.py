@@ -58,7 +58,10 @@ def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False) -
         for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
             check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, f"{LAYERS[model.rnn_mode]} of {model!r}")
         kernel, recurrent, bias = got
-        b_in, b_rec = (bias[0], bias[1]) if model.rnn_mode == "gru" else (bias, bias) if gradients else halves(bias)
+        if model.rnn_mode == "gru":  # both bias sets, as rows
+            b_in, b_rec = bias
+        else:  # one summed bias: its gradient is each part's; weights are split in two halves
+            b_in, b_rec = (bias, bias) if gradients else halves(bias)
         W, R, bW, bR = ([None] * len(order) for _ in range(4))
         for k, g in enumerate(order):
             block = slice(k * H, (k + 1) * H)
