@@ -20,12 +20,14 @@ from .interop.convert import FORMATS
 def _backends(names: str | None):
     """The available peers among ``names`` (default: all), and every considered backend's status."""
     from .peers import PEERS, get_peer
+    from .peers.plugins import SPECS
 
     chosen = [get_peer(n) for n in names.split(",")] if names else list(PEERS.values())
     available, status = [], []
     for peer in chosen:
         ok, why = peer.available()
-        status.append({"name": peer.name, "available": ok, "detail": why})
+        status.append({"name": peer.name, "available": ok, "detail": why}
+                      | ({"plugin": SPECS[peer.name]} if peer.name in SPECS else {}))
         if ok:
             available.append(peer)
     return available, status
@@ -180,12 +182,19 @@ def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     return int(pytest.main([str(suite), f"--hypothesis-profile={args.profile}", *extra]))
 
 
+def _plugin_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plugin", action="append", default=[], metavar="SPEC",
+                        help="a peer of your own: MODULE:ATTR or PATH.py:ATTR naming a compat_tests.peers.Peer "
+                             "(or a subclass, or a list of them); repeatable; see compat_tests/peers/plugins.py")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rnn-compat", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     report = sub.add_parser("report", help="divergence of every available backend from the float64 reference")
     report.add_argument("--backends", help="comma-separated backends (default: all available)")
+    _plugin_option(report)
     report.add_argument("--grid", default="default", help="quick | default | full | a JSON grid file")
     report.add_argument("--out", help="report folder (default: reports/_scratch/GRID-TIMESTAMP)")
     report.add_argument("--resume", action="store_true", help="continue the run whose results.jsonl is in --out")
@@ -203,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     check = sub.add_parser("check", help="re-run one comparison (the command a failure prints)")
     check.add_argument("--peer", required=True)
+    _plugin_option(check)
     check.add_argument("--config", required=True, help="an RNNConfig as JSON")
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
@@ -234,11 +244,17 @@ def main(argv: list[str] | None = None) -> int:
 
     test = sub.add_parser("test", help="run the suite; other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")
+    _plugin_option(test)
 
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "test":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if getattr(args, "plugin", None):
+            from .peers import load_plugin
+
+            for spec in args.plugin:
+                load_plugin(spec)
         if args.command == "test":
             return cmd_test(args, extra)
         commands = {"report": cmd_report, "render": cmd_render, "check": cmd_check, "convert": cmd_convert,

@@ -3,6 +3,7 @@ the tolerance policy."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -13,6 +14,7 @@ from .conditioning import sensitivity
 from .config import Case, GradOutputs, Outputs, RNNConfig, ground_truth, ground_truth_backward, make_case
 from .metrics import error_stats
 from .peers import Peer
+from .peers.plugins import SPECS
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,10 @@ class Comparison:
 
 
 def reproduce_command(peer: str, cfg: RNNConfig, backward: bool = False) -> str:
-    return f"rnn-compat check --peer {peer}{' --backward' if backward else ''} --config '{cfg.to_json()}'"
+    """The one-line shell command that re-runs this comparison (loading the peer's plugin, if any)."""
+    plugin = f" --plugin {shlex.quote(SPECS[peer])}" if peer in SPECS else ""
+    return (f"rnn-compat check{plugin} --peer {shlex.quote(peer)}{' --backward' if backward else ''} "
+            f"--config {shlex.quote(cfg.to_json())}")
 
 
 def judge_results(peer: str, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, kappa: dict[str, float],

@@ -4,7 +4,8 @@ Profiles (``pytest --hypothesis-profile NAME`` or ``rnn-compat test --profile NA
 ``ci`` (derandomized, bounded so ``make test`` stays well under 15 minutes on 2 cores), ``dev`` (the
 default: more examples, fresh randomness each run), ``thorough`` (a long hunt before a release).
 Peers: ``--peers torch-cpu,onnxruntime`` (or ``RNN_COMPAT_PEERS``) limits the peer suites; a selected
-peer that is not installed skips with its reason.
+peer that is not installed skips with its reason. Peers of your own come in through
+``RNN_COMPAT_PLUGINS`` or an installed entry point (``compat_tests.peers.plugins``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def selected_peers(config: pytest.Config) -> list[str]:
     chosen = [p for p in config.getoption("--peers").split(",") if p]
     unknown = set(chosen) - set(PEERS)
     if unknown:
-        raise pytest.UsageError(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
+        raise pytest.UsageError(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)} (peers of your own: "
+                                f"RNN_COMPAT_PLUGINS=MODULE:ATTR, see compat_tests/peers/plugins.py)")
     return chosen or list(PEERS)
 
 

@@ -61,7 +61,7 @@ def rnn_configs(
     """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``)."""
     mode = draw(modes(modes_ or capabilities.modes), label="mode")
     dtype = draw(dtypes(dtypes_ or capabilities.dtypes), label="dtype")
-    num_layers = draw(st.integers(1, max_layers), label="num_layers")
+    num_layers = draw(st.integers(1, min(max_layers, capabilities.max_layers or max_layers)), label="num_layers")
     num_units = draw(st.integers(1, max_units), label="num_units")
     skip = capabilities.skip_input and draw(st.booleans(), label="skip_input")
     input_size = num_units if skip else draw(st.integers(1, max_input), label="input_size")
@@ -74,7 +74,7 @@ def rnn_configs(
     time_major = draw(st.booleans(), label="time_major") if capabilities.batch_major else True
     return RNNConfig(
         mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
-        direction=draw(directions(), label="direction"),
+        direction=draw(directions(), label="direction") if capabilities.bidirectional else "unidirectional",
         input_mode="skip_input" if skip else "linear_input",
         num_proj=num_proj, seq_len=seq_len, batch=batch, lengths=lengths, time_major=time_major, dtype=dtype,
         weight_scale=draw(st.sampled_from(WEIGHT_SCALES), label="weight_scale"),

@@ -7,6 +7,7 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from compat_tests.config import RNNConfig, make_case
+from compat_tests.peers import Capabilities
 from compat_tests.strategies import MAX_TIME, rnn_configs
 
 
@@ -46,3 +47,25 @@ FEATURES = {
 def test_the_default_strategy_draws_every_feature(feature):
     """If a strategy piece stopped drawing a feature, every property test would stay green: not here."""
     find(rnn_configs(), FEATURES[feature], settings=settings(max_examples=2000, database=None))
+
+
+LIMITED = Capabilities(modes=("gru",), dtypes=("float32",), skip_input=False, projection=False, lengths=False,
+                       batch_major=False, bidirectional=False, max_layers=2)
+
+
+@given(cfg=rnn_configs(LIMITED))
+def test_a_limited_peer_gets_only_what_it_declares(cfg):
+    """Every ``Capabilities`` field a peer can turn off (a plugin's own implementation may lack many)."""
+    assert LIMITED.unsupported(cfg) is None
+    assert (cfg.mode, cfg.dtype, cfg.input_mode, cfg.num_proj, cfg.lengths, cfg.time_major, cfg.direction) == (
+        "gru", "float32", "linear_input", None, None, True, "unidirectional")
+    assert cfg.num_layers <= 2
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"num_layers": 3}, "stacks of more than 2 layer(s) not supported"),
+    ({"direction": "bidirectional"}, "bidirectional layers not supported"),
+])
+def test_a_limited_peer_says_why_it_cannot_run_a_config(change, reason):
+    assert LIMITED.unsupported(RNNConfig("gru", dtype="float32", **change)) == reason
+    assert Capabilities().unsupported(RNNConfig("gru", dtype="float32", **change)) is None

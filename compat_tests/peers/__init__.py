@@ -1,7 +1,12 @@
-"""Peer adapters, one per implementation; each converts canonical weights to its own format."""
+"""Peer adapters, one per implementation; each converts canonical weights to its own format.
+
+``PEERS`` holds the built-in peers, then those of installed plugins and of ``RNN_COMPAT_PLUGINS``
+(``compat_tests.peers.plugins``); ``load_plugin`` adds one more at run time.
+"""
 
 from __future__ import annotations
 
+from . import plugins
 from .base import Capabilities, Peer
 from .cudnn_gpu import CudnnPeer
 from .keras_peer import KerasPeer
@@ -19,13 +24,26 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     TorchPeer("torch-cuda", "cuda"),
 )}
 GPU_PEERS = ("cudnn", "cudnn-tf32", "torch-cuda")
+BUILT_IN = tuple(PEERS)
+
+
+def load_plugin(spec: str) -> list[Peer]:
+    """Register the peers ``spec`` (``MODULE:ATTR`` or ``PATH.py:ATTR``) names, here and in the processes
+    started from here (``RNN_COMPAT_PLUGINS``), and return them."""
+    loaded = plugins.load(PEERS, spec)
+    plugins.export(spec)
+    return loaded
 
 
 def get_peer(name: str) -> Peer:
     try:
         return PEERS[name]
     except KeyError:
-        raise ValueError(f"unknown peer {name!r}, expecting one of {', '.join(PEERS)}") from None
+        raise ValueError(f"unknown peer {name!r}, expecting one of {', '.join(PEERS)} (a peer of your own: "
+                         f"--plugin MODULE:ATTR or {plugins.ENV})") from None
 
 
-__all__ = ["Capabilities", "GPU_PEERS", "PEERS", "Peer", "get_peer"]
+__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "get_peer", "load_plugin"]
+
+# Last, so that a plugin module may import anything above from this package.
+plugins.load_all(PEERS)

@@ -23,6 +23,8 @@ class Capabilities:
     projection: bool = True
     lengths: bool = True
     batch_major: bool = True
+    bidirectional: bool = True
+    max_layers: int | None = None  # None: stacks of any depth
     backward: bool = True
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
@@ -41,6 +43,10 @@ class Capabilities:
             return why.get("lengths", "sequence lengths not supported")
         if not cfg.time_major and not self.batch_major:
             return why.get("batch_major", "batch-major layout not supported")
+        if cfg.num_dirs == 2 and not self.bidirectional:
+            return why.get("bidirectional", "bidirectional layers not supported")
+        if self.max_layers is not None and cfg.num_layers > self.max_layers:
+            return why.get("num_layers", f"stacks of more than {self.max_layers} layer(s) not supported")
         return None
 
 
@@ -56,6 +62,9 @@ class Peer(ABC):
 
     def unsupported(self, cfg: RNNConfig) -> str | None:
         return self.capabilities.unsupported(cfg)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
 
     @abstractmethod
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:

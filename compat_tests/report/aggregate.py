@@ -17,7 +17,8 @@ from collections import Counter, defaultdict
 from .. import known_divergences, tolerances
 from ..config import MODE_NAMES, RNNConfig
 
-SCHEMA_VERSION = 3  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences
+SCHEMA_VERSION = 4  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
+# 4: backends[].plugin (where a plugin backend came from)
 WORST_CASES = 20
 DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
 

@@ -99,6 +99,11 @@ def _exceptions(report: dict) -> list[str]:
     return lines
 
 
+def _plugin(backend: dict) -> str:
+    """Where a plugin backend came from (``--plugin SPEC``), for the backends list."""
+    return f" (plugin {backend['plugin']})" if backend.get("plugin") else ""
+
+
 def _incomplete(report: dict) -> str | None:
     """What a report of a run that stopped early must say first, or ``None``."""
     t = report["totals"]
@@ -158,7 +163,7 @@ def markdown(report: dict) -> str:
                   *[f"- {u['config']}: " + "; ".join(f"`{b}` {why}" for b, why in u["reasons"].items())
                     for u in report["unrun"]], ""]
     lines += ["## Backends", "", *[f"- `{b['name']}`: {'available' if b['available'] else 'unavailable'}, "
-                                    f"{b['detail']}" for b in report["backends"]], ""]
+                                    f"{b['detail']}{_plugin(b)}" for b in report["backends"]], ""]
     lines += ["## Environment", "", *[f"- {k}: {v}" for k, v in report["environment"].items()], ""]
     lines += ["## Configs", "", "Every comparison, by backend:", ""]
     for r in report["records"]:
@@ -228,7 +233,8 @@ def html_page(report: dict) -> str:
                     for u in report["unrun"]], "</ul>"]
     parts += ["<h2>Backends</h2><ul>", *[f"<li><code>{html.escape(b['name'])}</code>: "
                                          f"{'available' if b['available'] else 'unavailable'}, "
-                                         f"{html.escape(str(b['detail']))}</li>" for b in report["backends"]], "</ul>"]
+                                         f"{html.escape(str(b['detail']) + _plugin(b))}</li>"
+                                         for b in report["backends"]], "</ul>"]
     parts += ["<h2>Environment</h2>", _html_table(["item", "value"], [[k, str(v)] for k, v in
                                                                       report["environment"].items()])]
     rows = [[r["backend"], config_label(r["config"]), "ok" if r["passed"] else "FAIL"] for r in report["records"]

@@ -1,0 +1,215 @@
+"""Peers of your own (``compat_tests.peers.plugins``): loading, refusal of bad plugins, and the suite, the
+command line and the report run against one. ``examples/my_gru_peer.py`` is the plugin under test: a
+correct port (``my-gru``) and the textbook-GRU port (``my-textbook-gru``) that the suite must catch."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+
+from compat_tests import cli
+from compat_tests.compare import compare_peer
+from compat_tests.config import Case, Outputs, RNNConfig
+from compat_tests.peers import BUILT_IN, PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
+from compat_tests.strategies import rnn_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "my_gru_peer.py"
+BOTH = f"{EXAMPLE}:BOTH"
+
+
+class _Echo(Peer):
+    """A peer that returns its input's first features: only its loading is under test here."""
+
+    capabilities = Capabilities(modes=("tanh",), dtypes=("float64",))
+
+    def __init__(self, name: str = "echo"):
+        self.name = name
+
+    def available(self) -> tuple[bool, str]:
+        return True, "test double"
+
+    def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
+        raise NotImplementedError
+
+
+# Attributes the refusal tests point their specs at.
+_GOOD = _Echo("installed-echo")
+_TAKES_A_BUILTIN_NAME = _Echo("reference")
+_BAD_NAME = _Echo("two words")
+_NOT_A_PEER = RNNConfig("gru")
+_MIXED = [_Echo("mixed"), 3]
+_NO_PEERS: list = []
+_UNKNOWN_MODE = _Echo("odd-mode")
+_UNKNOWN_MODE.capabilities = Capabilities(modes=("lstm", "mgu"))
+_CAPABILITIES_NOT_DECLARED = _Echo("no-caps")
+_CAPABILITIES_NOT_DECLARED.capabilities = {"modes": ("gru",)}
+_ANOTHER_MY_GRU = _Echo("my-gru")
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """The built-in peers alone, no plugin specs and an empty ``RNN_COMPAT_PLUGINS`` for the test; all as
+    they were after it (the peer suites of the same process must not see the test's plugins)."""
+    saved_peers, saved_specs = dict(PEERS), dict(plugins.SPECS)
+    for name in set(PEERS) - set(BUILT_IN):
+        del PEERS[name]
+    plugins.SPECS.clear()
+    monkeypatch.setenv(plugins.ENV, "")
+    yield PEERS
+    PEERS.clear()
+    PEERS.update(saved_peers)
+    plugins.SPECS.clear()
+    plugins.SPECS.update(saved_specs)
+
+
+def test_a_file_spec_registers_its_peers_once_and_exports_itself(registry, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    first = load_plugin("examples/my_gru_peer.py:BOTH")  # relative here, absolute everywhere else
+    assert [p.name for p in first] == ["my-gru", "my-textbook-gru"]
+    assert get_peer("my-gru") is first[0] and plugins.SPECS["my-gru"] == BOTH
+    assert load_plugin(BOTH) == first  # the same spec again: the same peers, no clash
+    assert os.environ[plugins.ENV] == BOTH
+
+
+def test_the_same_name_from_another_spec_is_refused(registry):
+    load_plugin(BOTH)
+    with pytest.raises(ValueError, match=r"peer name 'my-gru' is already taken by .*my_gru_peer.py:BOTH"):
+        load_plugin("compat_tests.test_plugins:_ANOTHER_MY_GRU")
+
+
+@pytest.mark.parametrize(("spec", "error", "match"), [
+    ("examples/my_gru_peer.py", ValueError, "must be MODULE:ATTR or PATH.py:ATTR"),
+    ("compat_tests.no_such_module:PEER", ValueError, "importing compat_tests.no_such_module failed: "
+                                                     "ModuleNotFoundError"),
+    ("compat_tests.test_plugins:_NOPE", ValueError, "has no attribute '_NOPE'"),
+    ("no/such/file.py:PEER", ValueError, "no file /.*/no/such/file.py"),
+    ("compat_tests.test_plugins:_NOT_A_PEER", TypeError, "must name a compat_tests.peers.Peer instance.*got RNNConfig"),
+    ("compat_tests.test_plugins:_MIXED", TypeError, "got list"),
+    ("compat_tests.test_plugins:_NO_PEERS", TypeError, "got list"),
+    ("compat_tests.test_plugins:_BAD_NAME", ValueError, "a peer's name must be .*'two words'"),
+    ("compat_tests.test_plugins:_UNKNOWN_MODE", ValueError, r"capabilities.modes must be a non-empty subset"),
+    ("compat_tests.test_plugins:_CAPABILITIES_NOT_DECLARED", TypeError, "capabilities of type"),
+    ("compat_tests.test_plugins:_TAKES_A_BUILTIN_NAME", ValueError, "'reference' is already taken by a built-in"),
+])
+def test_bad_plugins_are_refused_naming_the_spec(registry, spec, error, match):
+    before = dict(PEERS)
+    with pytest.raises(error, match=match) as caught:
+        load_plugin(spec)
+    assert repr(plugins.normalize(spec)) in str(caught.value)
+    assert PEERS == before and os.environ[plugins.ENV] == ""
+
+
+def test_a_plugin_module_that_fails_on_import_is_named(registry, tmp_path):
+    broken = tmp_path / "broken_peer.py"
+    broken.write_text("raise RuntimeError('needs a licence server')\n")
+    with pytest.raises(ValueError, match="broken_peer.py failed: RuntimeError: needs a licence server"):
+        load_plugin(f"{broken}:PEER")
+
+
+def test_entry_points_and_the_environment_are_loaded_and_a_broken_entry_point_is_unavailable(registry, monkeypatch):
+    group = plugins.GROUP
+    installed = [importlib.metadata.EntryPoint("echo", "compat_tests.test_plugins:_GOOD", group),
+                 importlib.metadata.EntryPoint("broken", "compat_tests.no_such_module:PEER", group)]
+    asked = []
+    monkeypatch.setattr(plugins.importlib.metadata, "entry_points",
+                        lambda group: asked.append(group) or installed)
+    monkeypatch.setenv(plugins.ENV, f"{BOTH}, ")
+    fresh: dict[str, Peer] = {}
+    plugins.load_all(fresh)
+    assert asked == [plugins.GROUP]
+    assert list(fresh) == ["installed-echo", "broken", "my-gru", "my-textbook-gru"]
+    assert fresh["installed-echo"] is _GOOD and "installed-echo" not in plugins.SPECS  # installed: no spec needed
+    ok, why = fresh["broken"].available()
+    assert not ok and "entry point broken = compat_tests.no_such_module:PEER failed to load: ModuleNotFoundError" in why
+    with pytest.raises(RuntimeError, match="failed to load"):
+        fresh["broken"].forward(RNNConfig("gru"), None)
+
+
+def _example(name: str) -> Peer:
+    return next(p for p in plugins.resolve(BOTH) if p.name == name)
+
+
+@given(cfg=rnn_configs(Capabilities(modes=("gru",), dtypes=("float32", "float64"), skip_input=False,
+                                    projection=False, lengths=False, batch_major=False, bidirectional=False,
+                                    max_layers=1)))
+def test_the_example_port_passes_the_forward_suite(cfg):
+    comparison = compare_peer(_example("my-gru"), cfg)
+    assert comparison.passed, comparison.explain()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("cfg", [RNNConfig("gru", seq_len=1, initial_state=False),
+                                 RNNConfig("gru", num_units=16, input_size=8, seq_len=30, batch=3)],
+                         ids=["one-step-from-zero", "thirty-steps"])
+def test_the_textbook_port_fails_the_suite(cfg, dtype):
+    """The textbook candidate on cuDNN's weights is another function (even from a zero state, where it adds
+    the whole recurrent bias instead of r times it): the verdict is a failure, not a rounding."""
+    comparison = compare_peer(_example("my-textbook-gru"), cfg.with_(dtype=dtype))
+    assert not comparison.passed
+    assert comparison.verdicts["output"].conditioned_error > 1e3 * comparison.verdicts["output"].bound
+
+
+def test_check_reproduces_a_plugin_failure_from_the_printed_command(registry, capsys):
+    config = json.dumps({"mode": "gru", "dtype": "float32", "seq_len": 5})
+    assert cli.main(["check", "--plugin", BOTH, "--peer", "my-gru", "--config", config]) == 0
+    assert cli.main(["check", "--plugin", BOTH, "--peer", "my-textbook-gru", "--config", config]) == 1
+    command = next(line for line in capsys.readouterr().out.splitlines()
+                   if "reproduce:" in line and "my-textbook-gru" in line).split("reproduce: ")[1]
+    argv = shlex.split(command)
+    assert argv[:3] == ["rnn-compat", "check", "--plugin"] and argv[3] == BOTH
+    for name in ("my-gru", "my-textbook-gru"):  # as in a fresh shell: only the command's --plugin brings them back
+        PEERS.pop(name)
+        plugins.SPECS.pop(name)
+    assert cli.main(argv[1:]) == 1
+
+
+def test_check_names_an_unknown_peer_and_the_plugin_option(registry, capsys):
+    assert cli.main(["check", "--peer", "my-gru", "--config", '{"mode": "gru"}']) == 2
+    err = capsys.readouterr().err
+    assert "unknown peer 'my-gru'" in err and "--plugin MODULE:ATTR" in err
+
+
+def test_report_runs_plugin_peers_in_worker_processes(registry, tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": m, "seq_len": 6, "batch": 3, "seed": k}}
+                                for k, m in enumerate(("gru", "gru", "lstm"))]))
+    out = tmp_path / "run"
+    status = cli.main(["report", "--plugin", BOTH, "--backends", "my-gru,my-textbook-gru", "--grid", str(grid),
+                       "--out", str(out), "--jobs", "2", "--no-progress"])
+    assert status == 1  # the textbook port fails
+    report = json.loads((out / "report.json").read_text())
+    assert [(b["name"], b["plugin"]) for b in report["backends"]] == [("my-gru", BOTH), ("my-textbook-gru", BOTH)]
+    verdicts = {(r["backend"], r["config"]["seed"]): r["passed"] for r in report["records"]}
+    assert verdicts == {("my-gru", 0): True, ("my-gru", 1): True,
+                        ("my-textbook-gru", 0): False, ("my-textbook-gru", 1): False}  # the LSTM: unsupported
+    failing = next(r for r in report["records"] if not r["passed"])
+    assert f"--plugin {BOTH}" in failing["reproduce"]["forward"]
+    assert f"(plugin {BOTH})" in (out / "report.md").read_text()
+    assert f"(plugin {BOTH})" in (out / "index.html").read_text()
+
+
+@pytest.mark.parametrize(("peer", "passes"), [("my-gru", True), ("my-textbook-gru", False)])
+def test_pytest_runs_the_peer_suites_on_a_plugin_from_the_environment(peer, passes):
+    env = {**os.environ, plugins.ENV: BOTH, "HYPOTHESIS_PROFILE": "ci"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "--peers", peer, "compat_tests/test_forward.py::test_peer_matches_float64_reference"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == (0 if passes else 1), run.stdout + run.stderr
+    assert ("1 passed" in run.stdout) if passes else f"reproduce: rnn-compat check --plugin {BOTH} --peer {peer}" in run.stdout
+
+
+def test_an_unknown_peer_in_pytest_names_the_plugin_variable():
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "--peers", "my-gru", "compat_tests/test_forward.py::test_peer_matches_float64_reference"],
+                         cwd=ROOT, env={**os.environ, plugins.ENV: ""}, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "RNN_COMPAT_PLUGINS=MODULE:ATTR" in run.stdout + run.stderr
+
