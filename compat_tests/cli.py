@@ -178,8 +178,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
 def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    suite = Path(__file__).resolve().parent
-    return int(pytest.main([str(suite), f"--hypothesis-profile={args.profile}", *extra]))
+    # The whole suite, unless the arguments name tests of their own (a file, folder or node id that exists).
+    named = any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in extra)
+    suite = [] if named else [str(Path(__file__).resolve().parent)]
+    return int(pytest.main([*suite, f"--hypothesis-profile={args.profile}", *extra]))
 
 
 def _plugin_option(parser: argparse.ArgumentParser) -> None:
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     infer.add_argument("--state", help=".npz of initial states input_h (and input_c), or an earlier --out .npz "
                                        "(its output_h, output_c), to go on from where that run ended")
 
-    test = sub.add_parser("test", help="run the suite; other arguments go to pytest")
+    test = sub.add_parser("test", help="run the suite (or the tests the arguments name); other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")
     _plugin_option(test)
 

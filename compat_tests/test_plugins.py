@@ -197,12 +197,18 @@ def test_report_runs_plugin_peers_in_worker_processes(registry, tmp_path):
     assert f"(plugin {BOTH})" in (out / "index.html").read_text()
 
 
-@pytest.mark.parametrize(("peer", "passes"), [("my-gru", True), ("my-textbook-gru", False)])
-def test_pytest_runs_the_peer_suites_on_a_plugin_from_the_environment(peer, passes):
-    env = {**os.environ, plugins.ENV: BOTH, "HYPOTHESIS_PROFILE": "ci"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                          "--peers", peer, "compat_tests/test_forward.py::test_peer_matches_float64_reference"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize(("peer", "passes", "how"), [("my-gru", True, "environment"),
+                                                     ("my-textbook-gru", False, "rnn-compat test --plugin")])
+def test_the_peer_suites_run_a_plugin(peer, passes, how):
+    """Through ``RNN_COMPAT_PLUGINS`` with pytest itself, and through ``rnn-compat test --plugin``."""
+    test = "compat_tests/test_forward.py::test_peer_matches_float64_reference"
+    options = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--peers", peer, test]
+    if how == "environment":
+        command, env = [sys.executable, "-m", "pytest", *options], {plugins.ENV: BOTH, "HYPOTHESIS_PROFILE": "ci"}
+    else:
+        command, env = [sys.executable, "-m", "compat_tests.cli", "test", "--profile", "ci", "--plugin", BOTH,
+                        *options], {plugins.ENV: ""}
+    run = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
     assert run.returncode == (0 if passes else 1), run.stdout + run.stderr
     assert ("1 passed" in run.stdout) if passes else f"reproduce: rnn-compat check --plugin {BOTH} --peer {peer}" in run.stdout
 
