@@ -370,6 +370,60 @@ def test_restored_bias_halves_sum_to_the_saved_bias_exactly(dtype):
     assert (a + b).tobytes() == saved.tobytes()
 
 
+# Every format a file can come in, one file set each (the TF bundle is two files).
+DAMAGEABLE = [("checkpoint", "gru.npz"), ("checkpoint", "gru.safetensors"), ("torch", "gru.npz"),
+              ("keras", "gru.npz"), ("onnx", "gru.onnx"), ("tf", "gru")]
+
+
+@pytest.fixture(scope="module")
+def intact_files(tmp_path_factory):
+    """A 2-layer bidirectional float32 GRU written in every format: ``{(format, name): {file: bytes}}``."""
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, direction="bidirectional", dtype="float32")
+    case = make_case(cfg)
+    files = {}
+    for fmt, name in DAMAGEABLE:
+        folder = tmp_path_factory.mktemp(fmt)
+        convert.write(fmt, folder / name, cfg.model(), case.weights, case.biases)
+        files[(fmt, name)] = {p.name: p.read_bytes() for p in folder.iterdir()}
+    return files
+
+
+def _damage(data, blob: bytes) -> bytes:
+    """A few bytes overwritten, most often in the first 512 (headers, names, the config), perhaps cut short."""
+    damaged = bytearray(blob)
+    anywhere, header = st.integers(0, len(blob) - 1), st.integers(0, min(len(blob), 512) - 1)
+    for at, value in data.draw(st.lists(st.tuples(header | anywhere, st.integers(0, 255)), min_size=1, max_size=6),
+                               label="overwrite (offset, byte)"):
+        damaged[at] = value
+    cut = data.draw(st.none() | st.integers(0, len(blob) - 1), label="cut at")
+    return bytes(damaged if cut is None else damaged[:cut])
+
+
+@pytest.mark.parametrize(("fmt", "name"), DAMAGEABLE, ids=lambda v: v)
+@given(data=st.data())
+def test_a_damaged_file_loads_or_is_refused_naming_it(intact_files, fmt, name, data, tmp_path_factory):
+    """Whatever a file's damage (zip CRCs, protobuf wire format, bundle checksums, JSON headers), reading it
+    gives weights the model runs on or a ValueError/TypeError that names the file: never zipfile's,
+    protobuf's or an IndexError from a parser, which the command line would show as a traceback."""
+    from compat_tests.interop import convert
+
+    files = intact_files[(fmt, name)]
+    victim = data.draw(st.sampled_from(sorted(files)), label="damaged file")
+    folder = tmp_path_factory.mktemp("damaged")
+    for file, blob in files.items():
+        (folder / file).write_bytes(_damage(data, blob) if file == victim else blob)
+    try:
+        model, weights, biases = convert.read(fmt, folder / name)
+    except (ValueError, TypeError) as exc:
+        assert str(folder / name) in str(exc), exc
+        return
+    x = np.zeros((2, 1, model.input_size), model.dtype)
+    with np.errstate(all="ignore"):  # damaged weights may be inf or NaN: only their reading is under test
+        model(x, None, *([None] if model.rnn_mode == "lstm" else []), model.canonical_to_params(weights, biases))
+
+
 def test_pickles_are_refused(tmp_path):
     pkl = tmp_path / "model.pt"
     pkl.write_bytes(pickle.dumps({"weight_ih_l0": np.zeros(3)}))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -99,15 +101,15 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         tensors, metadata = safetensors.load(path)
         return tensors, _config(metadata.get(CONFIG_KEY), path)
     if path.suffix == ".npz":
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                if any(n.endswith(".pkl") for n in z.namelist()):
-                    raise ValueError(f"{path}: holds a pickle (a PyTorch archive?); refused")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                tensors = {k: data[k] for k in data.files}
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc} (object arrays would need pickle; refused)") from None
+            tensors = _read_npz(path)
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            raise
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
+                OSError) as exc:
+            # a damaged or truncated archive: zipfile's own errors (bad CRC or header, a flag bit it does not
+            # support such as encryption, a seek past the end)
+            raise ValueError(f"{path}: not a readable .npz archive ({type(exc).__name__}: {exc})") from None
         raw = tensors.pop(NPZ_CONFIG, None)
         return tensors, None if raw is None else _config(raw.tobytes().decode(errors="replace"), path)
     if tf_bundle.is_bundle(path):
@@ -122,6 +124,19 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
     raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
 
 
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            if any(n.endswith(".pkl") for n in z.namelist()):
+                raise ValueError(f"{path}: holds a pickle (a PyTorch archive?); refused")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except ValueError as exc:  # numpy's own message names the array; a pickle refusal gets the why
+        hint = " (object arrays would need pickle; refused)" if "allow_pickle" in str(exc) else ""
+        raise ValueError(f"{path}: {exc}{hint}") from None
+
+
 def _config(text: str | None, path) -> dict | None:
     if text is None:
         return None
@@ -134,11 +149,27 @@ def _config(text: str | None, path) -> dict | None:
     return config
 
 
+@contextmanager
+def about(path: str | Path) -> Iterator[None]:
+    """A ``ValueError``/``TypeError`` raised inside names the file it is about (once)."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        if str(path) in str(exc):
+            raise
+        raise (TypeError if isinstance(exc, TypeError) else ValueError)(f"{path}: {exc}") from exc
+
+
 def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     """Restore a checkpoint written by :func:`save`; or a file of TF-named tensors without our config (a
     safetensors or ``.npz`` file, or a TensorFlow checkpoint ``PREFIX``), whose config comes from its names
     and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``scope`` picks one of several
-    variable scopes). ``overrides`` must agree with a config the file carries."""
+    variable scopes). ``overrides`` must agree with a config the file carries. Errors name the file."""
+    with about(path):
+        return _load(path, overrides)
+
+
+def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if tf_bundle.is_bundle(path):
         bundle = tf_bundle.open_bundle(path)  # the index is parsed once, for the names and for the reads

@@ -30,8 +30,12 @@ def _config(found: dict | None, overrides: dict, what: str) -> dict:
 
 
 def read(fmt: str, path: str | Path, overrides: dict | None = None):
-    """``(model, weights, biases)`` from a file of format ``fmt``."""
-    overrides = overrides or {}
+    """``(model, weights, biases)`` from a file of format ``fmt``; errors name the file."""
+    with checkpoint.about(path):
+        return _read(fmt, path, overrides or {})
+
+
+def _read(fmt: str, path: str | Path, overrides: dict):
     if fmt in ("checkpoint", "tf"):  # TF names, with our config or (a foreign file) read off names and shapes
         ck = checkpoint.load(path, overrides)
         return ck.model, ck.weights, ck.biases

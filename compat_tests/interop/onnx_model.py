@@ -101,9 +101,21 @@ def save(path: str | Path, model, weights, biases) -> None:
 def import_model(source) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
     """``(model, weights, biases)`` of an ONNX file or ``ModelProto`` made of chained recurrent nodes."""
     import onnx
+    from google.protobuf.message import DecodeError
+
+    if isinstance(source, onnx.ModelProto):
+        return _import_proto(source)
+    try:
+        proto = onnx.load(str(source))
+    except DecodeError as exc:
+        raise ValueError(f"{source}: not a readable ONNX model ({exc})") from None
+    with checkpoint.about(source):
+        return _import_proto(proto)
+
+
+def _import_proto(proto) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
     from onnx import numpy_helper
 
-    proto = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
     meta = {p.key: p.value for p in proto.metadata_props}
     inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")]
