@@ -116,16 +116,13 @@ def initial_state(path: str, model):
     ``input_c``), or the ``output_h``/``output_c`` an earlier ``infer --out`` wrote, so that a long sequence
     runs in chunks (unidirectional models only: a backward direction ends at its chunk's first step).
     States are ``[L*D, B, H]`` (``[B, L*D, H]`` with ``--batch-major``); the model checks their shapes."""
-    import numpy as np
-
+    from reference import checkpoint
     from reference.modes import MODES
 
-    loaded = np.load(path, allow_pickle=False)
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
+    arrays = checkpoint.load_arrays(path)
+    if not isinstance(arrays, dict):
         raise ValueError(f"--state {path} must be an .npz holding input_h (and input_c for the LSTM), "
                          f"not a single array")
-    with loaded:
-        arrays = {name: loaded[name] for name in loaded.files}
     unknown = sorted(set(arrays) - {"output"} - {k for keys in STATE_KEYS.values() for k in keys})
     if unknown:
         raise ValueError(f"--state {path} holds {unknown}; expected input_h and input_c (or output_h and "
@@ -150,14 +147,24 @@ def initial_state(path: str, model):
     return state["h"], state["c"]
 
 
+def _array(path: str, what: str):
+    """The array of the ``.npy`` file an argument names (damaged files and archives refused, naming it)."""
+    from reference import checkpoint
+
+    array = checkpoint.load_arrays(path)
+    if isinstance(array, dict):
+        raise ValueError(f"{what} {path} must be a .npy array, not an .npz archive")
+    return array
+
+
 def cmd_infer(args: argparse.Namespace) -> int:
     import numpy as np
 
     from reference import checkpoint
 
     ck = checkpoint.load(args.checkpoint)
-    x = np.load(args.input, allow_pickle=False)
-    lengths = None if args.lengths is None else np.load(args.lengths, allow_pickle=False)
+    x = _array(args.input, "INPUT")
+    lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
     h0, c0 = (None, None) if args.state is None else initial_state(args.state, ck.model)
     if x.dtype != ck.model.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {ck.model.dtype}")

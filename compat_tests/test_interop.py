@@ -424,6 +424,35 @@ def test_a_damaged_file_loads_or_is_refused_naming_it(intact_files, fmt, name, d
         model(x, None, *([None] if model.rnn_mode == "lstm" else []), model.canonical_to_params(weights, biases))
 
 
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+@given(data=st.data())
+def test_a_damaged_array_file_loads_or_is_refused_naming_it(suffix, data, tmp_path_factory):
+    """``rnn-compat infer``'s inputs, lengths and states: NumPy's reader raises tokenize's TokenError or
+    EOFError on a damaged ``.npy`` header and zipfile's errors on a damaged ``.npz``; none may get out."""
+    folder = tmp_path_factory.mktemp("arrays")
+    path = folder / f"x{suffix}"
+    arrays = {"input_h": np.arange(24, dtype=np.float32).reshape(2, 3, 4), "lengths": np.array([3, 1])}
+    np.save(path, arrays["input_h"]) if suffix == ".npy" else np.savez(path, **arrays)
+    path.write_bytes(_damage(data, path.read_bytes()))
+    try:
+        loaded = checkpoint.load_arrays(path)
+    except ValueError as exc:
+        assert str(path) in str(exc), exc
+        return
+    assert isinstance(loaded, np.ndarray if suffix == ".npy" else dict)
+
+
+def test_infer_refuses_a_damaged_input_naming_it(tmp_path, capsys):
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "m.npz", cfg.model(), case.weights, case.biases)
+    np.save(tmp_path / "x.npy", case.x)
+    header_unclosed = (tmp_path / "x.npy").read_bytes().replace(b"}", b" ", 1)  # NumPy: tokenize.TokenError
+    (tmp_path / "x.npy").write_bytes(header_unclosed)
+    assert cli.main(["infer", str(tmp_path / "m.npz"), str(tmp_path / "x.npy")]) == 2
+    assert f"{tmp_path / 'x.npy'}: not a readable NumPy file (TokenError" in capsys.readouterr().err
+
+
 def test_pickles_are_refused(tmp_path):
     pkl = tmp_path / "model.pt"
     pkl.write_bytes(pickle.dumps({"weight_ih_l0": np.zeros(3)}))

@@ -10,6 +10,7 @@ PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to
 from __future__ import annotations
 
 import json
+import tokenize
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -101,15 +102,14 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         tensors, metadata = safetensors.load(path)
         return tensors, _config(metadata.get(CONFIG_KEY), path)
     if path.suffix == ".npz":
-        try:
-            tensors = _read_npz(path)
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
-            raise
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
-                OSError) as exc:
-            # a damaged or truncated archive: zipfile's own errors (bad CRC or header, a flag bit it does not
-            # support such as encryption, a seek past the end)
-            raise ValueError(f"{path}: not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+        with _readable(path):
+            if zipfile.is_zipfile(path):
+                with zipfile.ZipFile(path) as z:
+                    if any(n.endswith(".pkl") for n in z.namelist()):
+                        raise ValueError(f"{path}: holds a pickle (a PyTorch archive?); refused")
+        tensors = load_arrays(path)
+        if not isinstance(tensors, dict):
+            raise ValueError(f"{path}: holds a single array, not an .npz archive of named tensors")
         raw = tensors.pop(NPZ_CONFIG, None)
         return tensors, None if raw is None else _config(raw.tobytes().decode(errors="replace"), path)
     if tf_bundle.is_bundle(path):
@@ -124,17 +124,36 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
     raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            if any(n.endswith(".pkl") for n in z.namelist()):
-                raise ValueError(f"{path}: holds a pickle (a PyTorch archive?); refused")
+# What NumPy's and zipfile's readers raise on a damaged file besides ValueError: a bad CRC or header, a
+# flag bit zipfile does not support (encryption), a truncated member, an unparsable .npy header, a seek
+# past the end of the file.
+_DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
+           tokenize.TokenError, SyntaxError, OSError)
+
+
+@contextmanager
+def _readable(path) -> Iterator[None]:
+    """A damaged file's errors become a ``ValueError`` naming it; a missing or unreadable one stays an OSError."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except ValueError as exc:  # numpy's own message names the array; a pickle refusal gets the why
+        yield
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except ValueError as exc:  # numpy's own message; a pickle refusal gets the why
         hint = " (object arrays would need pickle; refused)" if "allow_pickle" in str(exc) else ""
         raise ValueError(f"{path}: {exc}{hint}") from None
+    except _DAMAGE as exc:
+        raise ValueError(f"{path}: not a readable NumPy file ({type(exc).__name__}: {exc})") from None
+
+
+def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
+    """The array of a ``.npy`` file, or the named arrays of an ``.npz``, read at once and never unpickled;
+    a damaged file is a ``ValueError`` naming it."""
+    with _readable(path):
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                return {name: loaded[name] for name in loaded.files}
+        return loaded
 
 
 def _config(text: str | None, path) -> dict | None:
