@@ -9,16 +9,28 @@ those same rounded values, so a peer is judged only on its arithmetic, never on 
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import asdict, dataclass, fields, replace
 from typing import NamedTuple
 
 import numpy as np
 
 import reference
+from reference.model import DIRECTIONS
 from reference.modes import MODES
 
 MODE_NAMES = tuple(MODES)  # relu, tanh, lstm, gru, classic_gru
 DTYPE_NAMES = ("float16", "float32", "float64")
+INPUT_MODES = ("linear_input", "skip_input")  # resolved: a config never says "auto_select"
+
+
+def _integer(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -42,14 +54,44 @@ class RNNConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.mode not in MODE_NAMES:
-            raise ValueError(f"mode must be one of {MODE_NAMES}, got {self.mode!r}")
-        if self.dtype not in DTYPE_NAMES:
-            raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
+        """Every field checked (and normalised to plain Python values, so the JSON round trip is exact):
+        a config also comes from a command line, a grid file or a report, and a bad one must fail here,
+        naming the field, rather than deep inside NumPy."""
+        for name, allowed in (("mode", MODE_NAMES), ("dtype", DTYPE_NAMES), ("direction", DIRECTIONS),
+                              ("input_mode", INPUT_MODES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("num_layers", "num_units", "input_size", "seq_len", "batch"):
+            self._set(name, _integer(name, getattr(self, name), minimum=1))
+        self._set("seed", _integer("seed", self.seed, minimum=0))
+        for name in ("time_major", "initial_state"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+            self._set(name, bool(getattr(self, name)))
+        scale = self.weight_scale
+        if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"weight_scale must be a number, got {scale!r}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"weight_scale must be finite and > 0, got {scale!r}")
+        self._set("weight_scale", float(scale))
+        if self.num_proj is not None:
+            self._set("num_proj", _integer("num_proj", self.num_proj, minimum=1))
+            if self.mode != "lstm" or self.num_proj >= self.num_units:
+                raise ValueError(f"num_proj needs mode 'lstm' and 1 <= num_proj < num_units = {self.num_units}, "
+                                 f"got {self.num_proj} for mode {self.mode!r}")
+        if self.input_mode == "skip_input" and self.input_size != self.num_units:
+            raise ValueError(f"input_mode 'skip_input' needs input_size == num_units = {self.num_units}, "
+                             f"got {self.input_size}")
         if self.lengths is not None:
-            object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
-            if len(self.lengths) != self.batch:
-                raise ValueError(f"lengths must have batch={self.batch} entries, got {self.lengths}")
+            if isinstance(self.lengths, (str, bytes)) or not isinstance(self.lengths, (list, tuple, np.ndarray)):
+                raise TypeError(f"lengths must be None or a list of batch={self.batch} ints, got {self.lengths!r}")
+            self._set("lengths", tuple(_integer("each of lengths", n, minimum=1) for n in self.lengths))
+            if len(self.lengths) != self.batch or max(self.lengths) > self.seq_len:
+                raise ValueError(f"lengths must have batch={self.batch} entries, each in 1..seq_len = "
+                                 f"1..{self.seq_len}, got {self.lengths}")
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
 
     @property
     def num_dirs(self) -> int:
@@ -86,13 +128,14 @@ class RNNConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "RNNConfig":
         """A config from its JSON object (as ``to_json`` writes it, already parsed)."""
-        data = dict(data)
+        if not isinstance(data, dict):
+            raise TypeError(f"an RNNConfig must be a JSON object of its fields, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown RNNConfig fields: {sorted(unknown)}")
-        if data.get("lengths") is not None:
-            data["lengths"] = tuple(data["lengths"])
+        if "mode" not in data:
+            raise ValueError(f"an RNNConfig needs at least 'mode' (one of {MODE_NAMES})")
         return cls(**data)
 
     def short(self, with_dtype: bool = True) -> str:

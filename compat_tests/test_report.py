@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import os
 import signal
 import subprocess
@@ -262,10 +263,23 @@ def test_an_existing_run_is_not_overwritten_without_resume(tiny_report):
     assert run(out) == 2
 
 
-def test_a_grid_file_with_an_unknown_study_is_refused(tmp_path):
+@pytest.mark.parametrize(("text", "match"), [
+    (json.dumps([{"study": "astrology", "config": {"mode": "gru"}}]), "entry 0: unknown study 'astrology'"),
+    ("[{", "is not JSON"),
+    ("[]", "must hold a non-empty JSON list .* got list \\(empty\\)"),
+    (json.dumps({"study": "compat", "config": {"mode": "gru"}}), "must hold a non-empty JSON list .* got dict"),
+    (json.dumps([{"study": "compat", "config": {"mode": "gru"}}, {"study": "compat"}]),
+     "entry 1 must be an object with exactly the keys 'study' and 'config'"),
+    (json.dumps([{"study": "compat", "confg": {"mode": "gru"}}]), "entry 0 must be an object with exactly"),
+    (json.dumps([{"study": "compat", "config": {"mode": "gru", "seq_len": 0}}]),
+     "entry 0: seq_len must be an int >= 1, got 0"),
+])
+def test_a_bad_grid_file_is_refused_naming_the_entry(tmp_path, capsys, text, match):
     bad = tmp_path / "grid.json"
-    bad.write_text(json.dumps([{"study": "astrology", "config": {"mode": "gru"}}]))
+    bad.write_text(text)
     assert cli.main(["report", "--grid", str(bad), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert re.search(f"grid file {re.escape(str(bad))}:? {match}", capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()  # refused before any work
 
 
 def test_the_seed_changes_the_embedded_grids_data_not_their_shape():

@@ -167,3 +167,44 @@ def test_params_to_canonical_rejects_wrong_size_and_dtype(lstm):
         model.params_to_canonical(params[:-1])
     with pytest.raises(TypeError, match="params must have dtype float32"):
         model.params_to_canonical(params.astype(np.float64))
+
+
+# ---- RNNConfig: the suite's own currency (command lines, grid files, reports) ------------------------
+
+@pytest.mark.parametrize(("fields", "error", "match"), [
+    ([], TypeError, "an RNNConfig must be a JSON object of its fields, got list"),
+    ({"num_layers": 2}, ValueError, "needs at least 'mode'"),
+    ({"mode": "gru", "colour": 1}, ValueError, "unknown RNNConfig fields: \\['colour'\\]"),
+    ({"mode": "gru", "direction": "both"}, ValueError, "direction must be one of"),
+    ({"mode": "gru", "input_mode": "auto_select"}, ValueError, "input_mode must be one of"),
+    ({"mode": "gru", "num_units": 2.5}, TypeError, "num_units must be an int >= 1, got 2.5"),
+    ({"mode": "gru", "batch": True}, TypeError, "batch must be an int >= 1, got True"),
+    ({"mode": "gru", "seq_len": 0}, ValueError, "seq_len must be an int >= 1, got 0"),
+    ({"mode": "gru", "seed": -5}, ValueError, "seed must be an int >= 0, got -5"),
+    ({"mode": "gru", "time_major": "yes"}, TypeError, "time_major must be a bool, got 'yes'"),
+    ({"mode": "gru", "initial_state": 0}, TypeError, "initial_state must be a bool, got 0"),
+    ({"mode": "gru", "weight_scale": "big"}, TypeError, "weight_scale must be a number"),
+    ({"mode": "gru", "weight_scale": float("nan")}, ValueError, "weight_scale must be finite and > 0, got nan"),
+    ({"mode": "gru", "weight_scale": 0}, ValueError, "weight_scale must be finite and > 0, got 0"),
+    ({"mode": "gru", "num_proj": 2}, ValueError, "num_proj needs mode 'lstm'"),
+    ({"mode": "lstm", "num_proj": 4}, ValueError, "1 <= num_proj < num_units = 4, got 4"),
+    ({"mode": "gru", "input_mode": "skip_input", "input_size": 7}, ValueError, "needs input_size == num_units"),
+    ({"mode": "gru", "lengths": 5}, TypeError, "lengths must be None or a list of batch=2 ints, got 5"),
+    ({"mode": "gru", "lengths": [1.5, 2]}, TypeError, "each of lengths must be an int >= 1, got 1.5"),
+    ({"mode": "gru", "lengths": [0, 2]}, ValueError, "each of lengths must be an int >= 1, got 0"),
+    ({"mode": "gru", "lengths": [1, 2, 3]}, ValueError, "batch=2 entries, each in 1..seq_len = 1..4"),
+    ({"mode": "gru", "lengths": [1, 5]}, ValueError, "batch=2 entries, each in 1..seq_len = 1..4, got \\(1, 5\\)"),
+])
+def test_a_bad_config_is_refused_naming_the_field(fields, error, match):
+    with pytest.raises(error, match=match):
+        RNNConfig.from_dict(fields)
+
+
+def test_a_config_is_normalised_to_plain_json_values():
+    """NumPy scalars and lists (what code or a grid file hands over) become the types ``to_json`` writes,
+    so a config equals its own JSON round trip."""
+    cfg = RNNConfig("gru", num_units=np.int64(5), seq_len=np.int32(3), lengths=np.array([3, 1]), weight_scale=2,
+                    time_major=np.bool_(False), seed=np.uint32(7))
+    assert cfg == RNNConfig("gru", num_units=5, seq_len=3, lengths=(3, 1), weight_scale=2.0, time_major=False, seed=7)
+    assert type(cfg.num_units) is int and type(cfg.lengths[0]) is int and type(cfg.weight_scale) is float
+    assert type(cfg.time_major) is bool and RNNConfig.from_json(cfg.to_json()) == cfg

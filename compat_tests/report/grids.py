@@ -102,12 +102,22 @@ def load_grid(name: str, seed: int) -> list[Spec]:
         raise ValueError(f"--grid must be one of {', '.join(GRIDS)} or a JSON grid file, got {name!r}")
     try:
         entries = json.loads(path.read_text())
-        specs = [(e["study"], RNNConfig.from_dict(e["config"])) for e in entries]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"grid file {name}: {exc}") from exc
-    unknown = {study for study, _ in specs} - set(STUDIES)
-    if unknown:
-        raise ValueError(f"grid file {name}: unknown studies {sorted(unknown)}, expecting {STUDIES}")
+    except ValueError as exc:
+        raise ValueError(f"grid file {name} is not JSON: {exc}") from None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f'grid file {name} must hold a non-empty JSON list of {{"study": ..., "config": {{...}}}} '
+                         f"objects, got {type(entries).__name__}{'' if entries else ' (empty)'}")
+    specs = []
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) != {"study", "config"}:
+            raise ValueError(f"grid file {name}: entry {k} must be an object with exactly the keys 'study' and "
+                             f"'config', got {json.dumps(entry)[:80]}")
+        if entry["study"] not in STUDIES:
+            raise ValueError(f"grid file {name}: entry {k}: unknown study {entry['study']!r}, expecting {STUDIES}")
+        try:
+            specs.append((entry["study"], RNNConfig.from_dict(entry["config"])))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"grid file {name}: entry {k}: {exc}") from None
     return specs
 
 
