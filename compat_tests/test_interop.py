@@ -424,6 +424,49 @@ def test_a_damaged_file_loads_or_is_refused_naming_it(intact_files, fmt, name, d
         model(x, None, *([None] if model.rnn_mode == "lstm" else []), model.canonical_to_params(weights, biases))
 
 
+# Structural damage to a file's tensors: what a foreign exporter or a hand edit gets wrong.
+TENSOR_EDITS = {
+    "drop": lambda t, k: t.pop(k),
+    "duplicate under a new name": lambda t, k: t.update({k + "_copy": t[k]}),
+    "flatten": lambda t, k: t.update({k: t[k].reshape(-1)}),
+    "transpose": lambda t, k: t.update({k: t[k].T.copy()}),
+    "to a scalar": lambda t, k: t.update({k: np.zeros((), t[k].dtype)}),
+    "empty rows": lambda t, k: t.update({k: t[k][:0] if t[k].ndim else t[k]}),
+    "doubled rows": lambda t, k: t.update({k: np.concatenate([t[k], t[k]]) if t[k].ndim else t[k]}),
+    "to float64": lambda t, k: t.update({k: t[k].astype(np.float64)}),
+    "to int32": lambda t, k: t.update({k: t[k].astype(np.int32)}),
+    "renumbered layer": lambda t, k: t.update({re.sub(r"(l|cell_|layer)0", r"\g<1>7", k, count=1): t.pop(k)}),
+}
+
+
+@pytest.mark.parametrize(("fmt", "mode", "with_config"), [("torch", "lstm", False), ("torch", "gru", True),
+                                                          ("checkpoint", "lstm", False), ("checkpoint", "gru", True),
+                                                          ("keras", "lstm", True)])
+@given(data=st.data())
+def test_a_file_with_wrong_tensors_loads_or_is_refused_naming_it(fmt, mode, with_config, data, tmp_path_factory):
+    """Tensors dropped, added, reshaped, retyped or renamed, with or without the file's config (then read off
+    names and shapes): a model that runs, or a ValueError/TypeError naming the file, never an IndexError."""
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig(mode, num_layers=2, num_units=3, input_size=2, direction="bidirectional", dtype="float32",
+                    num_proj=2 if mode == "lstm" and fmt != "keras" else None)
+    case = make_case(cfg)
+    path = tmp_path_factory.mktemp(fmt) / "w.npz"
+    convert.write(fmt, path, cfg.model(), case.weights, case.biases)
+    tensors, config = checkpoint.read_tensors(path)
+    for edit in data.draw(st.lists(st.sampled_from(sorted(TENSOR_EDITS)), min_size=1, max_size=3), label="edits"):
+        if tensors:
+            TENSOR_EDITS[edit](tensors, data.draw(st.sampled_from(sorted(tensors)), label=f"tensor to {edit}"))
+    checkpoint.write_tensors(path, tensors, config if with_config else None)
+    try:
+        model, weights, biases = convert.read(fmt, path)
+    except (ValueError, TypeError) as exc:
+        assert str(path) in str(exc), exc
+        return
+    model(np.zeros((2, 1, model.input_size), model.dtype), None, *([None] if model.rnn_mode == "lstm" else []),
+          model.canonical_to_params(weights, biases))
+
+
 @pytest.mark.parametrize("suffix", [".npy", ".npz"])
 @given(data=st.data())
 def test_a_damaged_array_file_loads_or_is_refused_naming_it(suffix, data, tmp_path_factory):

@@ -126,15 +126,23 @@ def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: st
     kernel, k = GATE_COLUMNS[mode]
     cell = CELL_NAMES[mode]
     try:
-        dtype, (rows, cols) = found[(0, first, cell, kernel)]
+        dtype, shape = found[(0, first, cell, kernel)]
     except KeyError:
         raise ValueError(f"the checkpoint lacks layer 0's {kernel!r} of its {cell}") from None
+    rows, cols = _matrix_shape(f"layer 0's {kernel!r}", shape)
     H = cols // k
     projection = found.get((0, first, cell, "projection/kernel"))
-    num_proj = projection[1][1] if projection else None
+    num_proj = _matrix_shape("layer 0's 'projection/kernel'", projection[1])[1] if projection else None
     return {"rnn_mode": mode, "num_layers": len(layers), "num_units": H, "input_size": rows - (num_proj or H),
             "input_mode": "linear_input", "direction": "unidirectional" if first is None else "bidirectional",
             "num_proj": num_proj, "dtype": dtype, "scope": scope}
+
+
+def _matrix_shape(what: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """The shape of a kernel the config is read from: a matrix with rows and columns, else a ValueError."""
+    if len(shape) != 2 or 0 in shape:
+        raise ValueError(f"{what} must be a non-empty matrix, got shape {list(shape)}")
+    return shape[0], shape[1]
 
 
 def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...]]:

@@ -65,6 +65,10 @@ def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = 
     """What a state_dict's names and shapes tell about the network; relu and tanh need ``rnn_mode``."""
     if "weight_ih_l0" not in state or "weight_hh_l0" not in state:
         raise ValueError("not a PyTorch RNN state_dict: no 'weight_ih_l0' / 'weight_hh_l0'")
+    for name in ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0"):
+        shape = np.shape(state.get(name, np.zeros((1, 1))))
+        if len(shape) != 2 or 0 in shape:
+            raise ValueError(f"{name} must be a non-empty matrix, got shape {list(shape)}")
     w_ih, w_hh = state["weight_ih_l0"], state["weight_hh_l0"]
     proj = state["weight_hr_l0"].shape[0] if "weight_hr_l0" in state else None
     H = state["weight_hr_l0"].shape[1] if proj else w_hh.shape[1]
@@ -77,7 +81,11 @@ def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = 
     mode = rnn_mode or modes[0]
     if mode not in modes:
         raise ValueError(f"the state_dict holds {G}-gate cells, which cannot be a {mode!r} RNN")
-    layers = 1 + max(int(k[len("weight_ih_l"):].split("_")[0]) for k in state if k.startswith("weight_ih_l"))
+    indices = [k[len("weight_ih_l"):].split("_")[0] for k in state if k.startswith("weight_ih_l")]
+    if not all(i.isdigit() for i in indices):
+        raise ValueError(f"weight_ih_l<N> names must end in a layer number, got "
+                         f"{sorted('weight_ih_l' + i for i in indices if not i.isdigit())}")
+    layers = 1 + max(map(int, indices))
     return {"rnn_mode": mode, "num_layers": layers, "num_units": H, "input_size": w_ih.shape[1],
             "input_mode": "linear_input",
             "direction": "bidirectional" if "weight_ih_l0_reverse" in state else "unidirectional",
