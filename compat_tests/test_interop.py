@@ -3,6 +3,7 @@ converters (each verified by running that framework), the command line, and bad 
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import struct
@@ -462,6 +463,95 @@ def test_a_file_with_wrong_tensors_loads_or_is_refused_naming_it(fmt, mode, with
         model, weights, biases = convert.read(fmt, path)
     except (ValueError, TypeError) as exc:
         assert str(path) in str(exc), exc
+        return
+    model(np.zeros((2, 1, model.input_size), model.dtype), None, *([None] if model.rnn_mode == "lstm" else []),
+          model.canonical_to_params(weights, biases))
+
+
+@pytest.mark.parametrize("fmt", ["checkpoint", "torch", "keras", "onnx"])
+def test_a_config_larger_than_its_file_is_refused_before_anything_of_its_size_is_made(fmt, tmp_path):
+    """A file's config is read first and its expected tensors made from it: a config claiming 10^9 units
+    over a few dozen values must fail on the count, not ask NumPy for exabytes."""
+    from compat_tests.interop import convert, onnx_model
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    path = tmp_path / ("w.onnx" if fmt == "onnx" else "w.npz")
+    convert.write(fmt, path, cfg.model(), case.weights, case.biases)
+    if fmt == "onnx":
+        import onnx
+
+        proto = onnx.load(str(path))
+        config = json.loads(proto.metadata_props[0].value)
+        proto.metadata_props[0].value = json.dumps({**config, "num_units": 10**9})
+        path.write_bytes(proto.SerializeToString())
+        assert proto.metadata_props[0].key == onnx_model.META_KEY
+    else:
+        tensors, config = checkpoint.read_tensors(path)
+        checkpoint.write_tensors(path, tensors, {**config, "num_units": 10**9})
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: .* hold \\d+ values in all, fewer than the "
+                                         f"3000000006000000000 weights"):
+        convert.read(fmt, path)
+
+
+ONNX_EDITS = ["drop an attribute", "change an int attribute", "change a string attribute", "empty a list attribute",
+              "reshape an initializer", "rename a node input", "change the op type", "garble the config"]
+
+
+def _edit_onnx(proto, edit: str, data) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    node = data.draw(st.sampled_from([n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")] or [None]),
+                     label="node")
+    attributes = list(node.attribute) if node is not None else []
+    if edit == "drop an attribute" and attributes:
+        node.attribute.remove(data.draw(st.sampled_from(attributes), label="attribute"))
+    elif edit.startswith("change") and edit.endswith("attribute") or edit == "empty a list attribute":
+        kind = {"change an int attribute": onnx.AttributeProto.INT, "change a string attribute": onnx.AttributeProto.STRING,
+                "empty a list attribute": onnx.AttributeProto.STRINGS}[edit]
+        chosen = [a for a in attributes if a.type == kind]
+        if chosen:
+            a = data.draw(st.sampled_from(chosen), label="attribute")
+            if kind == onnx.AttributeProto.INT:
+                a.i = data.draw(st.sampled_from([0, -1, 1, 7, 10**9]), label="value")
+            elif kind == onnx.AttributeProto.STRING:
+                a.s = data.draw(st.sampled_from([b"", b"reverse", b"forward", b"sideways"]), label="value")
+            else:
+                del a.strings[:]
+    elif edit == "reshape an initializer" and proto.graph.initializer:
+        t = data.draw(st.sampled_from(list(proto.graph.initializer)), label="initializer")
+        a = numpy_helper.to_array(t)
+        shape = data.draw(st.sampled_from(["flat", "row", "empty"]), label="reshape")
+        a = a.reshape(-1) if shape == "flat" else a.reshape(1, -1) if shape == "row" else a[..., :0]
+        t.CopyFrom(numpy_helper.from_array(a, t.name))
+    elif edit == "rename a node input" and node is not None and len(node.input) > 1:
+        node.input[data.draw(st.integers(0, len(node.input) - 1), label="input")] = data.draw(
+            st.sampled_from(["", "nope", "X"]), label="name")
+    elif edit == "change the op type" and node is not None:
+        node.op_type = data.draw(st.sampled_from(["GRU", "LSTM", "RNN", "Conv"]), label="op type")
+    elif edit == "garble the config" and proto.metadata_props:
+        proto.metadata_props[0].value = data.draw(st.sampled_from(["{}", "[]", '{"rnn_mode": 3}', "x"]), label="config")
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "relu", "classic_gru"])
+@given(data=st.data())
+def test_an_onnx_graph_with_wrong_nodes_loads_or_is_refused(mode, data):
+    """Attributes dropped or changed, initializers reshaped, inputs renamed, ops swapped, with or without our
+    config in its metadata (without it the config is read off the nodes): a model that runs, or a
+    ValueError/TypeError, never a KeyError, an IndexError or a request for exabytes."""
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig(mode, num_layers=2, num_units=3, input_size=2, direction="bidirectional", dtype="float32")
+    case = make_case(cfg)
+    proto = onnx_model.export_model(cfg.model(), case.weights, case.biases)
+    if data.draw(st.booleans(), label="drop our config"):
+        del proto.metadata_props[:]
+    for edit in data.draw(st.lists(st.sampled_from(ONNX_EDITS), min_size=1, max_size=3), label="edits"):
+        _edit_onnx(proto, edit, data)
+    try:
+        model, weights, biases = onnx_model.import_model(proto)
+    except (ValueError, TypeError):
         return
     model(np.zeros((2, 1, model.input_size), model.dtype), None, *([None] if model.rnn_mode == "lstm" else []),
           model.canonical_to_params(weights, biases))

@@ -137,8 +137,9 @@ def _config_from_nodes(nodes, layers) -> dict:
     from onnx import helper
 
     first = nodes[0]
+    node = first.name or first.op_type
     attrs = {a.name: helper.get_attribute_value(a) for a in first.attribute}
-    acts = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations", [b"Tanh"])]
+    acts = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations") or [b"Tanh"]]
     if first.op_type == "GRU":
         mode = "gru" if attrs.get("linear_before_reset", 0) else "classic_gru"
     elif first.op_type == "LSTM":
@@ -151,9 +152,16 @@ def _config_from_nodes(nodes, layers) -> dict:
     direction = direction.decode() if isinstance(direction, bytes) else direction
     if direction not in ("forward", "bidirectional"):
         raise ValueError(f"direction {direction!r} has no cuDNN equivalent")
-    W = layers[0]["W"]
+    W, R = layers[0]["W"], layers[0]["R"]
+    for name, a in (("W", W), ("R", R)):
+        if a.ndim != 3 or 0 in a.shape:
+            raise ValueError(f"node {node}: {name} must be a non-empty [num_directions, gates*hidden_size, width] "
+                             f"tensor, got shape {list(a.shape)}")
+    hidden_size = R.shape[2]
+    if attrs.get("hidden_size", hidden_size) != hidden_size:
+        raise ValueError(f"node {node}: hidden_size {attrs['hidden_size']} disagrees with R's shape {list(R.shape)}")
     return checkpoint.complete_config({
-        "rnn_mode": mode, "num_layers": len(nodes), "num_units": int(attrs["hidden_size"]), "input_size": int(W.shape[2]),
+        "rnn_mode": mode, "num_layers": len(nodes), "num_units": int(hidden_size), "input_size": int(W.shape[2]),
         "direction": "bidirectional" if direction == "bidirectional" else "unidirectional", "dtype": W.dtype.name})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,15 @@ def flatten(model, groups: list[PseudoLayerTensors]) -> tuple[list[np.ndarray], 
     w_regions, b_regions = model.canonical_regions()
     return ([found[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in w_regions],
             [found[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions])
+
+
+def check_fits(model, values: int, what: str) -> None:
+    """Refuse a model larger than the file said to hold it before anything of the model's size is made
+    (``zeros``): every format stores each canonical weight matrix once (biases may be summed), so a file
+    of fewer values than the model's weights cannot hold them (a config claiming ``num_units`` 10^9)."""
+    need = sum(math.prod(shape) for shape in model.canonical_shapes()[0])
+    if need > values:
+        raise ValueError(f"{what} hold {values} values in all, fewer than the {need} weights of {model!r}")
 
 
 def zeros(model) -> tuple[list[np.ndarray], list[np.ndarray]]:

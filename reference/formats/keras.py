@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, zeros
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, zeros
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
@@ -47,6 +47,7 @@ def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False) -
     ``gradients``: ``layers`` hold the gradients of Keras's weights, so a summed bias's gradient is the
     gradient of each of its two canonical parts (rather than split in halves)."""
     _supported(model)
+    check_fits(model, sum(np.size(a) for layer in layers for a in layer), "the Keras weights")
     expected = to_keras(model, *zeros(model))
     if len(layers) != len(expected):
         raise ValueError(f"{model!r} has {len(expected)} Keras layers (directions), got {len(layers)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, input_blocks, zeros
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, input_blocks, zeros
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -39,6 +39,7 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
 
 def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-layer ``W``/``R``/``B``; errors name the tensor."""
+    check_fits(model, sum(np.size(a) for layer in layers for a in layer.values()), "the ONNX W, R and B")
     expected = to_onnx(model, *zeros(model))
     if len(layers) != len(expected):
         raise ValueError(f"{model!r} has {len(expected)} ONNX recurrent nodes, got {len(layers)}")

@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, input_blocks, zeros
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, input_blocks, zeros
 
 CELL_NAMES = {"relu": "basic_rnn_cell", "tanh": "basic_rnn_cell", "lstm": "cudnn_compatible_lstm_cell",
               "gru": "cudnn_compatible_gru_cell", "classic_gru": "gru_cell"}
@@ -152,6 +152,7 @@ def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...
 
 def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> tuple[list, list]:
     """``{TF variable name: tensor}`` -> canonical lists; errors name the offending tensor."""
+    check_fits(model, sum(np.size(v) for v in tensors.values()), "the checkpoint's tensors")
     shapes = expected_shapes(model, scope)
     missing = [n for n in shapes if n not in tensors]
     if missing:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_tensor, flatten, zeros
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, zeros
 
 
 def _suffix(model, pl: int) -> str:
@@ -41,6 +41,7 @@ def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray]) ->
 def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     """The canonical lists of ``model`` from a state_dict; errors name the tensor."""
     _supported(model)
+    check_fits(model, sum(np.size(v) for v in state.values()), "the state_dict's tensors")
     expected = {k: v.shape for k, v in to_state_dict(model, *zeros(model)).items()}
     for name, shape in expected.items():
         if name not in state:
