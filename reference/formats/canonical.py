@@ -60,12 +60,18 @@ def flatten(model, groups: list[PseudoLayerTensors]) -> tuple[list[np.ndarray], 
             [found[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions])
 
 
+# Stand-ins (``zeros``) up to this size are made even for a file too small for them: the per-tensor checks
+# that follow name what is missing or misshapen, which a count cannot.
+STAND_IN_BYTES = 2**28
+
+
 def check_fits(model, values: int, what: str) -> None:
-    """Refuse a model larger than the file said to hold it before anything of the model's size is made
-    (``zeros``): every format stores each canonical weight matrix once (biases may be summed), so a file
-    of fewer values than the model's weights cannot hold them (a config claiming ``num_units`` 10^9)."""
+    """Refuse a model far larger than the file said to hold it before anything of the model's size is made
+    (``zeros``): every format stores each canonical weight matrix once (biases may be summed), so a file of
+    fewer values than the model's weights cannot hold them. Matters for a config that claims, say, 10^9
+    units; a smaller mismatch is left to the per-tensor checks, which name the tensor."""
     need = sum(math.prod(shape) for shape in model.canonical_shapes()[0])
-    if need > values:
+    if need > values and need * model.dtype.itemsize > STAND_IN_BYTES:
         raise ValueError(f"{what} hold {values} values in all, fewer than the {need} weights of {model!r}")
 
 
