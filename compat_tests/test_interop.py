@@ -508,7 +508,8 @@ def _edit_onnx(proto, edit: str, data) -> None:
     if edit == "drop an attribute" and attributes:
         node.attribute.remove(data.draw(st.sampled_from(attributes), label="attribute"))
     elif edit.startswith("change") and edit.endswith("attribute") or edit == "empty a list attribute":
-        kind = {"change an int attribute": onnx.AttributeProto.INT, "change a string attribute": onnx.AttributeProto.STRING,
+        kind = {"change an int attribute": onnx.AttributeProto.INT,
+                "change a string attribute": onnx.AttributeProto.STRING,
                 "empty a list attribute": onnx.AttributeProto.STRINGS}[edit]
         chosen = [a for a in attributes if a.type == kind]
         if chosen:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from compat_tests import cli
 from compat_tests.compare import assert_agree_within_policy
@@ -162,6 +164,28 @@ def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
     data.unlink()
     with pytest.raises(ValueError, match="tanh_half.data-00000-of-00001, which is missing"):
         tf_bundle.read(prefix)
+
+
+@pytest.mark.parametrize("name", ["gru_double", "lstm_bi_scoped", "many_names"])
+@given(data=st.data())
+def test_the_parser_behind_the_checksums_refuses_what_it_cannot_read(name, data, tmp_path_factory, monkeypatch):
+    """With every checksum taken as matching (as a forged or unlucky file would have them), damaged index
+    and data files still read as tensors or fail with a ValueError: no struct.error from a fixed-width field
+    or an entry that runs past its block."""
+    monkeypatch.setattr(tf_bundle, "crc32c", lambda blob: 0)
+    monkeypatch.setattr(tf_bundle, "_unmask", lambda stored: 0)
+    prefix = _copy(name, tmp_path_factory.mktemp("bundle"))
+    files = sorted(prefix.parent.glob(f"{prefix.name}.*"))
+    victim = data.draw(st.sampled_from(files), label="file")
+    blob = bytearray(victim.read_bytes())
+    edits = st.tuples(st.integers(0, len(blob) - 1), st.sampled_from([0, 1, 0x7F, 0x80, 0xFF]))
+    for at, value in data.draw(st.lists(edits, min_size=1, max_size=8), label="overwrite (offset, byte)"):
+        blob[at] = value
+    victim.write_bytes(bytes(blob))
+    try:
+        tf_bundle.read(prefix)
+    except ValueError:
+        pass
 
 
 def test_crc32c_is_castagnoli():

@@ -84,13 +84,16 @@ def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
         number, wire = key >> 3, key & 7
         if wire == 0:
             value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = struct.unpack_from("<Q", buf, pos)[0], pos + 8
+        elif wire in (1, 5):
+            fixed = "<Q" if wire == 1 else "<I"
+            if pos + struct.calcsize(fixed) > len(buf):
+                raise ValueError(f"protobuf field {number}: truncated fixed-width value")
+            value, pos = struct.unpack_from(fixed, buf, pos)[0], pos + struct.calcsize(fixed)
         elif wire == 2:
             length, pos = _varint(buf, pos)
+            if pos + length > len(buf):
+                raise ValueError(f"protobuf field {number}: {length} bytes run past the end of the message")
             value, pos = buf[pos : pos + length], pos + length
-        elif wire == 5:
-            value, pos = struct.unpack_from("<I", buf, pos)[0], pos + 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire}")
         out.append((number, value))
@@ -144,6 +147,8 @@ def _block_entries(block: bytes) -> Iterable[tuple[bytes, bytes]]:
         shared, pos = _varint(block, pos)
         unshared, pos = _varint(block, pos)
         length, pos = _varint(block, pos)
+        if shared > len(key) or pos + unshared + length > end:
+            raise ValueError("index entry runs past its block (corrupt index file)")
         key = key[:shared] + block[pos : pos + unshared]
         pos += unshared
         yield key, block[pos : pos + length]
