@@ -249,6 +249,39 @@ def test_render_refuses_a_folder_that_is_not_a_report_run(tmp_path, capsys):
     assert "no run.json" in capsys.readouterr().err
 
 
+def _drop(key: str):
+    return lambda d: {k: v for k, v in d.items() if k != key}
+
+
+@pytest.mark.parametrize(("target", "damage", "match"), [
+    ("run.json", lambda text: text[:-5], "is not JSON"),
+    ("run.json", lambda text: "[]", "must be an object with backends, environment"),
+    ("run.json", lambda text: json.dumps(_drop("units")(json.loads(text))), "must be an object with"),
+    (RESULTS, lambda text: "\n".join([json.dumps(_drop("backend")(json.loads(text.splitlines()[0]))),
+                                      *text.splitlines()[1:]]), "line 1 lacks \\['backend'\\]"),
+    (RESULTS, lambda text: "\n".join([*text.splitlines()[:2], json.dumps(_drop("reproduce")(json.loads(
+        next(line for line in text.splitlines() if '"compat"' in line))))]), "line 3 lacks \\['reproduce'\\]"),
+    (RESULTS, lambda text: "[1, 2]\n" + text, "line 1 lacks \\['id', 'study'"),
+    (RESULTS, lambda text: json.dumps({**json.loads(text.splitlines()[0]), "status": "pending"}) + "\n" + text,
+     "line 1 lacks a known status and study"),
+])
+def test_render_and_resume_refuse_a_run_folder_another_version_or_a_hand_wrote(tmp_path, tiny_report, capsys,
+                                                                              target, damage, match):
+    """``render`` (and ``--resume``, which reads the same records) names the file and the line instead of
+    failing with a KeyError deep in the report's aggregation."""
+    _, out, _ = tiny_report
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("run.json", RESULTS):
+        (copy / name).write_text((out / name).read_text())
+    damaged = damage((copy / target).read_text())
+    (copy / target).write_text(damaged if target != RESULTS else damaged.rstrip("\n") + "\n")  # whole lines
+    assert cli.main(["render", str(copy)]) == 2
+    assert re.search(f"{re.escape(str(copy / target))}:? {match}", capsys.readouterr().err)
+    if target == RESULTS:
+        assert run(copy, "--resume") == 2
+
+
 @pytest.mark.parametrize("argv", [
     ["--grid", "nonesuch"],
     ["--grid", str(TINY), "--backends", "nonesuch"],

@@ -20,6 +20,7 @@ from .sweep import RESULTS, read_records
 from .units import Unit
 
 PLAN = "run.json"
+PLAN_KEYS = ("backends", "environment", "grid", "seed", "skipped", "units")
 
 
 def write_plan(out: Path, grid: str, seed: int, backends: list[dict], units: list[Unit],
@@ -41,7 +42,13 @@ def render(out: Path) -> dict:
     path = out / PLAN
     if not path.is_file():
         raise ValueError(f"{out} holds no {PLAN}: it is not the folder of an rnn-compat report run")
-    plan = json.loads(path.read_text())
+    try:
+        plan = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(plan, dict) or not set(PLAN_KEYS) <= set(plan):
+        raise ValueError(f"{path} must be an object with {', '.join(PLAN_KEYS)} (written by another version of "
+                         f"rnn-compat, or edited?)")
     done = {r["id"]: r for r in read_records(out / RESULTS)}
     records = [done[i] for i in plan["units"] if i in done]
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]
@@ -49,3 +56,4 @@ def render(out: Path) -> dict:
                           env=plan["environment"], planned=len(plan["units"]))
     write_report(out, report)
     return report
+

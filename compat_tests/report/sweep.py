@@ -21,16 +21,29 @@ RESULTS = "results.jsonl"
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+# What every record holds, and what a record of each status and study adds (units.run_unit writes them).
+RECORD_KEYS = ("id", "study", "backend", "config", "status", "passed", "indeterminate")
+RECORD_KEYS_BY_KIND = {("ok", "compat"): ("forward", "reproduce"), ("ok", "gru_variant"): ("variant",),
+                       ("error", "compat"): ("error", "reproduce"), ("error", "gru_variant"): ("error",)}
+
+
 def read_records(path: Path) -> list[dict]:
-    """Records of a results file; a torn last line (the run was killed mid-write) is dropped."""
+    """Records of a results file; a torn line (the run was killed mid-write) is dropped. A record without
+    the keys the report and ``--resume`` read is a ValueError naming it: another version wrote it, or a hand."""
     if not path.exists():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        kind = (record.get("status"), record.get("study")) if isinstance(record, dict) else None
+        missing = [k for k in RECORD_KEYS + RECORD_KEYS_BY_KIND.get(kind, ()) if kind is None or k not in record]
+        if missing or kind not in RECORD_KEYS_BY_KIND:
+            raise ValueError(f"{path}: line {number} lacks {missing or 'a known status and study'} (written by "
+                             f"another version of rnn-compat, or edited?)")
+        records.append(record)
     return records
 
 
