@@ -53,6 +53,8 @@ _UNKNOWN_MODE.capabilities = Capabilities(modes=("lstm", "mgu"))
 _CAPABILITIES_NOT_DECLARED = _Echo("no-caps")
 _CAPABILITIES_NOT_DECLARED.capabilities = {"modes": ("gru",)}
 _ANOTHER_MY_GRU = _Echo("my-gru")
+_SECOND_TAKES_A_BUILTIN_NAME = [_Echo("fresh"), _Echo("torch-cpu")]  # refused whole: "fresh" is not kept
+_TWINS = [_Echo("twin"), _Echo("twin")]
 
 
 @pytest.fixture
@@ -99,6 +101,8 @@ def test_the_same_name_from_another_spec_is_refused(registry):
     ("compat_tests.test_plugins:_UNKNOWN_MODE", ValueError, r"capabilities.modes must be a non-empty subset"),
     ("compat_tests.test_plugins:_CAPABILITIES_NOT_DECLARED", TypeError, "capabilities of type"),
     ("compat_tests.test_plugins:_TAKES_A_BUILTIN_NAME", ValueError, "'reference' is already taken by a built-in"),
+    ("compat_tests.test_plugins:_SECOND_TAKES_A_BUILTIN_NAME", ValueError, "'torch-cpu' is already taken"),
+    ("compat_tests.test_plugins:_TWINS", ValueError, "'twin' is already taken by another of its peers"),
 ])
 def test_bad_plugins_are_refused_naming_the_spec(registry, spec, error, match):
     before = dict(PEERS)

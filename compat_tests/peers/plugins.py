@@ -129,14 +129,18 @@ def resolve(spec: str) -> list[Peer]:
 
 
 def _register(registry: dict[str, Peer], peers: list[Peer], source: str, spec: str | None) -> None:
+    """All of ``peers`` or none: a name already taken (but by the same spec, which keeps its first peers)
+    refuses the lot."""
+    names = [p.name for p in peers]
+    for name in names:
+        if (name in registry and (spec is None or SPECS.get(name) != spec)) or names.count(name) > 1:
+            taken_by = SPECS.get(name, "a built-in or installed peer") if name in registry else "another of its peers"
+            raise ValueError(f"{source}: peer name {name!r} is already taken by {taken_by}")
     for peer in peers:
         if peer.name not in registry:
             registry[peer.name] = peer
             if spec is not None:
                 SPECS[peer.name] = spec
-        elif spec is None or SPECS.get(peer.name) != spec:  # the same spec again keeps its first peers
-            taken_by = SPECS.get(peer.name, "a built-in or installed peer")
-            raise ValueError(f"{source}: peer name {peer.name!r} is already taken by {taken_by}")
 
 
 def load(registry: dict[str, Peer], spec: str) -> list[Peer]:
