@@ -125,10 +125,10 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
 
 
 # What NumPy's and zipfile's readers raise on a damaged file besides ValueError: a bad CRC or header, a
-# flag bit zipfile does not support (encryption), a truncated member, an unparsable .npy header, a seek
-# past the end of the file.
-_DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
-           tokenize.TokenError, SyntaxError, OSError)
+# flag bit zipfile does not support (RuntimeError for encryption, NotImplementedError for others), a
+# truncated member, an unparsable .npy header, a seek past the end of the file.
+_DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, EOFError, zlib.error, tokenize.TokenError,
+           SyntaxError, OSError)
 
 
 @contextmanager

@@ -56,4 +56,3 @@ def render(out: Path) -> dict:
                           env=plan["environment"], planned=len(plan["units"]))
     write_report(out, report)
     return report
-
