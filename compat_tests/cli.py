@@ -161,6 +161,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     import numpy as np
 
     from reference import checkpoint
+    from reference.formats.files import replacing
 
     ck = checkpoint.load(args.checkpoint)
     x = _array(args.input, "INPUT")
@@ -173,10 +174,11 @@ def cmd_infer(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
                                 ("output_c", result.output_c)) if v is not None}
-    if out.suffix == ".npy":
-        np.save(out, result.output)
-    else:
-        np.savez(out, **arrays)
+    with replacing(out) as partial:
+        if out.suffix == ".npy":
+            np.save(partial, result.output)
+        else:
+            np.savez(partial, **arrays)
     print(f"{ck.model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
           + f" -> {out}")
     return 0

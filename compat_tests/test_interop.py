@@ -587,6 +587,49 @@ def test_infer_refuses_a_damaged_input_naming_it(tmp_path, capsys):
     assert f"{tmp_path / 'x.npy'}: not a readable NumPy file (TokenError" in capsys.readouterr().err
 
 
+WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "w.safetensors"), ("keras", "w.npz"),
+           ("onnx", "w.onnx"), ("tf", "w"), ("infer", "y.npz"), ("infer", "y.npy")]
+
+
+@pytest.mark.parametrize(("fmt", "name"), WRITTEN, ids=lambda v: v)
+def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, tmp_path, monkeypatch):
+    """Every writer writes beside its file and replaces it last (reference.formats.files.replacing): killed
+    at that last moment, the file it was overwriting is as it was and no partial file is left. A writer that
+    wrote in place would change the old file here."""
+    from compat_tests.interop import convert
+    from reference.formats import files
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    model = cfg.model()
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def prepare(case):  # infer's checkpoint and input, written while writes still succeed
+        checkpoint.save(tmp_path / "m.npz", model, case.weights, case.biases)
+        np.save(tmp_path / "x.npy", case.x)
+
+    def write(case):
+        if fmt == "infer":
+            assert cli.main(["infer", str(tmp_path / "m.npz"), str(tmp_path / "x.npy"), "--out", str(out / name)]) == 0
+        else:
+            convert.write(fmt, out / name, model, case.weights, case.biases)
+
+    prepare(case)
+    write(case)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    case = case._replace(weights=[w + 1 for w in case.weights], x=case.x + 1)  # a second write changes every file
+    prepare(case)
+
+    def killed(src, dst):
+        raise KeyboardInterrupt("killed before the file was replaced")
+
+    monkeypatch.setattr(files.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write(case)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_pickles_are_refused(tmp_path):
     pkl = tmp_path / "model.pt"
     pkl.write_bytes(pickle.dumps({"weight_ih_l0": np.zeros(3)}))

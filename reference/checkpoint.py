@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .formats import safetensors, tf, tf_bundle
+from .formats.files import replacing
 
 FORMAT = "cudnn-rnn-compat/tf-canonical"
 VERSION = 1
@@ -90,7 +91,8 @@ def write_tensors(path: str | Path, tensors: dict[str, np.ndarray], config: dict
         safetensors.save(path, tensors, {CONFIG_KEY: json.dumps(config)} if config else None)
     elif path.suffix == ".npz":
         extra = {NPZ_CONFIG: np.frombuffer(json.dumps(config).encode(), dtype=np.uint8)} if config else {}
-        np.savez(path, **tensors, **extra)
+        with replacing(path) as partial:
+            np.savez(partial, **tensors, **extra)
     else:
         raise ValueError(f"tensor file path must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
 

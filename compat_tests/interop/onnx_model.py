@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from reference import checkpoint
+from reference.formats.files import replacing
 from reference.formats import onnx as onnx_weights
 
 OPSET = 22
@@ -95,7 +96,9 @@ def export_model(model, weights: list[np.ndarray], biases: list[np.ndarray], wit
 
 
 def save(path: str | Path, model, weights, biases) -> None:
-    Path(path).write_bytes(export_model(model, weights, biases).SerializeToString())
+    blob = export_model(model, weights, biases).SerializeToString()
+    with replacing(path) as partial:
+        partial.write_bytes(blob)
 
 
 def import_model(source) -> tuple[object, list[np.ndarray], list[np.ndarray]]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .files import replacing
+
 DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
           "I32": np.int32, "I64": np.int64, "U8": np.uint8, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64,
           "BOOL": np.bool_}
@@ -38,7 +40,7 @@ def save(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, s
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # align the data to 8 bytes, as the reference writer does
-    with open(path, "wb") as f:
+    with replacing(path) as partial, open(partial, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for blob in blobs:

@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 
 from .. import checks
+from .files import replacing
 
 MAGIC = 0xDB4775248B80FB57  # kTableMagicNumber
 FOOTER_LENGTH = 48
@@ -398,8 +399,10 @@ def write(path: str | Path, tensors: dict[str, np.ndarray], byte_order: str = "<
         items.append((name.encode(), _encode_entry(codes[dtype], array.shape, offset, len(blob), crc32c(blob))))
         data += blob
         offset += len(blob)
-    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
-    Path(f"{prefix}.index").write_bytes(_table_bytes(items))
+    index = _table_bytes(items)
+    with replacing(f"{prefix}.data-00000-of-00001") as data_file, replacing(f"{prefix}.index") as index_file:
+        data_file.write_bytes(bytes(data))
+        index_file.write_bytes(index)  # both are written before either replaces the old
 
 
 def read(path: str | Path, names: Iterable[str] | None = None, verify: bool = True) -> dict[str, np.ndarray]:
