@@ -244,6 +244,29 @@ def test_render_writes_the_report_of_the_run_not_of_the_renderer(tmp_path, tiny_
     assert (copy / "report.md").read_text().startswith("# cudnn-rnn-compat divergence report")
 
 
+def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path, tiny_report, monkeypatch):
+    from reference.formats import files
+
+    _, out, _ = tiny_report
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("run.json", RESULTS):
+        (copy / name).write_bytes((out / name).read_bytes())
+    assert cli.main(["render", str(copy)]) == 0
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    plan = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps({**plan, "environment": {"cpu": "another"}}))  # every document changes
+    before["run.json"] = (copy / "run.json").read_bytes()
+
+    def killed(src, dst):
+        raise KeyboardInterrupt("killed before the file was replaced")
+
+    monkeypatch.setattr(files.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["render", str(copy)])
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+
+
 def test_render_refuses_a_folder_that_is_not_a_report_run(tmp_path, capsys):
     assert cli.main(["render", str(tmp_path)]) == 2
     assert "no run.json" in capsys.readouterr().err

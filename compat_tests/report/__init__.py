@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from reference.formats.files import replacing
+
 from .aggregate import build_report
 from .render import html_page, markdown
 
@@ -17,10 +19,12 @@ SCHEMA = Path(__file__).with_name("report.schema.json")
 
 
 def write_report(out: Path, report: dict) -> None:
-    """``report.json``, ``report.md`` and ``index.html`` into ``out``."""
-    (out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    (out / "report.md").write_text(markdown(report))
-    (out / "index.html").write_text(html_page(report))
+    """``report.json``, ``report.md`` and ``index.html`` into ``out``, each whole (an earlier report stays as
+    it was until its replacement is complete)."""
+    for name, text in (("report.json", json.dumps(report, indent=1, sort_keys=True) + "\n"),
+                       ("report.md", markdown(report)), ("index.html", html_page(report))):
+        with replacing(out / name) as partial:
+            partial.write_text(text)
 
 
 __all__ = ["SCHEMA", "build_report", "write_report"]
