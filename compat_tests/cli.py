@@ -7,6 +7,7 @@ report run stopped before its last unit), 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -67,6 +68,45 @@ def _rendered(out: Path) -> int:
     report = render(out)
     print(terminal_summary(report, str(out)))
     return 0 if report["passed"] and report["complete"] else 1
+
+
+# Capabilities a peer may lack, each with the feature name its notes use for the reason.
+FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("lengths", "sequence lengths"),
+            ("batch_major", "batch-major"), ("bidirectional", "bidirectional"), ("backward", "gradients"))
+
+
+def peer_summary(peer) -> dict:
+    """What ``rnn-compat peers`` says of one peer: availability, where a plugin came from, what it runs."""
+    from .peers.plugins import SPECS
+
+    ok, why = peer.available()
+    caps, notes = peer.capabilities, dict(peer.capabilities.notes)
+    lacks = {}
+    for field, names in (("mode", MODE_NAMES), ("dtype", DTYPE_NAMES)):
+        missing = [n for n in names if n not in getattr(caps, field + "s")]
+        if missing:
+            lacks[", ".join(missing)] = notes.get(field, "")
+    lacks.update({label: notes.get(field, "") for field, label in FEATURES if not getattr(caps, field)})
+    if caps.max_layers is not None:
+        lacks[f"stacks of more than {caps.max_layers} layer(s)"] = notes.get("num_layers", "")
+    return {"name": peer.name, "available": ok, "detail": why, "plugin": SPECS.get(peer.name),
+            "modes": list(caps.modes), "dtypes": list(caps.dtypes), "lacks": lacks}
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    from .peers import PEERS
+
+    summaries = [peer_summary(peer) for peer in PEERS.values()]
+    if args.json:
+        print(json.dumps(summaries, indent=1))
+        return 0
+    for s in summaries:
+        print(f"{s['name']}: {'available' if s['available'] else 'UNAVAILABLE'}, {s['detail']}"
+              + (f" (plugin {s['plugin']})" if s["plugin"] else ""))
+        print(f"  modes {', '.join(s['modes'])}; dtypes {', '.join(s['dtypes'])}")
+        for feature, why in s["lacks"].items():
+            print(f"  no {feature}" + (f": {why}" if why else ""))
+    return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -253,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     infer.add_argument("--state", help=".npz of initial states input_h (and input_c), or an earlier --out .npz "
                                        "(its output_h, output_c), to go on from where that run ended")
 
+    peers = sub.add_parser("peers", help="every peer (built-in and plugins): available here or why not, and what "
+                                         "it can run")
+    peers.add_argument("--json", action="store_true", help="as JSON")
+    _plugin_option(peers)
+
     test = sub.add_parser("test", help="run the suite (or the tests the arguments name); other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")
     _plugin_option(test)
@@ -269,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "test":
             return cmd_test(args, extra)
         commands = {"report": cmd_report, "render": cmd_render, "check": cmd_check, "convert": cmd_convert,
-                    "infer": cmd_infer}
+                    "infer": cmd_infer, "peers": cmd_peers}
         return commands[args.command](args)
     except (ValueError, TypeError, OSError) as exc:  # bad arguments or files: named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)

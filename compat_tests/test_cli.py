@@ -39,3 +39,18 @@ def test_bad_arguments_exit_2(argv, tmp_path):
     except SystemExit as exc:  # argparse's own errors
         status = exc.code
     assert status == 2
+
+
+def test_peers_lists_every_peer_with_its_availability_and_what_it_lacks(capsys):
+    from compat_tests.peers import PEERS
+
+    assert cli.main(["peers", "--json"]) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert list(listed) == list(PEERS)
+    for name, peer in PEERS.items():
+        assert (listed[name]["available"], listed[name]["detail"]) == peer.available()
+    assert listed["torch-cpu"]["lacks"]["classic_gru"] == dict(PEERS["torch-cpu"].capabilities.notes)["mode"]
+    assert "gradients" in listed["onnxruntime"]["lacks"] and "gradients" not in listed["torch-cpu"]["lacks"]
+    assert cli.main(["peers"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"{name}: {'available' if p.available()[0] else 'UNAVAILABLE'}" in text for name, p in PEERS.items())

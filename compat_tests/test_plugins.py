@@ -182,6 +182,18 @@ def test_check_names_an_unknown_peer_and_the_plugin_option(registry, capsys):
     assert "unknown peer 'my-gru'" in err and "--plugin MODULE:ATTR" in err
 
 
+def test_peers_names_a_plugin_s_spec_and_what_it_lacks(registry, capsys):
+    assert cli.main(["peers", "--json", "--plugin", BOTH]) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    mine = listed["my-gru"]
+    assert (mine["plugin"], mine["modes"], mine["dtypes"]) == (BOTH, ["gru"], ["float32", "float64"])
+    assert mine["lacks"] == {"relu, tanh, lstm, classic_gru": "my_gru is a GRU",
+                             "float16": "my_gru computes in its inputs' dtype; no float16", "skip_input": "",
+                             "projection": "", "sequence lengths": "my_gru runs every step", "batch-major": "",
+                             "bidirectional": "", "gradients": "", "stacks of more than 1 layer(s)": "my_gru is one layer"}
+    assert listed["reference"]["plugin"] is None
+
+
 def test_report_runs_plugin_peers_in_worker_processes(registry, tmp_path):
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": m, "seq_len": 6, "batch": 3, "seed": k}}
