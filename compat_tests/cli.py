@@ -203,6 +203,9 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from reference import checkpoint
     from reference.formats.files import replacing
 
+    out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
+    if out.suffix not in (".npy", ".npz"):
+        raise ValueError(f"--out must end in .npz (output, output_h, output_c) or .npy (output only), got {out.name!r}")
     ck = checkpoint.load(args.checkpoint)
     x = _array(args.input, "INPUT")
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
@@ -211,14 +214,13 @@ def cmd_infer(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {ck.model.dtype}")
     result = ck.model.forward(x, h0, ck.params(), input_c=c0, is_training=False, sequence_lengths=lengths,
                               time_major=not args.batch_major)
-    out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
                                 ("output_c", result.output_c)) if v is not None}
-    with replacing(out) as partial:
+    with replacing(out) as partial, open(partial, "wb") as f:
         if out.suffix == ".npy":
-            np.save(partial, result.output)
+            np.save(f, result.output)
         else:
-            np.savez(partial, **arrays)
+            np.savez(f, **arrays)
     print(f"{ck.model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
           + f" -> {out}")
     return 0

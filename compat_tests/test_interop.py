@@ -630,6 +630,35 @@ def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, t
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+def test_replacing_keeps_the_mode_and_the_link_and_gives_each_write_its_own_partial_file(tmp_path):
+    import os
+
+    from reference.formats.files import replacing
+
+    target, link = tmp_path / "w.npz", tmp_path / "link.npz"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o640)
+    link.symlink_to(target)
+    with replacing(link) as first, replacing(link) as second:
+        assert first != second and first.parent == second.parent == tmp_path
+        first.write_bytes(b"first")
+        second.write_bytes(b"second")
+    assert link.is_symlink() and target.read_bytes() == b"first"  # the outer write replaced last
+    assert os.stat(target).st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.npz", "w.npz"]
+
+
+def test_infer_refuses_an_output_it_would_not_write_as_named(tmp_path, capsys):
+    """np.savez adds .npz to a name without it: infer would write elsewhere than --out says."""
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "m.npz", cfg.model(), case.weights, case.biases)
+    np.save(tmp_path / "x.npy", case.x)
+    assert cli.main(["infer", str(tmp_path / "m.npz"), str(tmp_path / "x.npy"), "--out", str(tmp_path / "y")]) == 2
+    assert "--out must end in .npz" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "x.npy"]
+
+
 def test_pickles_are_refused(tmp_path):
     pkl = tmp_path / "model.pt"
     pkl.write_bytes(pickle.dumps({"weight_ih_l0": np.zeros(3)}))

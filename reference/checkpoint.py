@@ -91,8 +91,8 @@ def write_tensors(path: str | Path, tensors: dict[str, np.ndarray], config: dict
         safetensors.save(path, tensors, {CONFIG_KEY: json.dumps(config)} if config else None)
     elif path.suffix == ".npz":
         extra = {NPZ_CONFIG: np.frombuffer(json.dumps(config).encode(), dtype=np.uint8)} if config else {}
-        with replacing(path) as partial:
-            np.savez(partial, **tensors, **extra)
+        with replacing(path) as partial, open(partial, "wb") as f:
+            np.savez(f, **tensors, **extra)
     else:
         raise ValueError(f"tensor file path must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
 

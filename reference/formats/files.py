@@ -1,8 +1,10 @@
-"""Writing files whole: every writer of a weight, state or output file goes through :func:`replacing`."""
+"""Writing files whole: every writer of a weight, state, output or report file goes through :func:`replacing`."""
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -10,13 +12,19 @@ from typing import Iterator
 
 @contextmanager
 def replacing(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same folder and suffix, so writers that add a suffix add none) to
-    write to; it replaces ``path`` only once the block finishes. A write that fails or is killed leaves
-    ``path`` as it was (a file it was to overwrite stays whole) and nothing under its name."""
+    """A fresh temporary path beside ``path`` (same folder, a hidden name of its own per call) to write to;
+    it replaces ``path`` only once the block finishes, keeping the mode of the file it replaces (a symlink's
+    target is replaced, not the link). A write that raises leaves ``path`` as it was (a file it was to
+    overwrite stays whole) and removes the partial file; a hard kill may leave that hidden file beside it.
+    Writers that add a suffix to names without one (``np.save``, ``np.savez``) must be given an open file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    if path.is_symlink():
+        path = path.resolve()
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
     try:
         yield tmp
+        if path.exists():
+            shutil.copymode(path, tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

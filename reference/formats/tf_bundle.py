@@ -400,9 +400,11 @@ def write(path: str | Path, tensors: dict[str, np.ndarray], byte_order: str = "<
         data += blob
         offset += len(blob)
     index = _table_bytes(items)
-    with replacing(f"{prefix}.data-00000-of-00001") as data_file, replacing(f"{prefix}.index") as index_file:
+    # Both written before either replaces its old file, the data first: a kill between the two leaves the old
+    # index over the new data, which the index's checksums refuse rather than read as wrong tensors.
+    with replacing(f"{prefix}.index") as index_file, replacing(f"{prefix}.data-00000-of-00001") as data_file:
         data_file.write_bytes(bytes(data))
-        index_file.write_bytes(index)  # both are written before either replaces the old
+        index_file.write_bytes(index)
 
 
 def read(path: str | Path, names: Iterable[str] | None = None, verify: bool = True) -> dict[str, np.ndarray]:
