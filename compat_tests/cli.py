@@ -226,13 +226,22 @@ def cmd_infer(args: argparse.Namespace) -> int:
     return 0
 
 
+SUITE = Path(__file__).resolve().parent
+
+
+def names_suite_tests(arguments: list[str]) -> bool:
+    """Whether pytest ``arguments`` name some of the suite's tests (a file, folder or node id inside it), so
+    ``rnn-compat test`` runs those rather than the whole suite; an option's value, such as ``--junitxml``'s
+    existing file, is not a test path."""
+    paths = [Path(a.split("::")[0]).resolve() for a in arguments if not a.startswith("-")]
+    return any(p.exists() and (p == SUITE or SUITE in p.parents) for p in paths)
+
+
 def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    # The whole suite, unless the arguments name tests of their own (a file, folder or node id that exists).
-    named = any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in extra)
-    suite = [] if named else [str(Path(__file__).resolve().parent)]
-    return int(pytest.main([*suite, f"--hypothesis-profile={args.profile}", *extra]))
+    whole_suite = [] if names_suite_tests(extra) else [str(SUITE)]
+    return int(pytest.main([*whole_suite, f"--hypothesis-profile={args.profile}", *extra]))
 
 
 def _plugin_option(parser: argparse.ArgumentParser) -> None:

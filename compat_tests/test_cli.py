@@ -41,6 +41,16 @@ def test_bad_arguments_exit_2(argv, tmp_path):
     assert status == 2
 
 
+def test_rnn_compat_test_runs_the_whole_suite_unless_its_arguments_name_some_of_its_tests(tmp_path, monkeypatch):
+    report = tmp_path / "junit.xml"
+    report.write_text("")  # an option's existing file: not a test path
+    assert not cli.names_suite_tests(["--junitxml", str(report), "-k", "forward", "--basetemp", str(tmp_path)])
+    assert not cli.names_suite_tests([])
+    assert cli.names_suite_tests(["-x", str(cli.SUITE / "test_forward.py") + "::test_peer_matches_float64_reference"])
+    monkeypatch.chdir(cli.SUITE.parent)
+    assert cli.names_suite_tests(["compat_tests/test_cli.py"]) and cli.names_suite_tests(["compat_tests"])
+
+
 def test_peers_lists_every_peer_with_its_availability_and_what_it_lacks(capsys):
     from compat_tests.peers import PEERS
 

@@ -659,6 +659,69 @@ def test_infer_refuses_an_output_it_would_not_write_as_named(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "x.npy"]
 
 
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_an_array_header_claiming_more_than_its_file_holds_is_refused_before_allocating(suffix, tmp_path):
+    """A damaged .npy header can claim 10^12 elements; NumPy would ask for 4 TB before finding 12 bytes."""
+    import io
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
+    blob = header.getvalue() + bytes(12)
+    path = tmp_path / f"x{suffix}"
+    if suffix == ".npy":
+        path.write_bytes(blob)
+    else:
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("input_h.npy", blob)
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}.*: its header claims \\[1000000000000\\] float32 "
+                                         f"\\(4000000000000 bytes\\), but 12 bytes follow it"):
+        checkpoint.load_arrays(path)
+
+
+@pytest.mark.parametrize("damage", ["unknown data type", "data in another file"])
+def test_an_onnx_initializer_that_cannot_be_read_from_the_file_is_refused(damage, tmp_path):
+    import onnx
+
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    proto = onnx_model.export_model(cfg.model(), case.weights, case.biases)
+    w = next(t for t in proto.graph.initializer if t.name.startswith("W"))
+    if damage == "unknown data type":
+        w.data_type, match = 999, f"initializer '{w.name}' cannot be read: KeyError: 999"
+    else:  # a model may point at any file; nothing is opened on its say-so
+        w.data_location, match = onnx.TensorProto.EXTERNAL, f"initializer '{w.name}' keeps its data in another file"
+        location = w.external_data.add()
+        location.key, location.value = "location", "/etc/passwd"
+        w.ClearField("raw_data")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(proto.SerializeToString())
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: {match}"):
+        onnx_model.import_model(path)
+
+
+@pytest.mark.parametrize("fmt", ["checkpoint", "torch"])
+def test_a_layer_count_beyond_the_file_s_tensors_is_refused_before_the_model_is_made(fmt, tmp_path):
+    """10^6 layers in a damaged config (or a torch name weight_ih_l999999999) took minutes and gigabytes to lay
+    out before the tensors were even compared."""
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    path = tmp_path / "w.npz"
+    convert.write(fmt, path, cfg.model(), case.weights, case.biases)
+    tensors, config = checkpoint.read_tensors(path)
+    if fmt == "checkpoint":
+        config = {**config, "num_layers": 10**6}
+    else:
+        tensors["weight_ih_l999999"], config = tensors["weight_ih_l0"], None
+    checkpoint.write_tensors(path, tensors, config)
+    with pytest.raises(ValueError, match="the config's 1000000 layer\\(s\\) x 1 direction\\(s\\) need at least 1000000 "
+                                         "tensors, but the file holds"):
+        convert.read(fmt, path)
+
+
 def test_pickles_are_refused(tmp_path):
     pkl = tmp_path / "model.pt"
     pkl.write_bytes(pickle.dumps({"weight_ih_l0": np.zeros(3)}))

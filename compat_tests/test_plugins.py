@@ -57,6 +57,18 @@ _SECOND_TAKES_A_BUILTIN_NAME = [_Echo("fresh"), _Echo("torch-cpu")]  # refused w
 _TWINS = [_Echo("twin"), _Echo("twin")]
 
 
+class _NeedsArguments(_Echo):
+    def __init__(self, name: str, rate: float):
+        super().__init__(name)
+
+
+class _Abstract(Peer):  # no forward
+    name, capabilities = "abstract", Capabilities()
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+
 @pytest.fixture
 def registry(monkeypatch):
     """The built-in peers alone, no plugin specs and an empty ``RNN_COMPAT_PLUGINS`` for the test; all as
@@ -103,12 +115,16 @@ def test_the_same_name_from_another_spec_is_refused(registry):
     ("compat_tests.test_plugins:_TAKES_A_BUILTIN_NAME", ValueError, "'reference' is already taken by a built-in"),
     ("compat_tests.test_plugins:_SECOND_TAKES_A_BUILTIN_NAME", ValueError, "'torch-cpu' is already taken"),
     ("compat_tests.test_plugins:_TWINS", ValueError, "'twin' is already taken by another of its peers"),
+    ("compat_tests.test_plugins:_NeedsArguments", ValueError, "constructing _NeedsArguments\\(\\) failed: TypeError"),
+    ("compat_tests.test_plugins:_Abstract", ValueError, "constructing _Abstract\\(\\) failed: TypeError: Can't "
+                                                        "instantiate abstract class"),
+    ("a,b/peer.py:PEER", ValueError, "a spec cannot hold a comma"),
 ])
 def test_bad_plugins_are_refused_naming_the_spec(registry, spec, error, match):
     before = dict(PEERS)
     with pytest.raises(error, match=match) as caught:
         load_plugin(spec)
-    assert repr(plugins.normalize(spec)) in str(caught.value)
+    assert repr(spec if "," in spec else plugins.normalize(spec)) in str(caught.value)
     assert PEERS == before and os.environ[plugins.ENV] == ""
 
 
@@ -136,6 +152,33 @@ def test_entry_points_and_the_environment_are_loaded_and_a_broken_entry_point_is
     assert not ok and "entry point broken = compat_tests.no_such_module:PEER failed to load: ModuleNotFoundError" in why
     with pytest.raises(RuntimeError, match="failed to load"):
         fresh["broken"].forward(RNNConfig("gru"), None)
+
+
+def test_an_installed_peer_whose_name_is_taken_is_left_out_with_a_warning(registry, monkeypatch):
+    """Raising while compat_tests.peers is imported would stop every command, rnn-compat peers included."""
+    group = plugins.GROUP
+    installed = [importlib.metadata.EntryPoint("reference", "compat_tests.test_plugins:_TAKES_A_BUILTIN_NAME", group),
+                 importlib.metadata.EntryPoint("bad name", "compat_tests.no_such_module:PEER", group),
+                 importlib.metadata.EntryPoint("echo", "compat_tests.test_plugins:_GOOD", group)]
+    monkeypatch.setattr(plugins.importlib.metadata, "entry_points", lambda group: installed)
+    fresh = {"reference": PEERS["reference"]}
+    with pytest.warns(UserWarning) as warned:
+        plugins.load_all(fresh)
+    assert list(fresh) == ["reference", "installed-echo"] and fresh["reference"] is PEERS["reference"]
+    assert [str(w.message) for w in warned] == [
+        f"entry point peer 'reference' (group {group}) left out: its name is taken",
+        f"entry point peer 'bad name' (group {group}) left out: its name is not a peer name"]
+
+
+@pytest.mark.parametrize(("fields", "error", "match"), [
+    ({"max_layers": 0}, ValueError, "Capabilities.max_layers must be None \\(any depth\\) or an int >= 1, got 0"),
+    ({"max_layers": True}, ValueError, "Capabilities.max_layers"),
+    ({"lengths": 1}, TypeError, "Capabilities.lengths must be a bool, got 1"),
+])
+def test_capabilities_refuse_what_the_strategies_would_misread(fields, error, match):
+    """max_layers=0 would read as "any depth" in the strategies; a truthy 1 as a feature."""
+    with pytest.raises(error, match=match):
+        Capabilities(**fields)
 
 
 def _example(name: str) -> Peer:

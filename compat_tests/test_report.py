@@ -287,6 +287,12 @@ def _drop(key: str):
     (RESULTS, lambda text: "[1, 2]\n" + text, "line 1 lacks \\['id', 'study'"),
     (RESULTS, lambda text: json.dumps({**json.loads(text.splitlines()[0]), "status": "pending"}) + "\n" + text,
      "line 1 lacks a known status and study"),
+    (RESULTS, lambda text: json.dumps({**json.loads(text.splitlines()[0]), "status": ["ok"]}) + "\n" + text,
+     "line 1 lacks a known status and study"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "skipped": [{}]}),
+     "must be an object with .* skipped lists"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "units": "all"}),
+     "must be an object with .*: units a list of ids"),
 ])
 def test_render_and_resume_refuse_a_run_folder_another_version_or_a_hand_wrote(tmp_path, tiny_report, capsys,
                                                                               target, damage, match):

@@ -188,6 +188,19 @@ def test_the_parser_behind_the_checksums_refuses_what_it_cannot_read(name, data,
         pass
 
 
+def test_an_entry_claiming_more_bytes_than_its_data_file_holds_is_refused_before_reading(tmp_path):
+    prefix = tmp_path / "huge"
+    tf_bundle.write(prefix, {"w": np.zeros(3, np.float32)})
+    header = tf_bundle.open_bundle(prefix).entries
+    items = [(b"", tf_bundle._field(1, 1) + tf_bundle._field(3, tf_bundle._field(1, tf_bundle.BUNDLE_VERSION))),
+             (b"w", tf_bundle._encode_entry(1, (10**12,), 0, 4 * 10**12, 0))]  # DT_FLOAT
+    Path(f"{prefix}.index").write_bytes(tf_bundle._table_bytes(items))
+    assert header["w"].size == 12
+    with pytest.raises(ValueError, match="tensor 'w': 4000000000000 bytes at offset 0 do not hold \\[1000000000000\\] "
+                                         "float32"):
+        tf_bundle.read(prefix)
+
+
 def test_crc32c_is_castagnoli():
     assert tf_bundle.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     assert tf_bundle.crc32c(b"") == 0

@@ -10,6 +10,7 @@ PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to
 from __future__ import annotations
 
 import json
+import math
 import tokenize
 import zipfile
 import zlib
@@ -21,6 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .formats import safetensors, tf, tf_bundle
+from .formats.canonical import check_fits
 from .formats.files import replacing
 
 FORMAT = "cudnn-rnn-compat/tf-canonical"
@@ -61,7 +63,10 @@ def complete_config(fields: dict) -> dict:
     return {**CONFIG_DEFAULTS, **fields}
 
 
-def model_from_config(config: dict):
+def model_from_config(config: dict, tensors: int | None = None):
+    """The model a checkpoint config describes. ``tensors``: how many tensors the file holds; every format
+    keeps at least one per layer and direction, so a config of more (a damaged ``num_layers`` of 10^6, whose
+    model alone would take minutes to lay out) is refused before the model is made."""
     from .model import make_model
 
     if not isinstance(config, dict):
@@ -73,6 +78,10 @@ def model_from_config(config: dict):
     missing = [k for k in CONFIG_FIELDS if k not in config]
     if missing:
         raise ValueError(f"checkpoint config lacks {', '.join(map(repr, missing))}")
+    layers, dirs = config["num_layers"], 2 if config["direction"] == "bidirectional" else 1
+    if tensors is not None and isinstance(layers, int) and layers * dirs > tensors:
+        raise ValueError(f"the config's {layers} layer(s) x {dirs} direction(s) need at least {layers * dirs} "
+                         f"tensors, but the file holds {tensors}")
     return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
                       config["input_mode"], config["direction"], config["dtype"], num_proj=config["num_proj"])
 
@@ -130,7 +139,8 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
 # flag bit zipfile does not support (RuntimeError for encryption, NotImplementedError for others), a
 # truncated member, an unparsable .npy header, a seek past the end of the file.
 _DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, EOFError, zlib.error, tokenize.TokenError,
-           SyntaxError, OSError)
+           SyntaxError, OSError, MemoryError)
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
 @contextmanager
@@ -140,17 +150,45 @@ def _readable(path) -> Iterator[None]:
         yield
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
-    except ValueError as exc:  # numpy's own message; a pickle refusal gets the why
+    except ValueError as exc:  # numpy's own message (or ours, already naming the file); a pickle refusal gets the why
+        if str(path) in str(exc):
+            raise
         hint = " (object arrays would need pickle; refused)" if "allow_pickle" in str(exc) else ""
         raise ValueError(f"{path}: {exc}{hint}") from None
     except _DAMAGE as exc:
         raise ValueError(f"{path}: not a readable NumPy file ({type(exc).__name__}: {exc})") from None
 
 
+def _check_claim(fp, available: int, where: str) -> None:
+    """Refuse a ``.npy`` header (at ``fp``) that claims more bytes than the ``available`` ones of its file or
+    archive member hold, before NumPy allocates them (a damaged header can claim 10^12 elements)."""
+    start = fp.tell()
+    read_header = _NPY_HEADERS.get(np.lib.format.read_magic(fp))
+    if read_header is None:  # a header version NumPy reads itself (3.0: UTF-8 field names)
+        return
+    shape, _, dtype = read_header(fp)
+    claimed = math.prod(shape) * dtype.itemsize
+    if not dtype.hasobject and claimed > available - (fp.tell() - start):
+        raise ValueError(f"{where}: its header claims {list(shape)} {dtype} ({claimed} bytes), but "
+                         f"{available - (fp.tell() - start)} bytes follow it")
+
+
 def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a ``.npy`` file, or the named arrays of an ``.npz``, read at once and never unpickled;
     a damaged file is a ``ValueError`` naming it."""
     with _readable(path):
+        with open(path, "rb") as fp:
+            head = fp.read(6)
+        if head == np.lib.format.MAGIC_PREFIX:
+            with open(path, "rb") as fp:
+                _check_claim(fp, Path(path).stat().st_size, str(path))
+        elif zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                for info in z.infolist():
+                    with z.open(info) as fp:
+                        if fp.read(6) == np.lib.format.MAGIC_PREFIX:
+                            with z.open(info) as fp:
+                                _check_claim(fp, info.file_size, f"{path} ({info.filename})")
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
@@ -204,7 +242,7 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     if clash:
         raise ValueError(f"{path} carries its config, which disagrees with the options given: "
                          + ", ".join(f"{k} is {have!r}, not {want!r}" for k, (have, want) in clash.items()))
-    model = model_from_config(config)
+    model = model_from_config(config, tensors=len(tensors))
     weights, biases = tf.from_tf(model, tensors, config.get("scope"))
     return Checkpoint(model, weights, biases, config)
 
@@ -216,7 +254,8 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
     the model's tensors (a ``global_step`` or optimizer slots beside them stay unread)."""
     found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
     config = complete_config({**found, **overrides})
-    model = model_from_config(config)
+    model = model_from_config(config, tensors=len(meta))
+    check_fits(model, sum(math.prod(shape) for _, shape in meta.values()), "the checkpoint's tensors")
     names = [n for n in tf.expected_shapes(model, config["scope"]) if n in meta]
     weights, biases = tf.from_tf(model, read(names), config["scope"])
     return Checkpoint(model, weights, biases, config)

@@ -108,8 +108,8 @@ def import_model(source) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
 
     if isinstance(source, onnx.ModelProto):
         return _import_proto(source)
-    try:
-        proto = onnx.load(str(source))
+    try:  # the weights must be inside the file: no other file is opened on a model's say-so
+        proto = onnx.load(str(source), load_external_data=False)
     except DecodeError as exc:
         raise ValueError(f"{source}: not a readable ONNX model ({exc})") from None
     with checkpoint.about(source):
@@ -117,10 +117,19 @@ def import_model(source) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
 
 
 def _import_proto(proto) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+    import onnx
     from onnx import numpy_helper
 
     meta = {p.key: p.value for p in proto.metadata_props}
-    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    inits = {}
+    for t in proto.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            raise ValueError(f"initializer {t.name!r} keeps its data in another file; save the model with its "
+                             f"weights inside (onnx.save(..., save_as_external_data=False))")
+        try:
+            inits[t.name] = numpy_helper.to_array(t)
+        except (KeyError, ValueError, TypeError) as exc:  # an unknown data_type, data of the wrong length
+            raise ValueError(f"initializer {t.name!r} cannot be read: {type(exc).__name__}: {exc}") from None
     nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")]
     if not nodes:
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node")
@@ -131,7 +140,7 @@ def _import_proto(proto) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
         except (IndexError, KeyError):
             raise ValueError(f"node {n.name or n.op_type}: W, R and B must be initializers") from None
     config = json.loads(meta[META_KEY]) if META_KEY in meta else _config_from_nodes(nodes, layers)
-    model = checkpoint.model_from_config(config)
+    model = checkpoint.model_from_config(config, tensors=len(inits))
     weights, biases = onnx_weights.from_onnx(model, layers)
     return model, weights, biases
 

@@ -28,6 +28,15 @@ class Capabilities:
     backward: bool = True
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
+    def __post_init__(self) -> None:
+        for name in ("skip_input", "projection", "lengths", "batch_major", "bidirectional", "backward"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Capabilities.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.max_layers is not None and (isinstance(self.max_layers, bool) or not isinstance(self.max_layers, int)
+                                            or self.max_layers < 1):
+            raise ValueError(f"Capabilities.max_layers must be None (any depth) or an int >= 1, "
+                             f"got {self.max_layers!r}")
+
     def unsupported(self, cfg: RNNConfig) -> str | None:
         """``None`` if ``cfg`` can run here, else the reason it cannot."""
         why = dict(self.notes)

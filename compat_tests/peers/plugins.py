@@ -4,7 +4,7 @@ Two ways in, both seen by every process that looks peers up (pytest and its xdis
 worker processes, ``rnn-compat check``, the calibration sweep):
 
 - a spec ``MODULE:ATTR`` or ``PATH.py:ATTR`` in the environment variable ``RNN_COMPAT_PLUGINS``
-  (comma-separated), or on the command line (``rnn-compat report|check|test --plugin SPEC``, which adds
+  (comma-separated), or on the command line (``rnn-compat report|check|test|peers --plugin SPEC``, which adds
   it to that variable for the processes the command starts);
 - an entry point of an installed package in the group ``cudnn_rnn_compat.peers``
   (``[project.entry-points."cudnn_rnn_compat.peers"] mine = "mypkg.peers:MY_PEER"`` in its pyproject).
@@ -12,8 +12,9 @@ worker processes, ``rnn-compat check``, the calibration sweep):
 ``ATTR`` names a :class:`~compat_tests.peers.base.Peer` instance, a ``Peer`` subclass (constructed with no
 arguments) or a list or tuple of ``Peer`` instances. A spec that cannot be loaded is an error naming the
 spec, since someone asked for it; an entry point that cannot be loaded becomes an unavailable peer whose
-reason says why, since it was merely installed, and one broken package should not stop every run. A peer
-name that is already taken (by a built-in peer or another plugin) is an error either way.
+reason says why, since it was merely installed, and one broken package should not stop every run; for the
+same reason an installed peer whose name is taken is left out with a warning, where a spec's is an error.
+A spec cannot hold a comma (the variable's separator).
 A plugin peer is judged by the policy's default budgets: the overrides and the known-divergence ledger
 name built-in peers only.
 """
@@ -27,6 +28,7 @@ import importlib.util
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from ..config import DTYPE_NAMES, MODE_NAMES, Case, Outputs, RNNConfig
@@ -56,6 +58,9 @@ class UnloadablePeer(Peer):
 
 def normalize(spec: str) -> str:
     """``spec`` with a file path made absolute, so it means the same in another directory."""
+    if "," in spec:
+        raise ValueError(f"plugin {spec!r}: a spec cannot hold a comma ({ENV} separates specs with commas); "
+                         f"move or link the file")
     target, sep, attr = spec.strip().rpartition(":")
     if sep and target.endswith(".py"):
         return f"{Path(target).resolve()}:{attr}"
@@ -112,7 +117,11 @@ def _check(peer: Peer, spec: str) -> None:
 def peers_of(obj, spec: str) -> list[Peer]:
     """The peers an attribute stands for (instance, subclass or list), each checked."""
     if isinstance(obj, type) and issubclass(obj, Peer):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:  # abstract, needs arguments, or its constructor failed
+            raise ValueError(f"plugin {spec!r}: constructing {obj.__name__}() failed: {type(exc).__name__}: "
+                             f"{exc}") from exc
     items = [obj] if isinstance(obj, Peer) else list(obj) if isinstance(obj, (list, tuple)) else []
     if not items or not all(isinstance(p, Peer) for p in items):
         raise TypeError(f"plugin {spec!r} must name a compat_tests.peers.Peer instance, a Peer subclass or a "
@@ -168,8 +177,15 @@ def specs_from_environment() -> list[str]:
 
 
 def load_all(registry: dict[str, Peer]) -> None:
-    """Installed entry points, then the specs of ``RNN_COMPAT_PLUGINS``."""
-    _register(registry, entry_point_peers(), f"entry points of group {GROUP}", None)
+    """Installed entry points, then the specs of ``RNN_COMPAT_PLUGINS``. An installed peer whose name is
+    taken, or cannot be a peer name, is left out with a warning: raising here, at import, would stop every
+    command, ``rnn-compat peers`` included, which is how one finds out."""
+    for peer in entry_point_peers():
+        if not NAME.fullmatch(peer.name) or peer.name in registry:
+            warnings.warn(f"entry point peer {peer.name!r} (group {GROUP}) left out: its name is "
+                          f"{'taken' if peer.name in registry else 'not a peer name'}", stacklevel=2)
+            continue
+        registry[peer.name] = peer
     for spec in specs_from_environment():
         load(registry, spec)
 

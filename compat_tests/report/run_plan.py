@@ -46,9 +46,14 @@ def render(out: Path) -> dict:
         plan = json.loads(path.read_text())
     except ValueError as exc:
         raise ValueError(f"{path} is not JSON ({exc})") from None
-    if not isinstance(plan, dict) or not set(PLAN_KEYS) <= set(plan):
-        raise ValueError(f"{path} must be an object with {', '.join(PLAN_KEYS)} (written by another version of "
-                         f"rnn-compat, or edited?)")
+    entries = {"backends": ("name", "available", "detail"), "skipped": ("backend", "reason", "config")}
+    if (not isinstance(plan, dict) or not set(PLAN_KEYS) <= set(plan)
+            or not (isinstance(plan["units"], list) and all(isinstance(u, str) for u in plan["units"]))
+            or not all(isinstance(plan[k], list) and all(isinstance(e, dict) and set(keys) <= set(e) for e in plan[k])
+                       for k, keys in entries.items())):
+        raise ValueError(f"{path} must be an object with {', '.join(PLAN_KEYS)}: units a list of ids, backends "
+                         f"and skipped lists of objects with {' / '.join(', '.join(v) for v in entries.values())} "
+                         f"(written by another version of rnn-compat, or edited?)")
     done = {r["id"]: r for r in read_records(out / RESULTS)}
     records = [done[i] for i in plan["units"] if i in done]
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]

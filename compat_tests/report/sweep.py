@@ -38,9 +38,12 @@ def read_records(path: Path) -> list[dict]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        kind = (record.get("status"), record.get("study")) if isinstance(record, dict) else None
-        missing = [k for k in RECORD_KEYS + RECORD_KEYS_BY_KIND.get(kind, ()) if kind is None or k not in record]
-        if missing or kind not in RECORD_KEYS_BY_KIND:
+        if not isinstance(record, dict):
+            record = {}
+        kind = (record.get("status"), record.get("study"))
+        known = all(isinstance(k, str) for k in kind) and kind in RECORD_KEYS_BY_KIND
+        missing = [k for k in RECORD_KEYS + (RECORD_KEYS_BY_KIND[kind] if known else ()) if k not in record]
+        if missing or not known:
             raise ValueError(f"{path}: line {number} lacks {missing or 'a known status and study'} (written by "
                              f"another version of rnn-compat, or edited?)")
         records.append(record)

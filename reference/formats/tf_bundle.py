@@ -14,6 +14,7 @@ lays a single-shard bundle out as TensorFlow 2.21's ``SaveV2`` does, byte for by
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -350,13 +351,13 @@ class Bundle:
             data = Path(f"{self.prefix}.data-{entry.shard:05d}-of-{self.shards:05d}")
             if not data.is_file():
                 raise ValueError(f"tensor {name!r} lives in {data.name}, which is missing")
+            count = math.prod(entry.shape)
+            if entry.size != count * dtype.itemsize or entry.offset + entry.size > data.stat().st_size:
+                raise ValueError(f"tensor {name!r}: {entry.size} bytes at offset {entry.offset} do not hold "
+                                 f"{list(entry.shape)} {dtype.name} (truncated or corrupt data file)")
             with open(data, "rb") as f:  # only this tensor's bytes: the RNN may be a small part of a big checkpoint
                 f.seek(entry.offset)
                 blob = f.read(entry.size)
-            count = int(np.prod(entry.shape))
-            if len(blob) != entry.size or entry.size != count * dtype.itemsize:
-                raise ValueError(f"tensor {name!r}: {entry.size} bytes at offset {entry.offset} do not hold "
-                                 f"{list(entry.shape)} {dtype.name} (truncated or corrupt data file)")
             if verify and entry.crc32c is not None and _unmask(entry.crc32c) != crc32c(blob):
                 raise ValueError(f"tensor {name!r}: checksum mismatch (corrupt data file)")
             out[name] = np.frombuffer(blob, dtype.newbyteorder(self.order)).astype(dtype).reshape(entry.shape)
