@@ -7,6 +7,7 @@ report run stopped before its last unit), 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -230,11 +231,12 @@ SUITE = Path(__file__).resolve().parent
 
 
 def names_suite_tests(arguments: list[str]) -> bool:
-    """Whether pytest ``arguments`` name some of the suite's tests (a file, folder or node id inside it), so
-    ``rnn-compat test`` runs those rather than the whole suite; an option's value, such as ``--junitxml``'s
-    existing file, is not a test path."""
-    paths = [Path(a.split("::")[0]).resolve() for a in arguments if not a.startswith("-")]
-    return any(p.exists() and (p == SUITE or SUITE in p.parents) for p in paths)
+    """Whether pytest ``arguments`` begin with some of the suite's tests (files, folders or node ids inside
+    it, before any option), so ``rnn-compat test`` runs those rather than the whole suite. Only the leading
+    arguments count: after an option, a path may be that option's value (``--ignore PATH``)."""
+    leading = [a for a in itertools.takewhile(lambda a: not a.startswith("-"), arguments)]
+    paths = [Path(a.split("::")[0]).resolve() for a in leading]
+    return bool(paths) and all(p.exists() and (p == SUITE or SUITE in p.parents) for p in paths)
 
 
 def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:

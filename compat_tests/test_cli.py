@@ -45,10 +45,12 @@ def test_rnn_compat_test_runs_the_whole_suite_unless_its_arguments_name_some_of_
     report = tmp_path / "junit.xml"
     report.write_text("")  # an option's existing file: not a test path
     assert not cli.names_suite_tests(["--junitxml", str(report), "-k", "forward", "--basetemp", str(tmp_path)])
+    assert not cli.names_suite_tests(["--ignore", str(cli.SUITE / "test_gpu.py")])  # an option's value
     assert not cli.names_suite_tests([])
-    assert cli.names_suite_tests(["-x", str(cli.SUITE / "test_forward.py") + "::test_peer_matches_float64_reference"])
+    assert cli.names_suite_tests([str(cli.SUITE / "test_forward.py") + "::test_peer_matches_float64_reference", "-x"])
     monkeypatch.chdir(cli.SUITE.parent)
     assert cli.names_suite_tests(["compat_tests/test_cli.py"]) and cli.names_suite_tests(["compat_tests"])
+    assert not cli.names_suite_tests(["compat_tests/test_cli.py", str(tmp_path)])  # a path outside: the suite too
 
 
 def test_peers_lists_every_peer_with_its_availability_and_what_it_lacks(capsys):

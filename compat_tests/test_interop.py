@@ -678,6 +678,16 @@ def test_an_array_header_claiming_more_than_its_file_holds_is_refused_before_all
         checkpoint.load_arrays(path)
 
 
+def test_an_npz_member_that_is_not_an_array_is_refused(tmp_path):
+    """NumPy hands such a member back as raw bytes, which the checkpoint reader then took for a tensor."""
+    path = tmp_path / "w.npz"
+    np.savez(path, **{"rnn/multi_rnn_cell/cell_0/basic_rnn_cell/kernel": np.zeros((5, 3), np.float32)})
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("README.txt", "weights of my RNN")
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: holds 'README.txt', which is not a .npy array"):
+        checkpoint.load(path, {"rnn_mode": "tanh"})
+
+
 @pytest.mark.parametrize("damage", ["unknown data type", "data in another file"])
 def test_an_onnx_initializer_that_cannot_be_read_from_the_file_is_refused(damage, tmp_path):
     import onnx
@@ -701,6 +711,29 @@ def test_an_onnx_initializer_that_cannot_be_read_from_the_file_is_refused(damage
         onnx_model.import_model(path)
 
 
+def test_an_onnx_graph_whose_layers_share_initializers_loads():
+    """Tied weights (or an optimizer merging equal initializers): two bidirectional layers over three
+    initializers, fewer than their four pseudo-layers. The layer-count guard must count nodes, not tensors."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=6, direction="bidirectional", dtype="float32")
+    model = cfg.model()
+    case = make_case(cfg)
+    n = len(case.weights) // 2  # layer 1 takes layer 0's tensors (its input width 2H = 6 = input_size)
+    weights, biases = case.weights[:n] * 2, case.biases[:n] * 2
+    exported = {t.name: t for t in onnx_model.export_model(model, weights, biases).graph.initializer}
+    shared = [numpy_helper.from_array(numpy_helper.to_array(exported[f"{k}0"]), k) for k in "WRB"]
+    attrs = dict(hidden_size=3, direction="bidirectional", linear_before_reset=1)
+    nodes = [helper.make_node("GRU", [x, "W", "R", "B"], [y], **attrs) for x, y in (("X", "Y0"), ("Y0", "Y1"))]
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 1, 6])],
+                              [helper.make_tensor_value_info("Y1", TensorProto.FLOAT, None)], initializer=shared)
+    loaded, got_weights, got_biases = onnx_model.import_model(helper.make_model(graph))
+    assert (loaded.num_layers, loaded.num_dirs) == (2, 2)
+    assert all(np.array_equal(a, b) for a, b in zip(got_weights + got_biases, weights + biases, strict=True))
+
+
 @pytest.mark.parametrize("fmt", ["checkpoint", "torch"])
 def test_a_layer_count_beyond_the_file_s_tensors_is_refused_before_the_model_is_made(fmt, tmp_path):
     """10^6 layers in a damaged config (or a torch name weight_ih_l999999999) took minutes and gigabytes to lay
@@ -717,8 +750,8 @@ def test_a_layer_count_beyond_the_file_s_tensors_is_refused_before_the_model_is_
     else:
         tensors["weight_ih_l999999"], config = tensors["weight_ih_l0"], None
     checkpoint.write_tensors(path, tensors, config)
-    with pytest.raises(ValueError, match="the config's 1000000 layer\\(s\\) x 1 direction\\(s\\) need at least 1000000 "
-                                         "tensors, but the file holds"):
+    with pytest.raises(ValueError, match="the config's 1000000 layer\\(s\\) x 1 direction\\(s\\) are more than the "
+                                         "file can hold"):
         convert.read(fmt, path)
 
 

@@ -261,7 +261,7 @@ def test_report_runs_plugin_peers_in_worker_processes(registry, tmp_path):
 def test_the_peer_suites_run_a_plugin(peer, passes, how):
     """Through ``RNN_COMPAT_PLUGINS`` with pytest itself, and through ``rnn-compat test --plugin``."""
     test = "compat_tests/test_forward.py::test_peer_matches_float64_reference"
-    options = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--peers", peer, test]
+    options = [test, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--peers", peer]  # tests first (rnn-compat test)
     if how == "environment":
         command, env = [sys.executable, "-m", "pytest", *options], {plugins.ENV: BOTH, "HYPOTHESIS_PROFILE": "ci"}
     else:

@@ -278,8 +278,8 @@ def _drop(key: str):
 
 @pytest.mark.parametrize(("target", "damage", "match"), [
     ("run.json", lambda text: text[:-5], "is not JSON"),
-    ("run.json", lambda text: "[]", "must be an object with backends, environment"),
-    ("run.json", lambda text: json.dumps(_drop("units")(json.loads(text))), "must be an object with"),
+    ("run.json", lambda text: "[]", "not an object with backends, environment"),
+    ("run.json", lambda text: json.dumps(_drop("units")(json.loads(text))), "units must be a list, got nothing"),
     (RESULTS, lambda text: "\n".join([json.dumps(_drop("backend")(json.loads(text.splitlines()[0]))),
                                       *text.splitlines()[1:]]), "line 1 lacks \\['backend'\\]"),
     (RESULTS, lambda text: "\n".join([*text.splitlines()[:2], json.dumps(_drop("reproduce")(json.loads(
@@ -290,9 +290,12 @@ def _drop(key: str):
     (RESULTS, lambda text: json.dumps({**json.loads(text.splitlines()[0]), "status": ["ok"]}) + "\n" + text,
      "line 1 lacks a known status and study"),
     ("run.json", lambda text: json.dumps({**json.loads(text), "skipped": [{}]}),
-     "must be an object with .* skipped lists"),
-    ("run.json", lambda text: json.dumps({**json.loads(text), "units": "all"}),
-     "must be an object with .*: units a list of ids"),
+     "skipped\\[0\\] must be an object with backend \\(str\\), reason \\(str\\), config \\(dict\\)"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "units": "all"}), "units must be a list, got str"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "environment": 3}), "environment must be a dict"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "units": [1]}), "units must be a list of unit ids"),
+    ("run.json", lambda text: json.dumps({**(p := json.loads(text)), "backends": [{**p["backends"][0], "name": 7}]}),
+     "backends\\[0\\] must be an object with name \\(str\\)"),
 ])
 def test_render_and_resume_refuse_a_run_folder_another_version_or_a_hand_wrote(tmp_path, tiny_report, capsys,
                                                                               target, damage, match):

@@ -201,6 +201,21 @@ def test_an_entry_claiming_more_bytes_than_its_data_file_holds_is_refused_before
         tf_bundle.read(prefix)
 
 
+@pytest.mark.parametrize(("entry", "match"), [
+    (lambda f: f(1, 1) + f(2, 5), "index entry 'w': field 2 is not a message"),  # the shape as a number
+    (lambda f: f(1, 1) + f(2, f(2, 7)), "tensor shape: a dimension is not a message"),
+    (lambda f: f(1, 1) + f(4, b"\x01"), "index entry 'w': field 4 is not a number"),  # the offset as bytes
+])
+def test_an_index_entry_whose_fields_have_the_wrong_wire_types_is_refused(entry, match, tmp_path):
+    """A damaged message can carry any field number with any wire type (found by the checksum-blind test)."""
+    prefix = tmp_path / "typed"
+    tf_bundle.write(prefix, {"w": np.zeros(3, np.float32)})
+    header = tf_bundle._field(1, 1) + tf_bundle._field(3, tf_bundle._field(1, tf_bundle.BUNDLE_VERSION))
+    Path(f"{prefix}.index").write_bytes(tf_bundle._table_bytes([(b"", header), (b"w", entry(tf_bundle._field))]))
+    with pytest.raises(ValueError, match=match):
+        tf_bundle.read(prefix)
+
+
 def test_crc32c_is_castagnoli():
     assert tf_bundle.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     assert tf_bundle.crc32c(b"") == 0

@@ -63,10 +63,11 @@ def complete_config(fields: dict) -> dict:
     return {**CONFIG_DEFAULTS, **fields}
 
 
-def model_from_config(config: dict, tensors: int | None = None):
-    """The model a checkpoint config describes. ``tensors``: how many tensors the file holds; every format
-    keeps at least one per layer and direction, so a config of more (a damaged ``num_layers`` of 10^6, whose
-    model alone would take minutes to lay out) is refused before the model is made."""
+def model_from_config(config: dict, holds: int | None = None):
+    """The model a checkpoint config describes. ``holds``: the most layers x directions the file can hold
+    (one per tensor in the tensor formats, two per node in ONNX, whose nodes may share initializers); a
+    config of more (a damaged ``num_layers`` of 10^6, whose model alone would take minutes to lay out) is
+    refused before the model is made."""
     from .model import make_model
 
     if not isinstance(config, dict):
@@ -79,9 +80,9 @@ def model_from_config(config: dict, tensors: int | None = None):
     if missing:
         raise ValueError(f"checkpoint config lacks {', '.join(map(repr, missing))}")
     layers, dirs = config["num_layers"], 2 if config["direction"] == "bidirectional" else 1
-    if tensors is not None and isinstance(layers, int) and layers * dirs > tensors:
-        raise ValueError(f"the config's {layers} layer(s) x {dirs} direction(s) need at least {layers * dirs} "
-                         f"tensors, but the file holds {tensors}")
+    if holds is not None and isinstance(layers, int) and layers * dirs > holds:
+        raise ValueError(f"the config's {layers} layer(s) x {dirs} direction(s) are more than the file can hold "
+                         f"({holds})")
     return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
                       config["input_mode"], config["direction"], config["dtype"], num_proj=config["num_proj"])
 
@@ -186,9 +187,10 @@ def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
             with zipfile.ZipFile(path) as z:
                 for info in z.infolist():
                     with z.open(info) as fp:
-                        if fp.read(6) == np.lib.format.MAGIC_PREFIX:
-                            with z.open(info) as fp:
-                                _check_claim(fp, info.file_size, f"{path} ({info.filename})")
+                        if fp.read(6) != np.lib.format.MAGIC_PREFIX:
+                            raise ValueError(f"{path}: holds {info.filename!r}, which is not a .npy array")
+                    with z.open(info) as fp:
+                        _check_claim(fp, info.file_size, f"{path} ({info.filename})")
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
@@ -242,7 +244,7 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     if clash:
         raise ValueError(f"{path} carries its config, which disagrees with the options given: "
                          + ", ".join(f"{k} is {have!r}, not {want!r}" for k, (have, want) in clash.items()))
-    model = model_from_config(config, tensors=len(tensors))
+    model = model_from_config(config, holds=len(tensors))
     weights, biases = tf.from_tf(model, tensors, config.get("scope"))
     return Checkpoint(model, weights, biases, config)
 
@@ -254,7 +256,7 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
     the model's tensors (a ``global_step`` or optimizer slots beside them stay unread)."""
     found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
     config = complete_config({**found, **overrides})
-    model = model_from_config(config, tensors=len(meta))
+    model = model_from_config(config, holds=len(meta))
     check_fits(model, sum(math.prod(shape) for _, shape in meta.values()), "the checkpoint's tensors")
     names = [n for n in tf.expected_shapes(model, config["scope"]) if n in meta]
     weights, biases = tf.from_tf(model, read(names), config["scope"])

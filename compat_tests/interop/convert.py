@@ -47,10 +47,10 @@ def _read(fmt: str, path: str | Path, overrides: dict):
     if fmt == "torch":
         if found is None:
             found = torch.config_from_state_dict(tensors, overrides.get("rnn_mode"))
-        model = checkpoint.model_from_config(_config(found, overrides, str(path)), tensors=len(tensors))
+        model = checkpoint.model_from_config(_config(found, overrides, str(path)), holds=len(tensors))
         return (model, *torch.from_state_dict(model, tensors))
     if fmt == "keras":
-        model = checkpoint.model_from_config(_config(found, overrides, str(path)), tensors=len(tensors))
+        model = checkpoint.model_from_config(_config(found, overrides, str(path)), holds=len(tensors))
         count = model.num_layers * model.num_dirs
         try:
             layers = [[tensors[f"layer{k}/{n}"] for n in ("kernel", "recurrent_kernel", "bias")] for k in range(count)]

@@ -140,7 +140,7 @@ def _import_proto(proto) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
         except (IndexError, KeyError):
             raise ValueError(f"node {n.name or n.op_type}: W, R and B must be initializers") from None
     config = json.loads(meta[META_KEY]) if META_KEY in meta else _config_from_nodes(nodes, layers)
-    model = checkpoint.model_from_config(config, tensors=len(inits))
+    model = checkpoint.model_from_config(config, holds=2 * len(nodes))  # a node: one layer, both directions
     weights, biases = onnx_weights.from_onnx(model, layers)
     return model, weights, biases
 

@@ -58,13 +58,12 @@ class UnloadablePeer(Peer):
 
 def normalize(spec: str) -> str:
     """``spec`` with a file path made absolute, so it means the same in another directory."""
-    if "," in spec:
+    target, sep, attr = spec.strip().rpartition(":")
+    normal = f"{Path(target).resolve()}:{attr}" if sep and target.endswith(".py") else spec.strip()
+    if "," in normal:  # checked on the absolute path: a relative file in a folder "a,b" gets one too
         raise ValueError(f"plugin {spec!r}: a spec cannot hold a comma ({ENV} separates specs with commas); "
                          f"move or link the file")
-    target, sep, attr = spec.strip().rpartition(":")
-    if sep and target.endswith(".py"):
-        return f"{Path(target).resolve()}:{attr}"
-    return spec.strip()
+    return normal
 
 
 def _import_file(path: Path):

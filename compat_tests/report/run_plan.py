@@ -20,7 +20,6 @@ from .sweep import RESULTS, read_records
 from .units import Unit
 
 PLAN = "run.json"
-PLAN_KEYS = ("backends", "environment", "grid", "seed", "skipped", "units")
 
 
 def write_plan(out: Path, grid: str, seed: int, backends: list[dict], units: list[Unit],
@@ -46,14 +45,7 @@ def render(out: Path) -> dict:
         plan = json.loads(path.read_text())
     except ValueError as exc:
         raise ValueError(f"{path} is not JSON ({exc})") from None
-    entries = {"backends": ("name", "available", "detail"), "skipped": ("backend", "reason", "config")}
-    if (not isinstance(plan, dict) or not set(PLAN_KEYS) <= set(plan)
-            or not (isinstance(plan["units"], list) and all(isinstance(u, str) for u in plan["units"]))
-            or not all(isinstance(plan[k], list) and all(isinstance(e, dict) and set(keys) <= set(e) for e in plan[k])
-                       for k, keys in entries.items())):
-        raise ValueError(f"{path} must be an object with {', '.join(PLAN_KEYS)}: units a list of ids, backends "
-                         f"and skipped lists of objects with {' / '.join(', '.join(v) for v in entries.values())} "
-                         f"(written by another version of rnn-compat, or edited?)")
+    _check_plan(plan, path)
     done = {r["id"]: r for r in read_records(out / RESULTS)}
     records = [done[i] for i in plan["units"] if i in done]
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]
@@ -61,3 +53,28 @@ def render(out: Path) -> dict:
                           env=plan["environment"], planned=len(plan["units"]))
     write_report(out, report)
     return report
+
+
+# run.json's fields and those of its entries, with the types the report reads (write_plan writes them).
+PLAN_TYPES = {"grid": str, "seed": int, "environment": dict, "units": list, "backends": list, "skipped": list}
+ENTRY_TYPES = {"backends": {"name": str, "available": bool, "detail": str},
+               "skipped": {"backend": str, "reason": str, "config": dict}}
+
+
+def _check_plan(plan: object, path: Path) -> None:
+    """``plan`` as :func:`write_plan` writes it, else a ValueError naming the first field that is not."""
+    def refuse(what: str):
+        raise ValueError(f"{path}: {what} (written by another version of rnn-compat, or edited?)")
+
+    if not isinstance(plan, dict):
+        refuse(f"not an object with {', '.join(sorted(PLAN_TYPES))}")
+    for key, kind in PLAN_TYPES.items():
+        if key not in plan or not isinstance(plan[key], kind) or isinstance(plan[key], bool):
+            refuse(f"{key} must be a {kind.__name__}, got {type(plan.get(key)).__name__ if key in plan else 'nothing'}")
+    if not all(isinstance(u, str) for u in plan["units"]):
+        refuse("units must be a list of unit ids")
+    for key, fields in ENTRY_TYPES.items():
+        for n, entry in enumerate(plan[key]):
+            if not isinstance(entry, dict) or any(not isinstance(entry.get(f), t) for f, t in fields.items()):
+                refuse(f"{key}[{n}] must be an object with "
+                       + ", ".join(f"{f} ({t.__name__})" for f, t in fields.items()))

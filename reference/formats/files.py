@@ -19,12 +19,14 @@ def replacing(path: str | Path) -> Iterator[Path]:
     Writers that add a suffix to names without one (``np.save``, ``np.savez``) must be given an open file."""
     path = Path(path)
     if path.is_symlink():
-        path = path.resolve()
+        path = Path(os.path.realpath(path))  # (a link loop resolves to a path whose write then fails, no hang)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
     try:
         yield tmp
-        if path.exists():
+        try:
             shutil.copymode(path, tmp)
+        except OSError:  # no old file, or its mode cannot be read: the new one keeps the default mode
+            pass
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

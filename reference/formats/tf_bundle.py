@@ -102,11 +102,22 @@ def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
     return out
 
 
+def _typed(fields: list[tuple[int, int | bytes]], number: int, kind: type, default, what: str):
+    """Field ``number`` of a parsed message, which must be an int (varint or fixed) or bytes (a message) as
+    its schema says: a damaged message can carry any field number with any wire type."""
+    value = dict(fields).get(number, default)
+    if value is not None and not isinstance(value, kind):
+        raise ValueError(f"{what}: field {number} is not {'a number' if kind is int else 'a message'}")
+    return value
+
+
 def _shape(buf: bytes) -> tuple[int, ...]:
     dims = []
     for number, value in _fields(buf):
         if number == 2:  # TensorShapeProto.dim
-            size = dict(_fields(value)).get(1, 0)
+            if not isinstance(value, bytes):
+                raise ValueError("tensor shape: a dimension is not a message")
+            size = _typed(_fields(value), 1, int, 0, "tensor shape dimension")
             dims.append(size - (1 << 64) if size >= 1 << 63 else size)  # int64: -1 is unknown
         elif number == 3 and value:
             raise ValueError("unknown rank")
@@ -115,10 +126,11 @@ def _shape(buf: bytes) -> tuple[int, ...]:
 
 def _entry(name: str, buf: bytes) -> Entry:
     fields = _fields(buf)
-    get = dict(fields).get
-    shape = _shape(get(2, b""))
+    what = f"index entry {name!r}"
+    shape = _shape(_typed(fields, 2, bytes, b"", what))
     sliced = any(number == 7 for number, _ in fields)
-    return Entry(name, get(1, 0), shape, get(3, 0), get(4, 0), get(5, 0), get(6), sliced)
+    dtype, shard, offset, size = (_typed(fields, k, int, 0, what) for k in (1, 3, 4, 5))
+    return Entry(name, dtype, shape, shard, offset, size, _typed(fields, 6, int, None, what), sliced)
 
 
 # ---- the sorted table ------------------------------------------------------------------------------------
@@ -373,13 +385,14 @@ def open_bundle(path: str | Path) -> Bundle:
     found, header = {}, None
     for key, value in _table(index.read_bytes()):
         if key == b"":
-            header = dict(_fields(value))
+            header = _fields(value)
         else:
             name = key.decode("utf-8", errors="replace")
             found[name] = _entry(name, value)
     if header is None:
         raise ValueError(f"{index}: a sorted table, but without a BundleHeaderProto (not a tensor bundle)")
-    return Bundle(prefix, found, header.get(1, 1), ">" if header.get(2, 0) == 1 else "<")
+    shards, endianness = (_typed(header, k, int, default, "bundle header") for k, default in ((1, 1), (2, 0)))
+    return Bundle(prefix, found, shards, ">" if endianness == 1 else "<")
 
 
 def write(path: str | Path, tensors: dict[str, np.ndarray], byte_order: str = "<") -> None:
