@@ -114,11 +114,6 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         tensors, metadata = safetensors.load(path)
         return tensors, _config(metadata.get(CONFIG_KEY), path)
     if path.suffix == ".npz":
-        with _readable(path):
-            if zipfile.is_zipfile(path):
-                with zipfile.ZipFile(path) as z:
-                    if any(n.endswith(".pkl") for n in z.namelist()):
-                        raise ValueError(f"{path}: holds a pickle (a PyTorch archive?); refused")
         tensors = load_arrays(path)
         if not isinstance(tensors, dict):
             raise ValueError(f"{path}: holds a single array, not an .npz archive of named tensors")
@@ -146,18 +141,19 @@ _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.form
 
 @contextmanager
 def _readable(path) -> Iterator[None]:
-    """A damaged file's errors become a ``ValueError`` naming it; a missing or unreadable one stays an OSError."""
-    try:
-        yield
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        raise
-    except ValueError as exc:  # numpy's own message (or ours, already naming the file); a pickle refusal gets the why
-        if str(path) in str(exc):
+    """A damaged file's errors become a ``ValueError`` (named by :func:`about`); a missing or unreadable one
+    stays an OSError."""
+    with about(path):
+        try:
+            yield
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
             raise
-        hint = " (object arrays would need pickle; refused)" if "allow_pickle" in str(exc) else ""
-        raise ValueError(f"{path}: {exc}{hint}") from None
-    except _DAMAGE as exc:
-        raise ValueError(f"{path}: not a readable NumPy file ({type(exc).__name__}: {exc})") from None
+        except ValueError as exc:  # NumPy's own message; a pickle refusal gets the why
+            if "allow_pickle" not in str(exc):
+                raise
+            raise ValueError(f"{exc} (object arrays would need pickle; refused)") from None
+        except _DAMAGE as exc:
+            raise ValueError(f"not a readable NumPy file ({type(exc).__name__}: {exc})") from None
 
 
 def _check_claim(fp, available: int, where: str) -> None:
@@ -176,20 +172,22 @@ def _check_claim(fp, available: int, where: str) -> None:
 
 def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a ``.npy`` file, or the named arrays of an ``.npz``, read at once and never unpickled;
-    a damaged file is a ``ValueError`` naming it."""
+    a damaged file, a pickle (a PyTorch archive) or a member that is not an array is a ``ValueError`` naming
+    it. Each header's claim is checked first (one pass over the file or the archive's members)."""
     with _readable(path):
         with open(path, "rb") as fp:
-            head = fp.read(6)
-        if head == np.lib.format.MAGIC_PREFIX:
-            with open(path, "rb") as fp:
+            if fp.read(6) == np.lib.format.MAGIC_PREFIX:
+                fp.seek(0)
                 _check_claim(fp, Path(path).stat().st_size, str(path))
-        elif zipfile.is_zipfile(path):
+        if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
+                if any(n.endswith(".pkl") for n in z.namelist()):
+                    raise ValueError("holds a pickle (a PyTorch archive?); refused")
                 for info in z.infolist():
                     with z.open(info) as fp:
                         if fp.read(6) != np.lib.format.MAGIC_PREFIX:
-                            raise ValueError(f"{path}: holds {info.filename!r}, which is not a .npy array")
-                    with z.open(info) as fp:
+                            raise ValueError(f"holds {info.filename!r}, which is not a .npy array")
+                        fp.seek(0)
                         _check_claim(fp, info.file_size, f"{path} ({info.filename})")
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):
