@@ -29,6 +29,10 @@ class Capabilities:
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
     def __post_init__(self) -> None:
+        for field, allowed in (("modes", MODE_NAMES), ("dtypes", DTYPE_NAMES)):
+            if not getattr(self, field) or not set(getattr(self, field)) <= set(allowed):
+                raise ValueError(f"Capabilities.{field} must be a non-empty subset of {allowed}, "
+                                 f"got {getattr(self, field)}")
         for name in ("skip_input", "projection", "lengths", "batch_major", "bidirectional", "backward"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Capabilities.{name} must be a bool, got {getattr(self, name)!r}")
