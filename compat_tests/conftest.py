@@ -92,6 +92,18 @@ def available_peer():
 
 
 @pytest.fixture
+def kill_before_replacing(monkeypatch):
+    """``kill_before_replacing()``: from then on every whole-file write (``reference.formats.files.replacing``)
+    is killed at its last step, after writing its partial file and before moving it over the old one."""
+    from reference.formats import files
+
+    def killed(src, dst):
+        raise KeyboardInterrupt("killed before the file was replaced")
+
+    return lambda: monkeypatch.setattr(files.os, "replace", killed)
+
+
+@pytest.fixture
 def grad_peer(grad_peer_name: str):
     """A selected peer with a backward pass, skipped with its reason when it is not available here."""
     return _available(grad_peer_name)

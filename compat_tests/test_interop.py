@@ -592,12 +592,11 @@ WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "
 
 
 @pytest.mark.parametrize(("fmt", "name"), WRITTEN, ids=lambda v: v)
-def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, tmp_path, monkeypatch):
+def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, tmp_path, kill_before_replacing):
     """Every writer writes beside its file and replaces it last (reference.formats.files.replacing): killed
     at that last moment, the file it was overwriting is as it was and no partial file is left. A writer that
     wrote in place would change the old file here."""
     from compat_tests.interop import convert
-    from reference.formats import files
 
     cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
     case = make_case(cfg)
@@ -620,11 +619,7 @@ def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, t
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     case = case._replace(weights=[w + 1 for w in case.weights], x=case.x + 1)  # a second write changes every file
     prepare(case)
-
-    def killed(src, dst):
-        raise KeyboardInterrupt("killed before the file was replaced")
-
-    monkeypatch.setattr(files.os, "replace", killed)
+    kill_before_replacing()
     with pytest.raises(KeyboardInterrupt):
         write(case)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -244,9 +244,7 @@ def test_render_writes_the_report_of_the_run_not_of_the_renderer(tmp_path, tiny_
     assert (copy / "report.md").read_text().startswith("# cudnn-rnn-compat divergence report")
 
 
-def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path, tiny_report, monkeypatch):
-    from reference.formats import files
-
+def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path, tiny_report, kill_before_replacing):
     _, out, _ = tiny_report
     copy = tmp_path / "run"
     copy.mkdir()
@@ -257,11 +255,7 @@ def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path,
     plan = json.loads((copy / "run.json").read_text())
     (copy / "run.json").write_text(json.dumps({**plan, "environment": {"cpu": "another"}}))  # every document changes
     before["run.json"] = (copy / "run.json").read_bytes()
-
-    def killed(src, dst):
-        raise KeyboardInterrupt("killed before the file was replaced")
-
-    monkeypatch.setattr(files.os, "replace", killed)
+    kill_before_replacing()
     with pytest.raises(KeyboardInterrupt):
         cli.main(["render", str(copy)])
     assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
