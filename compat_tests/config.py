@@ -228,6 +228,11 @@ def forward_case(model, cfg: RNNConfig, case: Case, is_training: bool, params=No
                          sequence_lengths=case.lengths, time_major=cfg.time_major)
 
 
+def misaligned(xp, a):
+    """``a`` copied to a device view one element past an allocation's start (``xp``: CuPy or the fake)."""
+    return xp.concatenate([xp.zeros(1, a.dtype), xp.asarray(a).ravel()])[1:].reshape(a.shape)
+
+
 def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_training: bool):
     model = cfg.model(dtype)
     case = case.astype(model.dtype)

@@ -15,7 +15,7 @@ import pytest
 
 import cudnn_backend
 from compat_tests import fake_cuda
-from compat_tests.config import RNNConfig, forward_case, make_case
+from compat_tests.config import RNNConfig, forward_case, make_case, misaligned
 from cudnn_backend import _lib
 from cudnn_backend import model as backend_model
 
@@ -147,16 +147,12 @@ def test_backward_gets_what_forward_read_in_private_aligned_copies(fake):
     case = make_case(cfg)
     gpu = _model(cfg)
     cp = fake_cuda.cupy
-
-    def misaligned(a):  # a device view one element past an allocation's start
-        return cp.concatenate([cp.zeros(1, a.dtype), cp.asarray(a).ravel()])[1:].reshape(a.shape)
-
-    params = misaligned(gpu.canonical_to_params(case.weights, case.biases))
+    params = misaligned(cp, gpu.canonical_to_params(case.weights, case.biases))
     x = case.x.copy()
     for b, n in enumerate(cfg.lengths):
         x[n:, b] = np.nan  # the caller's padding: cuDNN must see zeros there (it feeds the weight gradient)
-    dh, dc = misaligned(case.dh), misaligned(case.dc)
-    accumulate = misaligned(cp.zeros(gpu.params_size(), gpu.dtype))
+    dh, dc = misaligned(cp, case.dh), misaligned(cp, case.dc)
+    accumulate = misaligned(cp, cp.zeros(gpu.params_size(), gpu.dtype))
     accumulate[...] = 0.5
     fwd = forward_case(gpu, cfg, case._replace(x=x), is_training=True, params=params)
     params[...] = np.nan  # the caller changes its buffer between forward and backward

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import cudnn_backend
 from compat_tests.compare import Recorded, compare_peer
-from compat_tests.config import RNNConfig, forward_case, make_case
+from compat_tests.config import RNNConfig, forward_case, make_case, misaligned
 from compat_tests.peers import PEERS
 from compat_tests.peers.cudnn_gpu import gradients
 from compat_tests.strategies import rnn_configs
@@ -141,13 +141,9 @@ def test_backward_reads_what_forward_read(disturbance, closing):
     closing(gpu)
     params = gpu.canonical_to_params(case.weights, case.biases)
     d_params, dh, dc = None, case.dh, case.dc
-    if disturbance == "misaligned_buffers":  # device views one element past an allocation's start
-
-        def misaligned(a):
-            return cupy.concatenate([cupy.zeros(1, a.dtype), cupy.asarray(a).ravel()])[1:].reshape(a.shape)
-
-        params, d_params = misaligned(params), misaligned(cupy.zeros_like(params))
-        dh, dc = misaligned(case.dh), misaligned(case.dc)
+    if disturbance == "misaligned_buffers":
+        params, d_params = misaligned(cupy, params), misaligned(cupy, cupy.zeros_like(params))
+        dh, dc = misaligned(cupy, case.dh), misaligned(cupy, case.dc)
     x = case.x.copy()
     if disturbance == "nan_in_padded_input":
         for b, n in enumerate(cfg.lengths):
