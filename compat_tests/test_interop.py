@@ -3,6 +3,7 @@ converters (each verified by running that framework), the command line, and bad 
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import re
@@ -655,22 +656,41 @@ def test_infer_refuses_an_output_it_would_not_write_as_named(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".npz"])
-def test_an_array_header_claiming_more_than_its_file_holds_is_refused_before_allocating(suffix, tmp_path):
-    """A damaged .npy header can claim 10^12 elements; NumPy would ask for 4 TB before finding 12 bytes."""
-    import io
-
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
-    blob = header.getvalue() + bytes(12)
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_array_header_claiming_more_than_its_file_holds_is_refused_before_allocating(suffix, version,
+                                                                                         tmp_path):
+    """A damaged .npy header can claim 10^12 elements; NumPy would ask for 4 TB before finding 12 bytes.
+    Version 3.0 (UTF-8, for field names) is checked as well: NumPy has no public reader for its header."""
+    descr = "<f4" if version < 3 else [("\u00e9t\u00e9", "<f4")]
+    header = repr({"descr": descr, "fortran_order": False, "shape": (10**12,)}).encode("utf-8")
+    length_bytes = 2 if version == 1 else 4
+    header += b" " * (-(8 + length_bytes + len(header) + 1) % 64) + b"\n"
+    blob = (np.lib.format.MAGIC_PREFIX + bytes([version, 0]) + len(header).to_bytes(length_bytes, "little")
+            + header + bytes(12))
+    assert np.lib.format.read_magic(io.BytesIO(blob)) == (version, 0)
     path = tmp_path / f"x{suffix}"
     if suffix == ".npy":
         path.write_bytes(blob)
     else:
         with zipfile.ZipFile(path, "w") as z:
             z.writestr("input_h.npy", blob)
-    with pytest.raises(ValueError, match=f"{re.escape(str(path))}.*: its header claims \\[1000000000000\\] float32 "
+    dtype = "float32" if version < 3 else re.escape(str(np.dtype(descr)))
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}.*: its header claims \\[1000000000000\\] {dtype} "
                                          f"\\(4000000000000 bytes\\), but 12 bytes follow it"):
         checkpoint.load_arrays(path)
+
+
+def test_arrays_with_every_header_version_load(tmp_path):
+    """The claim check reads each header version NumPy writes (3.0 by hand) and lets honest files through."""
+    arrays = {version: np.arange(6, dtype=np.float32).reshape(2, 3) + version[0] for version in [(1, 0), (2, 0), (3, 0)]}
+    arrays[(3, 0)] = arrays[(3, 0)].view([("\u00e9t\u00e9", "<f4")])  # what 3.0 is for: UTF-8 field names
+    for version, array in arrays.items():
+        path = tmp_path / f"v{version[0]}.npy"
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, array, version=version)
+        assert np.lib.format.read_magic(io.BytesIO(path.read_bytes())) == version
+        loaded = checkpoint.load_arrays(path)
+        assert loaded.dtype == array.dtype and np.array_equal(loaded, array)
 
 
 def test_an_npz_member_that_is_not_an_array_is_refused(tmp_path):

@@ -9,6 +9,7 @@ PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import tokenize
@@ -159,15 +160,24 @@ def _readable(path) -> Iterator[None]:
 def _check_claim(fp, available: int, where: str) -> None:
     """Refuse a ``.npy`` header (at ``fp``) that claims more bytes than the ``available`` ones of its file or
     archive member hold, before NumPy allocates them (a damaged header can claim 10^12 elements)."""
-    start = fp.tell()
-    read_header = _NPY_HEADERS.get(np.lib.format.read_magic(fp))
-    if read_header is None:  # a header version NumPy reads itself (3.0: UTF-8 field names)
+    version = np.lib.format.read_magic(fp)
+    if version == (3, 0):  # a 2.0 header in UTF-8 (for field names), read as 2.0 with the names escaped
+        length = fp.read(4)
+        header = fp.read(min(int.from_bytes(length, "little"), available))
+        ascii_header = header.decode("utf-8").encode("ascii", "backslashreplace")
+        shape, _, dtype = np.lib.format.read_array_header_2_0(
+            io.BytesIO(len(ascii_header).to_bytes(4, "little") + ascii_header))
+        used = 12 + len(header)
+    elif version in _NPY_HEADERS:
+        start = fp.tell() - 8
+        shape, _, dtype = _NPY_HEADERS[version](fp)
+        used = fp.tell() - start
+    else:  # a version NumPy refuses itself
         return
-    shape, _, dtype = read_header(fp)
     claimed = math.prod(shape) * dtype.itemsize
-    if not dtype.hasobject and claimed > available - (fp.tell() - start):
+    if not dtype.hasobject and claimed > available - used:
         raise ValueError(f"{where}: its header claims {list(shape)} {dtype} ({claimed} bytes), but "
-                         f"{available - (fp.tell() - start)} bytes follow it")
+                         f"{available - used} bytes follow it")
 
 
 def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
