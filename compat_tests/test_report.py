@@ -140,6 +140,34 @@ def test_a_planted_divergence_fails_with_its_reproduce_command(tmp_path, monkeyp
     assert cli.main(["check", "--peer", "perturbed", "--config", config]) == 1
 
 
+class LostState(ReferencePeer):
+    """The reference with its first output one ulp of its scale larger (well within every budget) and one
+    final-state entry NaN where the truth is finite."""
+
+    name = "lost-state"
+
+    def forward(self, cfg, case):
+        out = super().forward(cfg, case)
+        y, h = out.output.copy(), out.output_h.copy()
+        y.flat[0] += np.finfo(y.dtype).eps * max(1.0, abs(float(y.flat[0])))
+        h.flat[0] = np.nan
+        return Outputs(y, h, out.output_c)
+
+
+def test_a_worst_case_fails_when_any_of_its_quantities_fails(tmp_path, monkeypatch):
+    """The worst-cases entry of a comparison names its worst quantity by budget share, but fails when any
+    quantity fails: the NaN fails ``output_h``, whose finite entries (exact) use none of its budget, less
+    than the nudged ``output`` uses."""
+    monkeypatch.setitem(PEERS, "lost-state", LostState())
+    assert run(tmp_path, "--backends", "lost-state") == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    forward = [w for w in report["worst"] if "--backward" not in w["reproduce"]]
+    assert forward and all(w["quantity"] == "output" and 0 < w["conditioned"] < w["budget"] for w in forward)
+    assert not any(w["passed"] for w in forward)
+    assert all(r["forward"]["output_h"]["nonfinite_mismatch"] == 1 and not r["forward"]["output_h"]["passed"]
+               for r in read_records(tmp_path / RESULTS) if r["study"] == "compat")
+
+
 def test_a_killed_run_resumes_to_the_same_report(tmp_path):
     """Kill a run after its first records, resume it (with two workers), compare with a clean run."""
     grid = tmp_path / "grid.json"  # enough units that the kill lands half-way
