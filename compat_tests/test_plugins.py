@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from compat_tests import cli
 from compat_tests.compare import compare_peer
@@ -194,9 +196,9 @@ def _example(name: str) -> Peer:
 
 @given(cfg=rnn_configs(Capabilities(modes=("gru",), dtypes=("float32", "float64"), skip_input=False,
                                     projection=False, lengths=False, batch_major=False, bidirectional=False,
-                                    max_layers=1)))
-def test_the_example_port_passes_the_forward_suite(cfg):
-    comparison = compare_peer(_example("my-gru"), cfg)
+                                    max_layers=1)), backward=st.booleans())
+def test_the_example_port_passes_the_suite(cfg, backward):
+    comparison = compare_peer(_example("my-gru"), cfg, backward=backward)
     assert comparison.passed, comparison.explain()
 
 
@@ -210,6 +212,39 @@ def test_the_textbook_port_fails_the_suite(cfg, dtype):
     comparison = compare_peer(_example("my-textbook-gru"), cfg.with_(dtype=dtype))
     assert not comparison.passed
     assert comparison.verdicts["output"].conditioned_error > 1e3 * comparison.verdicts["output"].bound
+    gradients = compare_peer(_example("my-textbook-gru"), cfg.with_(dtype=dtype), backward=True)
+    assert not gradients.passed  # its backward is right for its own forward (see the test below), not cuDNN's
+    assert gradients.verdicts["d_params"].conditioned_error > 1e3 * gradients.verdicts["d_params"].bound
+
+
+@pytest.mark.parametrize("reset_after", [True, False], ids=["cudnn", "textbook"])
+def test_the_example_backward_is_the_gradient_of_its_forward(reset_after):
+    """Central finite differences (float64) of the example's loss ``sum(y * dy) + sum(h_T * dh)`` against
+    its hand-written backward, for both candidates, so the textbook port fails for its forward alone."""
+    example = sys.modules[type(_example("my-gru")).__module__]
+    my_gru, my_gru_backward = example.my_gru, example.my_gru_backward
+    rng = np.random.default_rng(7)
+    T, B, I, H = 3, 2, 3, 4
+    args = [rng.normal(size=s) for s in [(T, B, I), (B, H), (3 * H, I), (3 * H, H), (3 * H,), (3 * H,)]]
+    dy, dh = rng.normal(size=(T, B, H)), rng.normal(size=(B, H))
+
+    def loss():
+        y, h = my_gru(*args, reset_after=reset_after)
+        return float((y * dy).sum() + (h * dh).sum())
+
+    trace: list = []
+    my_gru(*args, reset_after=reset_after, trace=trace)
+    analytic = my_gru_backward(args[0], trace, args[2], args[3], dy, dh, reset_after=reset_after)
+    for a, g in zip(args, analytic):
+        fd = np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            old = a[i]
+            a[i] = old + 1e-6
+            up = loss()
+            a[i] = old - 1e-6
+            fd[i] = (up - loss()) / 2e-6
+            a[i] = old
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
 
 
 def test_check_reproduces_a_plugin_failure_from_the_printed_command(registry, capsys):
@@ -240,7 +275,7 @@ def test_peers_names_a_plugin_s_spec_and_what_it_lacks(registry, capsys):
     assert mine["lacks"] == {"relu, tanh, lstm, classic_gru": "my_gru is a GRU",
                              "float16": "my_gru computes in its inputs' dtype; no float16", "skip_input": "",
                              "projection": "", "sequence lengths": "my_gru runs every step", "batch-major": "",
-                             "bidirectional": "", "gradients": "",
+                             "bidirectional": "",
                              "stacks of more than 1 layer(s)": "my_gru is one layer"}
     assert listed["reference"]["plugin"] is None
 
