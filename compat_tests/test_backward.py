@@ -143,14 +143,17 @@ def test_accumulating_into_a_buffer_adds_the_fresh_gradient(cfg, seed):
 
 
 @given(cfg=rnn_configs(dtypes_=("float32", "float64")))
-def test_backward_reads_the_weights_forward_read(cfg):
-    """Inference may read the caller's ``params`` in place; a training pass must not, since its trace
-    outlives the call: the caller may change ``params`` before backward."""
+def test_backward_reads_what_forward_read(cfg):
+    """Inference may read the caller's arrays in place; a training pass must not keep them, since its trace
+    outlives the call: the caller may change ``params``, its inputs or the returned results before backward
+    (the time-major input and output, and a batch-major batch of one, were kept as they were)."""
     model, _, expected = _backward(cfg)
     case = make_case(cfg)
     params = model.canonical_to_params(case.weights, case.biases)
     fwd = forward_case(model, cfg, case, is_training=True, params=params)
-    params[...] = np.nan
+    for a in (params, case.x, case.h0, case.c0, *fwd[:3]):
+        if a is not None:
+            a[...] = np.nan
     got = model.backward(fwd, case.dy, case.dh, case.dc)
     for a, b in zip(got, expected):
         if b is not None:

@@ -286,9 +286,12 @@ class _CudnnRNN:
         masks = self._draw_dropout_masks(T, B) if is_training else ()
         keep = 1.0 - self.dropout
         scales = [m * (1.0 / keep if keep > 0 else 0.0) for m in masks]
+        x_in = np.ascontiguousarray(x, dtype=cdt)
+        if is_training and np.may_share_memory(x_in, x):  # the trace keeps it: backward must read what forward read
+            x_in = x_in.copy()
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             y, h_n, c_n, trace = run_layers(
-                self._mode, np.ascontiguousarray(x, dtype=cdt), h0.astype(cdt),
+                self._mode, x_in, h0.astype(cdt),
                 None if c0 is None else c0.astype(cdt),
                 self._pseudo_layers(params, copy=is_training), self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
@@ -298,7 +301,10 @@ class _CudnnRNN:
         out = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         reserve = Reserve(self._token, is_training, time_major, lengths,
                           tuple(m if time_major else m.transpose(1, 0, 2) for m in masks), trace)
-        return ForwardResult(out(y), out(h_n), None if c_n is None else out(c_n), reserve)
+        output = out(y)
+        if is_training and np.may_share_memory(output, y):  # y is the trace's: the caller may change its output
+            output = output.copy()
+        return ForwardResult(output, out(h_n), None if c_n is None else out(c_n), reserve)
 
     # ---- backward ---------------------------------------------------------------------------------
 

@@ -265,7 +265,8 @@ def run_layers(
     ``layer_output_dtype``: round each layer's (dropped-out) output through this dtype, as cuDNN stores it
     in a buffer of the data type (float16 storage), or ``None``.
     Returns ``y [T, B, D*Hr]``, ``h_n [L*D, B, Hr]``, ``c_n [L*D, B, H]`` or ``None``, and the
-    :class:`StackTrace` for backprop when ``trace``.
+    :class:`StackTrace` for backprop when ``trace``. The trace keeps ``x`` and (when ``trace``) ``y`` as
+    they are: a caller hands out neither without copying.
     """
     num_layers = len(layers) // num_dirs
     T, B = x.shape[:2]
@@ -277,8 +278,8 @@ def run_layers(
     xw = projection_buffer(layers[0].R.shape[0], T, B, x.dtype)  # every pseudo-layer's, in turn
     for layer in range(num_layers):
         inputs.append(layer_input)
-        last = layer == num_layers - 1  # its output is the caller's: a fresh array
-        y = (np.empty if last else buffers.empty)((T, B, num_dirs * Hr), x.dtype)
+        caller_s = layer == num_layers - 1 and not trace  # the caller's output: a fresh array (else the trace's)
+        y = (np.empty if caller_s else buffers.empty)((T, B, num_dirs * Hr), x.dtype)
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             params = layers[pl]
