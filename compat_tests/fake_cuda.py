@@ -369,5 +369,7 @@ def install(patch=None) -> FakeCudnn:
     ok, why = cudnn_backend.available.__wrapped__()  # the real check, answered by the fakes
     if not ok:
         raise RuntimeError(f"the fake CUDA stack does not pass cudnn_backend.available(): {why}")
-    patch.setattr(cudnn_backend, "available", lambda: (ok, why))
+    checked = lambda: (ok, why)  # noqa: E731
+    checked.__wrapped__ = cudnn_backend.available.__wrapped__  # the check itself stays callable, as with the cache
+    patch.setattr(cudnn_backend, "available", checked)
     return lib

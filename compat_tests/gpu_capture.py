@@ -22,10 +22,13 @@ import argparse
 import json
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from reference.formats.files import replacing
 
 from .compare import Recorded, compare_peer
 from .config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, forward_case, make_case
@@ -89,9 +92,12 @@ def _record(model, cfg: RNNConfig, case: Case, entry: dict) -> dict[str, np.ndar
     return arrays
 
 
-def capture(out_dir: Path, backend: str = "cudnn", configs: Sequence[RNNConfig] | None = None) -> Path:
+def capture(out_dir: Path, backend: str = "cudnn", configs: Sequence[RNNConfig] | None = None,
+            save_seconds: float = 5.0) -> Path:
     """Record ``configs`` (default :func:`capture_configs`) through ``backend`` ("cudnn", with each dtype's
-    default math, or "reference", a stand-in that exercises this file without a GPU) into ``out_dir``."""
+    default math, or "reference", a stand-in that exercises this file without a GPU) into ``out_dir``.
+    What is recorded is saved at the end and, on the way, after any config that ends ``save_seconds`` or
+    more after the last save, so that a run cut short keeps all but its last few seconds."""
     models, peer, environment = None, "reference", {"python": platform.python_version(), "numpy": np.__version__}
     if backend == "cudnn":
         import cudnn_backend
@@ -104,8 +110,10 @@ def capture(out_dir: Path, backend: str = "cudnn", configs: Sequence[RNNConfig] 
         raise ValueError(f"backend must be 'cudnn' or 'reference', got {backend!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries, arrays = [], {}
-    for i, cfg in enumerate(configs if configs is not None else capture_configs()):
+    configs = list(configs if configs is not None else capture_configs())
+    head = {"format": FORMAT, "peer": peer, "backend": backend, "planned": len(configs), "environment": environment}
+    entries, arrays, saved = [], {}, time.monotonic()
+    for i, cfg in enumerate(configs):
         key = f"c{i:03d}"
         case = make_case(cfg)
         stored = {f"w{j}": w for j, w in enumerate(case.weights)} | {f"b{j}": b for j, b in enumerate(case.biases)}
@@ -124,12 +132,20 @@ def capture(out_dir: Path, backend: str = "cudnn", configs: Sequence[RNNConfig] 
                 model.close()
         entries.append(entry)
         arrays.update({f"{key}.{name}": np.asarray(value) for name, value in stored.items()})
-    head = json.dumps({"format": FORMAT, "peer": peer, "backend": backend, "environment": environment},
-                      indent=1, default=str)
-    lines = ",\n".join(" " + json.dumps(entry, separators=(",", ":")) for entry in entries)  # one config a line
-    (out_dir / "capture.json").write_text(f'{head[:-2]},\n "entries": [\n{lines}\n ]\n}}\n')
-    np.savez_compressed(out_dir / "arrays.npz", **arrays)
+        if len(entries) == len(configs) or time.monotonic() - saved >= save_seconds:
+            _write(out_dir, head, entries, arrays, compress=len(entries) == len(configs))
+            saved = time.monotonic()
     return out_dir
+
+
+def _write(out_dir: Path, head: dict, entries: list[dict], arrays: dict[str, np.ndarray], compress: bool) -> None:
+    """The capture so far, each file replaced whole (arrays first: every entry of the document has its own)."""
+    with replacing(out_dir / "arrays.npz") as tmp, open(tmp, "wb") as f:
+        (np.savez_compressed if compress else np.savez)(f, **arrays)
+    text = json.dumps(head, indent=1, default=str)
+    lines = ",\n".join(" " + json.dumps(entry, separators=(",", ":")) for entry in entries)  # one config a line
+    with replacing(out_dir / "capture.json") as tmp:
+        tmp.write_text(f'{text[:-2]},\n "entries": [\n{lines}\n ]\n}}\n')
 
 
 def load(capture_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -231,8 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         document, _ = load(target)
         refused = [e for e in document["entries"] if e["status"] != "ok"]
-        print(f"captured {len(document['entries'])} configs from {args.backend} into {target} "
-              f"({len(refused)} refused)")
+        print(f"captured {len(document['entries'])} of {document['planned']} configs from {args.backend} into "
+              f"{target} ({len(refused)} refused)")
         for entry in refused:
             print(f"  refused {entry['id']} {entry_config(entry).short()}: "
                   f"{entry['error']}")

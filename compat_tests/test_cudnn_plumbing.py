@@ -220,3 +220,19 @@ def test_versions_report_the_stack(fake):
     info = cudnn_backend.versions()
     assert info["available"] and info["cudnn"] == "9.28.0" and info["cupy"] == "fake"
     assert info["compute_capability"] == "9.0" and info["device"] == "fake"
+
+
+@pytest.mark.parametrize("broken", ["raises", "wrong"])
+def test_a_cupy_that_cannot_run_kernels_makes_the_backend_unavailable(fake, monkeypatch, broken):
+    """A CuPy without the CUDA headers it compiles kernels with passes the import, device and handle checks,
+    then fails in every forward pass: ``available()`` runs a kernel, so a GPU run stops with the reason."""
+
+    def where(*args):
+        if broken == "raises":
+            raise RuntimeError("CuPy failed to load cuda_fp16.h")  # what CuPy says without the headers
+        return fake_cuda.cupy.zeros(4, "float16")
+
+    monkeypatch.setattr(fake_cuda.cupy, "where", where)
+    ok, why = cudnn_backend.available.__wrapped__()
+    assert not ok and "CuPy cannot run its kernels" in why and "cupy-cuda13x[ctk]" in why
+    assert ("cuda_fp16.h" in why) == (broken == "raises")

@@ -129,6 +129,29 @@ def test_a_refused_config_is_recorded_and_the_rest_still_run(tmp_path, monkeypat
     assert "refused" in capsys.readouterr().out
 
 
+def test_a_capture_cut_short_keeps_the_configs_it_recorded(tmp_path, monkeypatch):
+    """A GPU step out of time gets SIGINT (a KeyboardInterrupt here); a crash kills the process at once.
+    Either way the configs saved before it (here: every config) are on disk, whole, and check against the
+    reference."""
+    record, calls = gpu_capture._record, []
+
+    def interrupted_at_the_third(model, cfg, case, entry):
+        calls.append(cfg)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return record(model, cfg, case, entry)
+
+    monkeypatch.setattr(gpu_capture, "_record", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_capture.capture(tmp_path, backend="reference", configs=SUBSET, save_seconds=0)
+    document, arrays = gpu_capture.load(tmp_path)
+    assert document["planned"] == len(SUBSET) > 3
+    assert [e["config"] for e in document["entries"]] == [json.loads(c.to_json()) for c in SUBSET[:2]]
+    assert {name.split(".")[0] for name in arrays} == {"c000", "c001"}
+    assert gpu_capture.check(tmp_path) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["arrays.npz", "capture.json"]
+
+
 def test_a_capture_of_another_format_is_refused(stand_in, tmp_path):
     document, arrays = gpu_capture.load(stand_in)
     document["format"] = gpu_capture.FORMAT + 1

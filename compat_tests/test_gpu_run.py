@@ -28,9 +28,9 @@ ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "c
             "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"}
 
 
-def gpu_run(out: Path, seconds: int) -> subprocess.CompletedProcess:
+def gpu_run(out: Path, seconds: int, **env_extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
-           "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site")}
+           "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), **env_extra}
     return subprocess.run(["bash", "scripts/gpu_run.sh", "quick"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -96,3 +96,27 @@ def test_out_of_time_the_steps_are_skipped_and_what_ran_still_comes_back(tmp_pat
         assert f"gpu_run.sh: {step}: SKIPPED, no time left" in summary, summary
     returned(tmp_path)
     assert {"versions.json", "summary.txt"} <= members(tmp_path / "gpu_run.tar.gz")
+
+
+def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_path):
+    """A GPU whose cuDNN backend cannot start (here: the fake told so) still returns the binding's host tests,
+    the GPU suite's skips with their reason, and a report of the backends that do run; the exit status says
+    the run fell short."""
+    why = "CuPy cannot run its kernels (test double)"
+    run = gpu_run(tmp_path, 540, FAKE_CUDA_UNAVAILABLE=why)
+    assert run.returncode == 1
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "gpu_run.sh: capture: SKIPPED, cuDNN backend unavailable" in summary, summary
+    for step in ("versions", "host-tests", "gpu-tests", "report"):
+        assert f"gpu_run.sh: {step}: ok" in summary, summary
+    versions = json.loads((tmp_path / "versions.json").read_text())
+    assert not versions["available"] and versions["reason"] == why
+    returned(tmp_path)
+    with tarfile.open(tmp_path / "gpu_run.tar.gz") as tar:
+        assert not any(m.name.startswith("./capture/") for m in tar.getmembers())
+        report = json.load(tar.extractfile("./report/report.json"))
+        gpu_tests = tar.extractfile("./pytest.txt").read().decode()
+    assert f"cuDNN backend unavailable: {why}" in gpu_tests
+    backends = {b["name"]: b for b in report["backends"]}
+    assert backends["reference"]["available"] and not backends["cudnn"]["available"]
+    assert why in backends["cudnn"]["detail"]

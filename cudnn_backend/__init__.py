@@ -35,6 +35,12 @@ def available() -> tuple[bool, str]:
                 missing.append("no CUDA GPU")
         except Exception as exc:
             missing.append(f"no CUDA GPU ({type(exc).__name__}: {exc})")
+    if cupy is not None and not missing:
+        try:
+            _run_a_kernel(cupy)
+        except Exception as exc:
+            missing.append(f"CuPy cannot run its kernels ({type(exc).__name__}: {exc}); CuPy compiles them at "
+                           "run time: install cupy-cuda13x[ctk] or a CUDA toolkit")
     if missing:
         return False, "; ".join(missing)
     try:
@@ -48,6 +54,14 @@ def available() -> tuple[bool, str]:
         return True, f"cuDNN {lib.version_string} on {_device_name(_device_properties(cupy))}"
     except Exception as exc:
         return False, f"cuDNN could not start: {type(exc).__name__}: {exc}"
+
+
+def _run_a_kernel(cupy) -> None:
+    """Run the kinds of CuPy kernels the backend runs (a select, a cast, a reduction): a GPU whose CuPy
+    cannot compile kernels (no CUDA headers) passes every other check, then fails in every forward pass."""
+    selected = cupy.where(cupy.arange(4) < 2, cupy.zeros(4, "float16"), 1).astype("float32")
+    if float(selected.sum()) != 2.0:
+        raise RuntimeError(f"a select and a sum gave {selected!r}, expected [0, 0, 1, 1]")
 
 
 def versions() -> dict:

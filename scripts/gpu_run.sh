@@ -10,12 +10,16 @@
 # of the units that ran. On the CPU side, scripts/gpu_unpack.py puts the archive under
 # reports/gpu/<device>-cudnn<version>/ and renders the report again there.
 #
-# Stops at once when the backend is unavailable (its reason is in versions.json), and otherwise runs every
-# step whatever the one before did; the exit status is 1 if any step failed.
+# Runs every step whatever the one before did; when the cuDNN backend is unavailable (its reason is in
+# versions.json) it skips the capture, and the other steps keep what needs no backend of ours (the binding's
+# host tests, torch-cuda in the tests and the report). The exit status is 1 if any step failed or was skipped.
+# cuBLAS gets a fixed workspace (CUBLAS_WORKSPACE_CONFIG), as deterministic runs need: some GPU tests expect
+# two identical runs to agree bit for bit. A step out of time gets SIGINT first, so pytest still prints the
+# failures it has seen.
 #   usage: scripts/gpu_run.sh [GRID]   (GRID: quick | default (the default) | full)
 #   env:   OUT (default reports/_scratch/gpu), GPU_RUN_SECONDS (540), PYTHON (python3), JOBS (8)
 set -uo pipefail
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 grid=${1:-default}
 out=${OUT:-reports/_scratch/gpu}
 budget=${GPU_RUN_SECONDS:-540}
@@ -43,7 +47,7 @@ step() {
         failed=1
         return
     fi
-    timeout --kill-after=10 "$limit" "$@" > "$work/$log" 2>&1
+    timeout --signal=INT --kill-after=15 "$limit" "$@" > "$work/$log" 2>&1
     rc=$?
     tail -n 30 "$work/$log"
     if ((rc == 0)); then
@@ -72,15 +76,16 @@ text = json.dumps(info, indent=1)
 print(text)
 open(sys.argv[1], "w").write(text + "\n")
 PY
-if ! "$python" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["available"] else 1)' \
-        "$work/versions.json" 2>/dev/null; then
-    say "cuDNN backend unavailable (versions.json or versions.log has the reason): stopping"
-    pack
-    exit 1
-fi
 # cuDNN's ground truth as data first (layout regions, outputs, gradients of 66 small configs): checked on
 # every CPU test run once committed, whatever happens to the longer steps below.
-step capture $(($(left) - 120)) capture.txt "$python" -m compat_tests.gpu_capture --out "$work/capture" --check
+if "$python" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["available"] else 1)' \
+        "$work/versions.json" 2>/dev/null; then
+    step capture $(($(left) - 120)) capture.txt "$python" -m compat_tests.gpu_capture --out "$work/capture" --check
+else
+    say "capture: SKIPPED, cuDNN backend unavailable (versions.json or versions.log has the reason)"
+    failed=1
+    pack
+fi
 step host-tests $(($(left) - 100)) pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
     compat_tests/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
 step gpu-tests $(($(left) - 60)) pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \
