@@ -20,7 +20,8 @@ from .interop.convert import FORMATS
 
 
 def _backends(names: str | None):
-    """The available peers among ``names`` (default: all), and every considered backend's status."""
+    """The available peers among ``names`` (default: all), and every considered backend's status
+    (``requested``: named in ``names``, so that its being unavailable fails the run)."""
     from .peers import PEERS, get_peer
     from .peers.plugins import SPECS
 
@@ -28,7 +29,7 @@ def _backends(names: str | None):
     available, status = [], []
     for peer in chosen:
         ok, why = peer.available()
-        status.append({"name": peer.name, "available": ok, "detail": why}
+        status.append({"name": peer.name, "available": ok, "detail": why, "requested": bool(names)}
                       | ({"plugin": SPECS[peer.name]} if peer.name in SPECS else {}))
         if ok:
             available.append(peer)

@@ -29,8 +29,10 @@ ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "c
 
 
 def gpu_run(out: Path, seconds: int, **env_extra: str) -> subprocess.CompletedProcess:
+    """The script on the fake; its report without torch-cuda, which no CPU runs (and naming it would fail it)."""
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
-           "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), **env_extra}
+           "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
+           **env_extra}
     return subprocess.run(["bash", "scripts/gpu_run.sh", "quick"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -100,15 +102,16 @@ def test_out_of_time_the_steps_are_skipped_and_what_ran_still_comes_back(tmp_pat
 
 def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_path):
     """A GPU whose cuDNN backend cannot start (here: the fake told so) still returns the binding's host tests,
-    the GPU suite's skips with their reason, and a report of the backends that do run; the exit status says
-    the run fell short."""
+    the GPU suite's skips with their reason, and a report of the backends that do run, which fails for
+    the backends it was asked for and could not run; the exit status says the run fell short."""
     why = "CuPy cannot run its kernels (test double)"
     run = gpu_run(tmp_path, 540, FAKE_CUDA_UNAVAILABLE=why)
     assert run.returncode == 1
     summary = (tmp_path / "summary.txt").read_text()
     assert "gpu_run.sh: capture: SKIPPED, cuDNN backend unavailable" in summary, summary
-    for step in ("versions", "host-tests", "gpu-tests", "report"):
+    for step in ("versions", "host-tests", "gpu-tests"):
         assert f"gpu_run.sh: {step}: ok" in summary, summary
+    assert "gpu_run.sh: report: FAILED with exit status 1" in summary, summary
     versions = json.loads((tmp_path / "versions.json").read_text())
     assert not versions["available"] and versions["reason"] == why
     returned(tmp_path)
@@ -119,4 +122,5 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
     assert f"cuDNN backend unavailable: {why}" in gpu_tests
     backends = {b["name"]: b for b in report["backends"]}
     assert backends["reference"]["available"] and not backends["cudnn"]["available"]
-    assert why in backends["cudnn"]["detail"]
+    assert why in backends["cudnn"]["detail"] and backends["cudnn"]["requested"]
+    assert not report["passed"] and report["records"], "what could run, ran"

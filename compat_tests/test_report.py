@@ -154,18 +154,97 @@ class LostState(ReferencePeer):
         return Outputs(y, h, out.output_c)
 
 
-def test_a_worst_case_fails_when_any_of_its_quantities_fails(tmp_path, monkeypatch):
-    """The worst-cases entry of a comparison names its worst quantity by budget share, but fails when any
-    quantity fails: the NaN fails ``output_h``, whose finite entries (exact) use none of its budget, less
-    than the nudged ``output`` uses."""
+def test_a_non_finite_mismatch_is_a_worst_case_named_by_its_quantity(tmp_path, monkeypatch, capsys):
+    """The NaN fails ``output_h`` while its finite entries (exact) use none of its budget, less than the
+    nudged ``output`` uses: the failure still heads the worst cases, under its own quantity, and the
+    documents say why (the error of the finite entries alone would read as a pass)."""
     monkeypatch.setitem(PEERS, "lost-state", LostState())
     assert run(tmp_path, "--backends", "lost-state") == 1
     report = json.loads((tmp_path / "report.json").read_text())
-    forward = [w for w in report["worst"] if "--backward" not in w["reproduce"]]
-    assert forward and all(w["quantity"] == "output" and 0 < w["conditioned"] < w["budget"] for w in forward)
-    assert not any(w["passed"] for w in forward)
+    records = [r for r in read_records(tmp_path / RESULTS) if r["study"] == "compat"]
     assert all(r["forward"]["output_h"]["nonfinite_mismatch"] == 1 and not r["forward"]["output_h"]["passed"]
-               for r in read_records(tmp_path / RESULTS) if r["study"] == "compat")
+               and 0 < r["forward"]["output"]["conditioned"] < r["forward"]["output"]["budget"] for r in records)
+    forward = [w for w in report["worst"] if "--backward" not in w["reproduce"]]
+    assert len(forward) == len(records)  # every failure is listed
+    assert all(w["quantity"] == "output_h" and w["nonfinite_mismatch"] == 1 and not w["passed"] for w in forward)
+    assert report["worst"][:len(forward)] == forward, "the failures come first"
+    assert all(row["worst_forward"]["quantity"] == "output_h" for row in report["summary"])
+    assert "1 non-finite mismatches" in (tmp_path / "report.md").read_text()
+    assert "1 non-finite (output_h)" in capsys.readouterr().out
+    _validate(report)
+    config = forward[0]["reproduce"].split("--config '")[1].rstrip("'")
+    assert cli.main(["check", "--peer", "lost-state", "--config", config]) == 1
+    assert "output_h: 1 non-finite mismatches" in capsys.readouterr().out
+
+
+class BackwardFails(ReferencePeer):
+    name = "backward-fails"
+
+    def backward(self, cfg, case):
+        raise RuntimeError("backward refused (test double)")
+
+
+def test_an_error_in_the_backward_pass_keeps_the_forward_verdict_and_prints_the_backward_command(
+        tmp_path, monkeypatch):
+    monkeypatch.setitem(PEERS, "backward-fails", BackwardFails())
+    assert run(tmp_path, "--backends", "backward-fails") == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    records = [r for r in report["records"] if r["study"] == "compat"]
+    assert records and all(r["status"] == "error" and r["error_in"] == "gradients" and r["forward"]
+                           and all(v["passed"] for v in r["forward"].values()) for r in records)
+    errors = [w for w in report["worst"] if w["quantity"] == "error"]
+    assert len(errors) == len(records) and all("--backward" in w["reproduce"] for w in errors)
+    _validate(report)
+
+
+class Unavailable(ReferencePeer):
+    name = "unavailable"
+
+    def available(self):
+        return False, "no such device (test double)"
+
+
+def test_a_requested_backend_that_cannot_run_fails_the_run(tiny_report, tmp_path, monkeypatch, capsys):
+    """Named by --backends, an unavailable backend fails the run (what could run, ran); left to the default
+    (every available backend, as in the tiny report), it is only listed."""
+    monkeypatch.setitem(PEERS, "unavailable", Unavailable())
+    assert run(tmp_path / "named", "--backends", "reference,unavailable") == 1
+    report = json.loads((tmp_path / "named" / "report.json").read_text())
+    note = "NOT RUN: backend unavailable was requested but is unavailable: no such device (test double)"
+    assert not report["passed"] and report["totals"]["failed"] == 0 and report["totals"]["compat_units"] > 0
+    assert note in (tmp_path / "named" / "report.md").read_text() and note in capsys.readouterr().out
+    assert "PASS" not in (tmp_path / "named" / "report.md").read_text().split("## Summary")[0]
+    _validate(report)
+    status, _, default = tiny_report
+    assert status == 0 and default["passed"] and not any(b["requested"] for b in default["backends"])
+
+
+def test_a_run_with_nothing_to_compare_fails(tmp_path, capsys):
+    grid = tmp_path / "grid.json"  # float64 configs: the reference is their truth, not a peer
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "gru", "dtype": "float64"}}]))
+    assert cli.main(["report", "--grid", str(grid), "--out", str(tmp_path / "run"), "--jobs", "1",
+                     "--no-progress", "--backends", "reference"]) == 1
+    assert "NOTHING RAN" in capsys.readouterr().out
+
+
+def test_every_failure_is_listed_beyond_the_worst_case_count(tmp_path, monkeypatch, capsys):
+    from compat_tests.report.aggregate import WORST_CASES
+
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 2, "batch": 1,
+                                                               "num_units": 2, "input_size": 2, "dtype": "float32", "seed": k}}
+                                for k in range(WORST_CASES + 5)]))
+    monkeypatch.setitem(PEERS, "perturbed", Perturbed())
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--out", str(out), "--jobs", "1", "--no-progress",
+                     "--backends", "perturbed"]) == 1
+    report = json.loads((out / "report.json").read_text())
+    failing = [w for w in report["worst"] if not w["passed"]]
+    assert len(failing) == WORST_CASES + 5 == report["totals"]["failed"]
+    md = (out / "report.md").read_text()
+    assert all(w["reproduce"] in md for w in failing)
+    printed = capsys.readouterr().out
+    assert sum(w["reproduce"] in printed for w in failing) == WORST_CASES and "... and 5 more" in printed
 
 
 def test_a_killed_run_resumes_to_the_same_report(tmp_path):

@@ -118,8 +118,10 @@ class Verdict:
         s = self.stats
         if self.indeterminate:
             return f"{label}: indeterminate ({self.indeterminate}; conditioned error {self.conditioned_error:.3g})"
-        return (f"{label}: conditioned error {self.conditioned_error:.3g} "
-                f"{'<=' if self.passed else '>'} budget {self.bound:g} "
+        mismatches = (f"{s.nonfinite_mismatch} non-finite mismatches (non-finite where the truth is finite, or the "
+                      f"reverse), and " if s.nonfinite_mismatch else "")
+        return (f"{label}: {mismatches}conditioned error {self.conditioned_error:.3g} "
+                f"{'<=' if self.conditioned_error <= self.bound else '>'} budget {self.bound:g} "
                 f"(max abs {s.max_abs:.3g}, max {s.max_eps:.3g} eps x scale {s.scale:.3g}, kappa {self.kappa:.3g}, "
                 f"max ulp {s.max_ulp:.0f}, non-finite mismatches {s.nonfinite_mismatch})")
 

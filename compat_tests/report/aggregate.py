@@ -17,8 +17,10 @@ from collections import Counter, defaultdict
 from .. import known_divergences, tolerances
 from ..config import MODE_NAMES, RNNConfig
 
-SCHEMA_VERSION = 4  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
-# 4: backends[].plugin (where a plugin backend came from)
+SCHEMA_VERSION = 5  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
+# 4: backends[].plugin (where a plugin backend came from); 5: worst cases carry nonfinite_mismatch and list
+# every failure; records carry error_in (the comparison an error ended); backends[].requested (named by
+# --backends: unavailable, it fails the run, as does a run that planned no unit)
 WORST_CASES = 20
 DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
 
@@ -66,13 +68,15 @@ def _judged(record: dict, kind: str):
 
 
 def budget_share(v: dict) -> float:
-    """Share of the budget used: conditioned error / budget (None-safe: non-finite errors count as inf)."""
+    """Share of the budget used: conditioned error / budget; inf for a non-finite error or for non-finite
+    mismatches (which fail a quantity whatever the error of its finite entries)."""
     c = v.get("conditioned")
-    return float("inf") if c is None else c / v["budget"]
+    return float("inf") if c is None or v.get("nonfinite_mismatch") else c / v["budget"]
 
 
 def _compact(record: dict) -> dict:
-    keep = {"id", "study", "backend", "config", "status", "passed", "indeterminate", "error", "reproduce", "variant"}
+    keep = {"id", "study", "backend", "config", "status", "passed", "indeterminate", "error", "error_in", "reproduce",
+            "variant"}
     out = {k: v for k, v in record.items() if k in keep}
     if "variant" in out:
         out["variant"] = {k: v for k, v in out["variant"].items() if k != "per_step_abs"}
@@ -90,8 +94,13 @@ def _worst(records: list[dict], kind: str) -> dict | None:
                 best = (q, v)
     if best is None:
         return None
-    q, v = best
-    return {"quantity": q, "conditioned": v["conditioned"], "budget": v["budget"]}
+    return _quantity(*best)
+
+
+def _quantity(q: str, v: dict) -> dict:
+    """A quantity's verdict as the worst-case lists show it."""
+    return {"quantity": q, "conditioned": v["conditioned"], "budget": v["budget"],
+            "nonfinite_mismatch": v.get("nonfinite_mismatch", 0)}
 
 
 def build_report(records: list[dict], grid: str, seed: int, backends: list[dict],
@@ -114,16 +123,18 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         for kind in ("forward", "gradients"):
             judged = sorted(_judged(r, kind), key=lambda qv: -budget_share(qv[1]))
             if judged:
-                q, v = judged[0]
                 worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
-                              "quantity": q, "conditioned": v["conditioned"], "budget": v["budget"],
-                              "passed": all(v["passed"] for v in r[kind].values()),
+                              **_quantity(*judged[0]), "passed": all(v["passed"] for v in r[kind].values()),
                               "reproduce": r["reproduce"][kind]})
-        if r["status"] == "error":
+        if r["status"] == "error":  # the comparison it ended (records before schema 5: the forward one)
             worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
-                          "quantity": "error", "conditioned": None, "budget": None, "passed": False,
-                          "reproduce": r["reproduce"]["forward"], "error": r["error"]})
+                          "quantity": "error", "conditioned": None, "budget": None, "nonfinite_mismatch": 0,
+                          "passed": False, "reproduce": r["reproduce"][r.get("error_in", "forward")],
+                          "error": r["error"]})
+    # A failure uses more than its budget (or has non-finite mismatches, or an error), a pass at most all of
+    # it, so the failures come first, and all of them are kept.
     worst.sort(key=lambda w: (-budget_share(w), w["id"], w["quantity"]))
+    worst = worst[:max(WORST_CASES, sum(not w["passed"] for w in worst))]
 
     report = {
         "schema_version": SCHEMA_VERSION,
@@ -143,7 +154,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         "totals": {"units": len(records), "planned_units": planned, "compat_units": len(compat), **_tally(compat),
                    "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too
         "summary": summary,
-        "worst": worst[:WORST_CASES],
+        "worst": worst,
         "skipped": [{"backend": b, "reason": why, "count": n}
                     for (b, why), n in sorted(Counter((b, why) for b, why, _ in skipped).items())],
         "unrun": _unrun(records, skipped),
@@ -151,9 +162,15 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                     "amplification": _amplification(compat)},
         "records": [_compact(r) for r in records],
     }
-    report["passed"] = report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0
+    report["passed"] = (report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0 and planned > 0
+                        and not unavailable_requested(report))
     report["complete"] = len(records) >= planned
     return report
+
+
+def unavailable_requested(report: dict) -> list[dict]:
+    """The backends the run was asked for by name (``--backends``) that could not run: they fail it."""
+    return [b for b in report["backends"] if b.get("requested") and not b["available"]]
 
 
 def _tally(records: list[dict]) -> dict[str, int]:

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from ..config import MODE_NAMES
 from . import plots
-from .aggregate import budget_share, config_label
+from .aggregate import WORST_CASES, budget_share, config_label, unavailable_requested
 
 MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
            "config's measured sensitivity; shown as error / budget (compat_tests/tolerances.py)")
@@ -23,7 +23,22 @@ def _fmt(v, digits=3) -> str:
 
 
 def _cell(worst: dict | None) -> str:
-    return "-" if worst is None else f"{_fmt(worst['conditioned'])} / {worst['budget']:.3g} ({worst['quantity']})"
+    if worst is None:
+        return "-"
+    if worst.get("nonfinite_mismatch"):
+        return f"{worst['nonfinite_mismatch']} non-finite ({worst['quantity']})"
+    return f"{_fmt(worst['conditioned'])} / {worst['budget']:.3g} ({worst['quantity']})"
+
+
+def _what(w: dict) -> str:
+    """A worst case's error, or its quantity's error against its budget (and its non-finite mismatches)."""
+    if w.get("error"):
+        return w["error"]
+    text = f"{w['quantity']}: {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}"
+    if w.get("nonfinite_mismatch"):
+        text = (f"{w['quantity']}: {w['nonfinite_mismatch']} non-finite mismatches (non-finite where the truth is "
+                f"finite, or the reverse); the finite entries {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}")
+    return text
 
 
 def _backend_rows(report: dict) -> list[list[str]]:
@@ -44,7 +59,8 @@ def _mode_rows(report: dict) -> list[list[str]]:
     for row in report["summary"]:
         shares = [budget_share(w) for w in (row["worst_forward"], row["worst_gradient"]) if w]
         mark = "FAIL " if row["failed"] else ""
-        cells[(row["backend"], row["dtype"])][row["mode"]] = mark + (_fmt(max(shares), 2) if shares else "-")
+        share = "-" if not shares else "non-finite" if max(shares) == float("inf") else _fmt(max(shares), 2)
+        cells[(row["backend"], row["dtype"])][row["mode"]] = mark + share
     return [[b, d, *(cells[(b, d)].get(m, "") for m in MODE_NAMES)] for (b, d) in sorted(cells)]
 
 
@@ -104,20 +120,32 @@ def _plugin(backend: dict) -> str:
     return f" (plugin {backend['plugin']})" if backend.get("plugin") else ""
 
 
-def _incomplete(report: dict) -> str | None:
-    """What a report of a run that stopped early must say first, or ``None``."""
+def _shortfalls(report: dict) -> list[str]:
+    """What a report must say first of a run that did not do all it was asked: it stopped early, a backend
+    named by ``--backends`` could not run, or no config of the grid fitted the backends."""
     t = report["totals"]
-    if report["complete"]:
-        return None
-    return (f"INCOMPLETE: {t['units']} of {t['planned_units']} planned units ran (the run stopped at --max-seconds "
-            f"or was killed); the same rnn-compat report command with --resume runs the rest.")
+    notes = []
+    if not report["complete"]:
+        notes.append(f"INCOMPLETE: {t['units']} of {t['planned_units']} planned units ran (the run stopped at "
+                     f"--max-seconds or was killed); the same rnn-compat report command with --resume runs the rest.")
+    for b in unavailable_requested(report):
+        notes.append(f"NOT RUN: backend {b['name']} was requested but is unavailable: {b['detail']}")
+    if t["planned_units"] == 0:
+        notes.append("NOTHING RAN: no config of the grid fits the available backends (see Not run)")
+    return notes
+
+
+def _verdict(report: dict) -> str:
+    if not report["passed"]:
+        return "FAIL"
+    return "PASS: every backend within the tolerance policy" if report["complete"] else "no failure so far"
 
 
 def _worst_lines(report: dict) -> list[str]:
     lines = []
     for i, w in enumerate(report["worst"], 1):
         verdict = "PASS" if w["passed"] else "FAIL"
-        what = w.get("error") or f"{w['quantity']}: {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}"
+        what = _what(w)
         lines.append(f"{i}. **{verdict}** `{w['backend']}` {w['config']} — {what}  ")
         lines.append(f"   `{w['reproduce']}`")
     return lines
@@ -125,19 +153,18 @@ def _worst_lines(report: dict) -> list[str]:
 
 def markdown(report: dict) -> str:
     t = report["totals"]
-    verdict = "PASS: every backend within the tolerance policy" if report["passed"] else "FAIL"
     lines = [
         "# cudnn-rnn-compat divergence report", "",
         f"Grid `{report['grid']}`, seed {report['seed']}, generated {report['generated_utc']}. "
         f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
-        f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{verdict}**.", "",
-        *([f"**{_incomplete(report)}**", ""] if _incomplete(report) else []),
+        f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{_verdict(report)}**.", "",
+        *(line for note in _shortfalls(report) for line in (f"**{note}**", "")),
         f"Measure: {MEASURE}.", "",
         "## Summary", "",
         *_md_table(SUMMARY_HEAD, _backend_rows(report)), "",
         "## Worst share of the budget per mode", "",
         *_md_table(["backend", "dtype", *MODE_NAMES], _mode_rows(report)), "",
-        "## Worst cases (re-run one with its command)", "",
+        "## Worst cases (every failure, then the largest shares of a budget; re-run one with its command)", "",
         *(_worst_lines(report) or ["none"]), "",
         "## Studies", "",
         "### Drift over long sequences: output error at step t (eps x scale)", "",
@@ -181,19 +208,20 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 def html_page(report: dict) -> str:
     t = report["totals"]
     figures = plots.figures(report)
-    verdict = "PASS" if report["passed"] else "FAIL"
+    verdict = "FAIL" if not report["passed"] else "PASS" if report["complete"] else "INCOMPLETE"
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>cudnn-rnn-compat report</title><style>",
         "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
         "img{max-width:100%}.FAIL{color:#b00;font-weight:bold}.PASS{color:#070;font-weight:bold}"
+        ".INCOMPLETE{color:#b60;font-weight:bold}"
         "code{font-size:12px}",
         "</style></head><body>",
         "<h1>cudnn-rnn-compat divergence report</h1>",
         f"<p>Grid <code>{html.escape(report['grid'])}</code>, seed {report['seed']}, generated "
         f"{report['generated_utc']}. {t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
         f"{t['indeterminate']} indeterminate, {t['errors']} errors. <span class='{verdict}'>{verdict}</span></p>",
-        *([f"<p class='FAIL'>{html.escape(_incomplete(report))}</p>"] if _incomplete(report) else []),
+        *(f"<p class='FAIL'>{html.escape(note)}</p>" for note in _shortfalls(report)),
         f"<p>Measure: {html.escape(MEASURE)}.</p>",
         "<h2>Summary</h2>", _html_table(SUMMARY_HEAD, _backend_rows(report)),
         "<h2>Worst share of the budget per mode</h2>",
@@ -208,10 +236,10 @@ def html_page(report: dict) -> str:
     if not figures:
         parts.append("<p><em>No figures: matplotlib was not installed where this page was written. With "
                      "pip install '.[report]', <code>rnn-compat render DIR</code> writes it again with them.</em></p>")
-    parts.append("<h2>Worst cases</h2><ol>")
+    parts.append("<h2>Worst cases</h2><p>Every failure, then the largest shares of a budget.</p><ol>")
     for w in report["worst"]:
         verdict = "PASS" if w["passed"] else "FAIL"
-        what = w.get("error") or f"{w['quantity']}: {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}"
+        what = _what(w)
         parts.append(f"<li><span class='{verdict}'>{verdict}</span> <code>{html.escape(w['backend'])}</code> "
                      f"{html.escape(w['config'])}: {html.escape(what)}<br><code>{html.escape(w['reproduce'])}</code></li>")
     parts.append("</ol>")
@@ -252,10 +280,12 @@ def terminal_summary(report: dict, out: str) -> str:
     lines = [fmt.format(*head), *(fmt.format(*r) for r in rows), "",
              f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
              f"{t['indeterminate']} indeterminate, {t['errors']} errors",
-             *([_incomplete(report)] if _incomplete(report) else []),
+             *_shortfalls(report),
              f"report: {out}/report.md, {out}/index.html, {out}/report.json ({out}/results.jsonl per unit)"]
     failing = [w for w in report["worst"] if not w["passed"]]
     if failing:
         lines += ["", "Failing (re-run one with its command):"]
-        lines += [f"  {w['backend']} {w['config']} {w['quantity']}: {w['reproduce']}" for w in failing]
+        lines += [f"  {w['backend']} {w['config']} {w['quantity']}: {w['reproduce']}" for w in failing[:WORST_CASES]]
+        if len(failing) > WORST_CASES:
+            lines.append(f"  ... and {len(failing) - WORST_CASES} more, each with its command in {out}/report.md")
     return "\n".join(lines)

@@ -75,11 +75,13 @@ def _verdicts(comparison: Comparison) -> dict:
     return out
 
 
-def _run_compat(unit: Unit) -> dict:
+def _run_compat(unit: Unit, record: dict) -> None:
+    """Fill ``record`` with the unit's verdicts, each comparison's as soon as it is made (an error in the
+    backward pass keeps the forward verdicts)."""
     peer = PEERS[unit.backend]
     case = make_case(unit.cfg)
     forward = compare_peer(peer, unit.cfg, case)
-    record = {"forward": _verdicts(forward)}
+    record["forward"] = _verdicts(forward)
     comparisons = [forward]
     if peer.capabilities.backward:
         gradients = compare_peer(peer, unit.cfg, case, backward=True)
@@ -88,7 +90,6 @@ def _run_compat(unit: Unit) -> dict:
     verdicts = [v for c in comparisons for v in c.verdicts.values()]
     record["passed"] = all(v.passed for v in verdicts)
     record["indeterminate"] = any(v.indeterminate for v in verdicts)
-    return record
 
 
 def _run_gru_variant(unit: Unit) -> dict:
@@ -113,11 +114,17 @@ def run_unit(data: dict) -> dict:
         record["reproduce"] = {"forward": reproduce_command(unit.backend, unit.cfg)}
         if PEERS[unit.backend].capabilities.backward:
             record["reproduce"]["gradients"] = reproduce_command(unit.backend, unit.cfg, backward=True)
+    body: dict = {}
     try:
         with np.errstate(all="ignore"):
-            body = _run_compat(unit) if unit.study == "compat" else _run_gru_variant(unit)
+            if unit.study == "compat":
+                _run_compat(unit, body)
+            else:
+                body = _run_gru_variant(unit)
         record.update(status="ok", **body)
     except Exception as exc:  # a crashing backend is a finding, not the end of the sweep
-        record.update(status="error", error=f"{type(exc).__name__}: {exc}", passed=False, indeterminate=False)
+        record.update(body, status="error", error=f"{type(exc).__name__}: {exc}", passed=False, indeterminate=False)
+        if unit.study == "compat":  # the comparison it ended, whose command reproduces it
+            record["error_in"] = "gradients" if "forward" in body else "forward"
     record["seconds"] = round(time.perf_counter() - start, 4)
     return _finite(record)
