@@ -104,6 +104,24 @@ def kill_before_replacing(monkeypatch):
 
 
 @pytest.fixture
+def registry(monkeypatch):
+    """The built-in peers alone, no plugin specs and an empty ``RNN_COMPAT_PLUGINS`` for the test; all as
+    they were after it (the peer suites of the same process must not see the test's plugins)."""
+    from compat_tests.peers import BUILT_IN, plugins
+
+    saved_peers, saved_specs = dict(PEERS), dict(plugins.SPECS)
+    for name in set(PEERS) - set(BUILT_IN):
+        del PEERS[name]
+    plugins.SPECS.clear()
+    monkeypatch.setenv(plugins.ENV, "")
+    yield PEERS
+    PEERS.clear()
+    PEERS.update(saved_peers)
+    plugins.SPECS.clear()
+    plugins.SPECS.update(saved_specs)
+
+
+@pytest.fixture
 def grad_peer(grad_peer_name: str):
     """A selected peer with a backward pass, skipped with its reason when it is not available here."""
     return _available(grad_peer_name)

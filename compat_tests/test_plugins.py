@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from compat_tests import cli
 from compat_tests.compare import compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig
-from compat_tests.peers import BUILT_IN, PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
+from compat_tests.peers import PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
 from compat_tests.strategies import rnn_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,22 +67,6 @@ class _Abstract(Peer):  # no forward
 
     def available(self) -> tuple[bool, str]:
         return True, ""
-
-
-@pytest.fixture
-def registry(monkeypatch):
-    """The built-in peers alone, no plugin specs and an empty ``RNN_COMPAT_PLUGINS`` for the test; all as
-    they were after it (the peer suites of the same process must not see the test's plugins)."""
-    saved_peers, saved_specs = dict(PEERS), dict(plugins.SPECS)
-    for name in set(PEERS) - set(BUILT_IN):
-        del PEERS[name]
-    plugins.SPECS.clear()
-    monkeypatch.setenv(plugins.ENV, "")
-    yield PEERS
-    PEERS.clear()
-    PEERS.update(saved_peers)
-    plugins.SPECS.clear()
-    plugins.SPECS.update(saved_specs)
 
 
 def test_a_file_spec_registers_its_peers_once_and_exports_itself(registry, monkeypatch):

@@ -247,6 +247,44 @@ def test_every_failure_is_listed_beyond_the_worst_case_count(tmp_path, monkeypat
     assert sum(w["reproduce"] in printed for w in failing) == WORST_CASES and "... and 5 more" in printed
 
 
+CRASHING_PEER = """
+import os, signal
+from compat_tests.peers.reference_peer import ReferencePeer
+
+class Crashing(ReferencePeer):
+    name = "crashing"
+
+    def forward(self, cfg, case):
+        if cfg.seed == 3:  # a native crash in the backend, as a segfault in its library would be
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().forward(cfg, case)
+
+CRASHING = Crashing()
+"""
+
+
+def test_a_worker_that_dies_costs_its_unit_only(registry, tmp_path):
+    """A segfault in a worker breaks the whole process pool; the unit that caused it gets an error record
+    (found by running the units left one at a time), every other unit its own record, and the run ends
+    with a whole report instead of a traceback."""
+    plugin = tmp_path / "crashing_peer.py"
+    plugin.write_text(CRASHING_PEER)
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 3, "batch": 2,
+                                                               "dtype": "float32", "seed": k}} for k in range(6)]))
+    out = tmp_path / "run"
+    assert cli.main(["report", "--plugin", f"{plugin}:CRASHING", "--backends", "crashing", "--grid", str(grid),
+                     "--out", str(out), "--jobs", "2", "--no-progress"]) == 1
+    report = json.loads((out / "report.json").read_text())
+    assert report["complete"] and report["totals"]["errors"] == 1
+    by_seed = {r["config"]["seed"]: r for r in report["records"]}
+    assert sorted(by_seed) == list(range(6))
+    assert by_seed[3]["status"] == "error" and "worker process died" in by_seed[3]["error"]
+    assert all(r["status"] == "ok" and r["passed"] for seed, r in by_seed.items() if seed != 3)
+    [crash] = [w for w in report["worst"] if w["quantity"] == "error"]
+    assert f"--plugin {plugin}:CRASHING" in crash["reproduce"] and '"seed":3' in crash["reproduce"]
+
+
 def test_a_killed_run_resumes_to_the_same_report(tmp_path):
     """Kill a run after its first records, resume it (with two workers), compare with a clean run."""
     grid = tmp_path / "grid.json"  # enough units that the kill lands half-way

@@ -1,6 +1,11 @@
 """Run work units, in this process or in worker processes, appending each record to ``results.jsonl``
 as it finishes: a killed run loses at most the units in flight, and ``--resume`` skips every unit whose
 record is already there. With a time limit no unit starts after it; the units in flight finish.
+
+A worker process that dies (a backend's native crash) breaks its pool, and which of the units in flight
+killed it is unknown: the units left then run one at a time, each in a worker of its own, and the one
+whose worker dies again gets an error record (the sweep goes on). In-process (``jobs=1``) a native crash
+ends the run.
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .units import Unit, run_unit
+from .units import Unit, died_record, run_unit
 
 RESULTS = "results.jsonl"
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -105,18 +111,51 @@ def _results(units: list[Unit], jobs: int, deadline: float | None) -> Iterable[d
                 return
             yield run_unit(unit.to_dict())
         return
+    broken: list[Unit] = []
     with _single_threaded_workers(jobs), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        pending: set[Future] = {pool.submit(run_unit, unit.to_dict()) for unit in units}
-        while pending:
+        unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
+        pending = set(unit_of)
+        while pending and not broken:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
             for future in done:
-                if not future.cancelled():
-                    yield future.result()
+                if future.cancelled():
+                    continue
+                try:
+                    record = future.result()
+                except BrokenProcessPool:
+                    broken.append(unit_of[future])
+                    continue
+                yield record
             if expired():  # units not yet started are dropped; the ones in flight finish
                 for future in pending:
                     future.cancel()
                 deadline = None
+        if broken:
+            broken += [unit_of[f] for f in pending if not f.cancelled()]
+    if broken:
+        order = {unit.id: i for i, unit in enumerate(units)}
+        yield from _one_at_a_time(sorted(broken, key=lambda u: order[u.id]), jobs, expired)
+
+
+def _one_at_a_time(units: list[Unit], jobs: int, expired) -> Iterable[dict]:
+    """Records of ``units``, each run alone in a worker process (a fresh one after a worker dies)."""
+    pool = None
+    try:
+        with _single_threaded_workers(jobs):
+            for unit in units:
+                if expired():
+                    return
+                pool = pool or ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+                try:
+                    yield pool.submit(run_unit, unit.to_dict()).result()
+                except BrokenProcessPool:
+                    yield died_record(unit)
+                    pool.shutdown()
+                    pool = None
+    finally:
+        if pool is not None:
+            pool.shutdown()
 
 
 def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,

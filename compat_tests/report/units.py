@@ -104,16 +104,30 @@ def _run_gru_variant(unit: Unit) -> dict:
             "passed": True, "indeterminate": False}
 
 
-def run_unit(data: dict) -> dict:
-    """Execute one unit (``Unit.to_dict()``) and return its JSON record; never raises for a unit's own
-    failure: an exception becomes a record with ``status: "error"`` (and counts as not passed)."""
-    unit = Unit.from_dict(data)
-    start = time.perf_counter()
+def _identity(unit: Unit) -> dict:
+    """What every record of ``unit`` starts with: its id, its fields, and (compat) its commands."""
     record = {"id": unit.id, **unit.to_dict()}
     if unit.study == "compat":
         record["reproduce"] = {"forward": reproduce_command(unit.backend, unit.cfg)}
         if PEERS[unit.backend].capabilities.backward:
             record["reproduce"]["gradients"] = reproduce_command(unit.backend, unit.cfg, backward=True)
+    return record
+
+
+def died_record(unit: Unit) -> dict:
+    """The record of a unit whose worker process died running it, alone (a native crash, or killed for memory):
+    an error of the backend, like an exception."""
+    return _finite({**_identity(unit), "status": "error", "passed": False, "indeterminate": False, "seconds": 0.0,
+                    "error": "the worker process died running this unit alone (a native crash such as a "
+                             "segfault, or killed for memory)"})
+
+
+def run_unit(data: dict) -> dict:
+    """Execute one unit (``Unit.to_dict()``) and return its JSON record; never raises for a unit's own
+    failure: an exception becomes a record with ``status: "error"`` (and counts as not passed)."""
+    unit = Unit.from_dict(data)
+    start = time.perf_counter()
+    record = _identity(unit)
     body: dict = {}
     try:
         with np.errstate(all="ignore"):
