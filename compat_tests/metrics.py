@@ -64,12 +64,13 @@ def error_stats(actual: np.ndarray, expected: np.ndarray, time_axis: int | None 
     finite = np.isfinite(actual)
     both = representable & finite
     mismatch = int(np.count_nonzero(representable != finite))
+    # the truth's own scale: a peer's NaN at the truth's largest value must not shrink it
+    scale = max(1.0, float(np.abs(expected[representable]).max())) if representable.any() else 1.0
     if not both.any():
-        return ErrorStats(0.0, 0.0, 0.0, 0.0, 0.0, 1.0, mismatch, 0)
+        return ErrorStats(0.0, 0.0, 0.0, 0.0, 0.0, scale, mismatch, 0)
     a = actual[both].astype(np.float64)
     e = expected[both]
     diff = np.abs(a - e)
-    scale = max(1.0, float(np.abs(e).max()))
     eps = float(finfo.eps)
     per_step = None
     if time_axis is not None:

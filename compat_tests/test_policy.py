@@ -71,6 +71,14 @@ def test_the_worst_element_is_judged_not_the_typical_one():
     assert not tolerances.judge("reference", "float32", "output", stats, kappa=1.0).passed
 
 
+def test_the_scale_is_the_truth_s_whatever_the_peer_answered():
+    """A NaN where the truth is largest must not shrink the scale the other errors are measured against."""
+    truth = np.array([100.0, 1.0, 0.5])
+    stats = error_stats(np.array([np.nan, 1.0 + 1e-6, 0.5], np.float32), truth)
+    assert stats.scale == 100.0 and stats.nonfinite_mismatch == 1
+    assert stats.max_eps == pytest.approx(abs(np.float32(1.0 + 1e-6) - 1.0) / (100 * np.finfo(np.float32).eps))
+
+
 def test_a_non_finite_disagreement_fails_whatever_the_error_of_the_rest():
     truth = np.array([1.0, 2.0, 3.0])
     stats = error_stats(np.array([1.0, np.inf, 3.0], np.float32), truth)

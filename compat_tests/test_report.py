@@ -88,6 +88,30 @@ def test_markdown_and_html_name_every_backend_and_config(tiny_report):
     assert report["studies"]["drift"] and report["studies"]["amplification"]
 
 
+def test_each_drift_line_has_one_colour_in_every_panel(tiny_report, monkeypatch):
+    """Only the output panels carry a legend; a backend without gradients (no input-gradient line) must not
+    shift the colours of the input-gradient panels away from it."""
+    pytest.importorskip("matplotlib", reason="figures need matplotlib")
+    from compat_tests.report import plots
+
+    _, _, report = tiny_report
+    drift = report["studies"]["drift"][0]
+    report = {**report, "studies": {**report["studies"], "drift": [  # one backend without gradients, listed first
+        {**drift, "backend": "aaa-forward-only", "d_input": None}, drift]}}
+    assert drift.get("d_input"), "the tiny grid's long config has an input gradient"
+    figures = []
+    monkeypatch.setattr(plots, "_png", figures.append)
+    plots._drift(report)
+    colours: dict = {}
+    for ax in figures[0].axes:
+        for line in ax.get_lines():
+            assert colours.setdefault(line.get_label(), line.get_color()) == line.get_color(), line.get_label()
+    assert len(colours) == 2 and len(set(colours.values())) == 2
+    import matplotlib.pyplot as plt
+
+    plt.close(figures[0])
+
+
 def test_the_policy_exceptions_of_the_run_s_backends_are_listed(tiny_report):
     """Every budget override and known divergence of a backend in the run is in both documents with its
     reason; those of backends not in the run are not."""

@@ -73,6 +73,9 @@ def _drift(report: dict) -> str:
     for d in report["studies"]["drift"]:
         by_shape[d["shape"]].append(d)
     shapes = sorted(by_shape)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = sorted({f"{d['backend']} {d['dtype']}" for d in report["studies"]["drift"]})
+    color = {label: cycle[i % len(cycle)] for i, label in enumerate(labels)}  # one per line in every panel
     fig, axes = plt.subplots(len(shapes), 2, figsize=(12, 2.6 * len(shapes)), squeeze=False)
     for row, shape in zip(axes, shapes):
         for ax, key, title in ((row[0], "output", "output"), (row[1], "d_input", "input gradient")):
@@ -80,7 +83,8 @@ def _drift(report: dict) -> str:
                 if d.get(key):  # eps units of the record's dtype -> one absolute scale for every dtype
                     eps = float(np.finfo(d["dtype"]).eps)
                     x, y = _envelope([None if v is None else v * eps for v in d[key]], floor=1e-17)
-                    ax.semilogy(x, y, linewidth=0.8, label=f"{d['backend']} {d['dtype']}")
+                    label = f"{d['backend']} {d['dtype']}"
+                    ax.semilogy(x, y, linewidth=0.8, label=label, color=color[label])
             ax.set_title(f"{shape}: {title}", fontsize=9)
             ax.set_ylabel("max error / max(1, |truth|)", fontsize=8)
             ax.tick_params(labelsize=7)
