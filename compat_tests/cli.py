@@ -25,7 +25,12 @@ def _backends(names: str | None):
     from .peers import PEERS, get_peer
     from .peers.plugins import SPECS
 
-    chosen = [get_peer(n) for n in names.split(",")] if names else list(PEERS.values())
+    if names:
+        listed = names.split(",")
+        twice = sorted({n for n in listed if listed.count(n) > 1})
+        if twice:
+            raise ValueError(f"--backends names {', '.join(twice)} more than once")
+    chosen = [get_peer(n) for n in listed] if names else list(PEERS.values())
     available, status = [], []
     for peer in chosen:
         ok, why = peer.available()
@@ -43,13 +48,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report.run_plan import write_plan
     from .report.sweep import RESULTS, sweep
 
+    from .report.grids import GRIDS
+
     if args.max_seconds is not None and not args.max_seconds > 0:
         raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.seed is not None and (args.seed < 0 or args.grid not in GRIDS):
+        raise ValueError(f"--seed must be >= 0, got {args.seed}" if args.seed < 0 else
+                         "--seed applies to the built-in grids: a grid file's configs carry their own seeds")
+    args.seed = args.seed or 0
     specs = load_grid(args.grid, args.seed)
     peers, status = _backends(args.backends)
     if not peers:
         raise ValueError("no requested backend is available: " + "; ".join(f"{b['name']}: {b['detail']}" for b in status))
-    grid_name = Path(args.grid).stem if args.grid.endswith(".json") else args.grid
+    grid_name = args.grid if args.grid in GRIDS else Path(args.grid).stem
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{grid_name}-{stamp}"
     if (out / RESULTS).exists() and not args.resume:
@@ -124,13 +137,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not ok:
         print(f"{peer.name} is unavailable: {why}", file=sys.stderr)
         return 2
-    cfg = RNNConfig.from_json(args.config)
+    try:
+        cfg = RNNConfig.from_json(args.config)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--config must be an RNNConfig as JSON: {exc}") from None
     why = peer.unsupported(cfg) or (None if peer.capabilities.backward or not args.backward
                                     else f"{peer.name} has no backward pass")
     if why:
         print(f"{peer.name} cannot run {cfg.short()}: {why}", file=sys.stderr)
         return 2
-    comparison = compare_peer(peer, cfg, backward=args.backward)
+    try:
+        comparison = compare_peer(peer, cfg, backward=args.backward)
+    except Exception as exc:  # the peer's own failure: a finding (as in a report), not a bad argument
+        print(f"{peer.name} failed on {cfg.short()} ({'gradients' if args.backward else 'forward'}): "
+              f"{type(exc).__name__}: {exc}")
+        return 1
     print(comparison.explain())
     return 0 if comparison.passed else 1
 
@@ -263,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--grid", default="default", help="quick | default | full | a JSON grid file")
     report.add_argument("--out", help="report folder (default: reports/_scratch/GRID-TIMESTAMP)")
     report.add_argument("--resume", action="store_true", help="continue the run whose results.jsonl is in --out")
-    report.add_argument("--seed", type=int, default=0)
+    report.add_argument("--seed", type=int, help="the built-in grids' seed (default 0)")
     report.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
     report.add_argument("--max-seconds", type=float,

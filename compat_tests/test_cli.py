@@ -20,25 +20,64 @@ def test_check_reruns_one_comparison(capsys, backward):
     assert all(word in text for word in expected), text
 
 
+GRID_FILE = "compat_tests/data/tiny_grid.json"
+
+
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        ["report", "--backends", "nonesuch", "--grid", "quick"],
-        ["report", "--grid", "huge"],
-        ["report", "--bogus"],
-        ["check", "--peer", "reference", "--config", "{not json"],
-        ["check", "--peer", "reference", "--config", json.dumps({"mode": "gru", "colour": 1})],
-        ["check", "--peer", "onnxruntime", "--config", RNNConfig("gru", dtype="float64").to_json()],
-        ["check", "--peer", "onnxruntime", "--backward", "--config", RNNConfig("gru", dtype="float32").to_json()],
-        ["frobnicate"],
+        (["report", "--backends", "nonesuch", "--grid", "quick"], "nonesuch"),
+        (["report", "--backends", "reference,reference", "--grid", "quick"], "--backends names reference more"),
+        (["report", "--grid", "huge"], "--grid must be one of"),
+        (["report", "--bogus"], None),
+        (["report", "--grid", "quick", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["report", "--grid", "quick", "--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["report", "--grid", GRID_FILE, "--seed", "3"], "--seed applies to the built-in grids"),
+        (["check", "--peer", "reference", "--config", "{not json"], "--config must be an RNNConfig as JSON"),
+        (["check", "--peer", "reference", "--config", json.dumps({"mode": "gru", "colour": 1})], "colour"),
+        (["check", "--peer", "onnxruntime", "--config", RNNConfig("gru", dtype="float64").to_json()], "float64"),
+        (["check", "--peer", "onnxruntime", "--backward", "--config", RNNConfig("gru", dtype="float32").to_json()],
+         "no backward pass"),
+        (["frobnicate"], None),
     ],
 )
-def test_bad_arguments_exit_2(argv, tmp_path):
+def test_bad_arguments_exit_2_naming_the_argument(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(cli.SUITE.parent)
     try:
-        status = cli.main(argv if argv[0] != "report" else [*argv, "--out", str(tmp_path)])
+        status = cli.main(argv if argv[0] != "report" else [*argv, "--out", str(tmp_path / "run")])
     except SystemExit as exc:  # argparse's own errors
         status = exc.code
     assert status == 2
+    assert message is None or message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists(), "refused before any work"
+
+
+def test_check_reports_a_peer_that_raises_as_a_failure_not_a_bad_argument(monkeypatch, capsys):
+    from compat_tests.peers import PEERS
+    from compat_tests.peers.reference_peer import ReferencePeer
+
+    class Raising(ReferencePeer):
+        name = "raising"
+
+        def backward(self, cfg, case):
+            raise ValueError("backward refused (test double)")
+
+    monkeypatch.setitem(PEERS, "raising", Raising())
+    cfg = RNNConfig("gru", dtype="float32")
+    assert cli.main(["check", "--peer", "raising", "--backward", "--config", cfg.to_json()]) == 1
+    assert f"raising failed on {cfg.short()} (gradients): ValueError: backward refused" in capsys.readouterr().out
+
+
+def test_a_report_of_a_grid_file_is_named_after_it(tmp_path, monkeypatch):
+    """Its default folder is under reports/_scratch, named by the file's stem, whatever its suffix."""
+    grid = tmp_path / "grids" / "my_grid"
+    grid.parent.mkdir()
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "dtype": "float32", "seq_len": 2}}]))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--jobs", "1", "--no-progress"]) == 0
+    [run] = (tmp_path / "reports" / "_scratch").iterdir()
+    assert run.name.startswith("my_grid-") and json.loads((run / "report.json").read_text())["grid"] == "my_grid"
+    assert list(grid.parent.iterdir()) == [grid]
 
 
 def test_rnn_compat_test_runs_the_whole_suite_unless_its_arguments_name_some_of_its_tests(tmp_path, monkeypatch):
