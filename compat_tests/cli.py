@@ -44,11 +44,9 @@ def _backends(names: str | None):
 def cmd_report(args: argparse.Namespace) -> int:
     import datetime
 
-    from .report.grids import load_grid, plan
+    from .report.grids import GRIDS, load_grid, plan
     from .report.run_plan import write_plan
     from .report.sweep import RESULTS, sweep
-
-    from .report.grids import GRIDS
 
     if args.max_seconds is not None and not args.max_seconds > 0:
         raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")

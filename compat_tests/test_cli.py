@@ -54,18 +54,13 @@ def test_bad_arguments_exit_2_naming_the_argument(argv, message, tmp_path, capsy
 
 def test_check_reports_a_peer_that_raises_as_a_failure_not_a_bad_argument(monkeypatch, capsys):
     from compat_tests.peers import PEERS
-    from compat_tests.peers.reference_peer import ReferencePeer
+    from compat_tests.test_report import BackwardFails
 
-    class Raising(ReferencePeer):
-        name = "raising"
-
-        def backward(self, cfg, case):
-            raise ValueError("backward refused (test double)")
-
-    monkeypatch.setitem(PEERS, "raising", Raising())
+    monkeypatch.setitem(PEERS, "backward-fails", BackwardFails())
     cfg = RNNConfig("gru", dtype="float32")
-    assert cli.main(["check", "--peer", "raising", "--backward", "--config", cfg.to_json()]) == 1
-    assert f"raising failed on {cfg.short()} (gradients): ValueError: backward refused" in capsys.readouterr().out
+    assert cli.main(["check", "--peer", "backward-fails", "--backward", "--config", cfg.to_json()]) == 1
+    assert (f"backward-fails failed on {cfg.short()} (gradients): RuntimeError: backward refused"
+            in capsys.readouterr().out)
 
 
 def test_a_report_of_a_grid_file_is_named_after_it(tmp_path, monkeypatch):

@@ -378,6 +378,8 @@ def test_a_run_stopped_at_its_time_limit_reports_what_ran_and_resumes(tmp_path, 
     notice = f"INCOMPLETE: 3 of {len(planned)} planned units ran"
     assert notice in (tmp_path / "report.md").read_text() and notice in (tmp_path / "index.html").read_text()
     assert notice in capsys.readouterr().out
+    headline = (tmp_path / "report.md").read_text().split("## Summary")[0]
+    assert "INCOMPLETE, no failure among the units that ran" in headline and "PASS" not in headline
     assert run(tmp_path, "--resume") == 0
     resumed = json.loads((tmp_path / "report.json").read_text())
     assert resumed["complete"] and deterministic(resumed) == deterministic(tiny_report[2])

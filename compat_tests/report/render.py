@@ -136,9 +136,12 @@ def _shortfalls(report: dict) -> list[str]:
 
 
 def _verdict(report: dict) -> str:
-    if not report["passed"]:
-        return "FAIL"
-    return "PASS: every backend within the tolerance policy" if report["complete"] else "no failure so far"
+    """FAIL, INCOMPLETE (no failure among the units that ran) or PASS."""
+    return "FAIL" if not report["passed"] else "PASS" if report["complete"] else "INCOMPLETE"
+
+
+_VERDICT_TEXT = {"FAIL": "FAIL", "INCOMPLETE": "INCOMPLETE, no failure among the units that ran",
+                 "PASS": "PASS: every backend within the tolerance policy"}
 
 
 def _worst_lines(report: dict) -> list[str]:
@@ -157,7 +160,7 @@ def markdown(report: dict) -> str:
         "# cudnn-rnn-compat divergence report", "",
         f"Grid `{report['grid']}`, seed {report['seed']}, generated {report['generated_utc']}. "
         f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
-        f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{_verdict(report)}**.", "",
+        f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{_VERDICT_TEXT[_verdict(report)]}**.", "",
         *(line for note in _shortfalls(report) for line in (f"**{note}**", "")),
         f"Measure: {MEASURE}.", "",
         "## Summary", "",
@@ -208,7 +211,7 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 def html_page(report: dict) -> str:
     t = report["totals"]
     figures = plots.figures(report)
-    verdict = "FAIL" if not report["passed"] else "PASS" if report["complete"] else "INCOMPLETE"
+    verdict = _verdict(report)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>cudnn-rnn-compat report</title><style>",
         "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}"
