@@ -352,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as exc:  # bad arguments or files: named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: no traceback; a report run's finished units are kept
+        resume = " (its finished units are kept: the same command with --resume runs the rest)"
+        print(f"rnn-compat {args.command}: interrupted{resume if args.command == 'report' else ''}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

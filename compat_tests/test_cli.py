@@ -100,3 +100,15 @@ def test_peers_lists_every_peer_with_its_availability_and_what_it_lacks(capsys):
     assert cli.main(["peers"]) == 0
     text = capsys.readouterr().out
     assert all(f"{name}: {'available' if p.available()[0] else 'UNAVAILABLE'}" in text for name, p in PEERS.items())
+
+
+def test_ctrl_c_ends_a_command_without_a_traceback(monkeypatch, capsys, tmp_path):
+    from compat_tests.report import sweep
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "sweep", interrupted)
+    assert cli.main(["report", "--grid", "quick", "--backends", "reference", "--no-progress", "--out",
+                     str(tmp_path)]) == 130
+    assert "interrupted (its finished units are kept: the same command with --resume" in capsys.readouterr().err
