@@ -91,6 +91,10 @@ def available_peer():
     return _available
 
 
+class Killed(BaseException):
+    """The process dies here (no handler of the code under test catches it, as none would see a SIGKILL)."""
+
+
 @pytest.fixture
 def kill_before_replacing(monkeypatch):
     """``kill_before_replacing()``: from then on every whole-file write (``reference.formats.files.replacing``)
@@ -98,7 +102,7 @@ def kill_before_replacing(monkeypatch):
     from reference.formats import files
 
     def killed(src, dst):
-        raise KeyboardInterrupt("killed before the file was replaced")
+        raise Killed("killed before the file was replaced")
 
     return lambda: monkeypatch.setattr(files.os, "replace", killed)
 
