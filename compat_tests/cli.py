@@ -25,12 +25,11 @@ def _backends(names: str | None):
     from .peers import PEERS, get_peer
     from .peers.plugins import SPECS
 
-    if names:
-        listed = names.split(",")
-        twice = sorted({n for n in listed if listed.count(n) > 1})
-        if twice:
-            raise ValueError(f"--backends names {', '.join(twice)} more than once")
-    chosen = [get_peer(n) for n in listed] if names else list(PEERS.values())
+    listed = names.split(",") if names else []
+    twice = sorted({n for n in listed if listed.count(n) > 1})
+    if twice:
+        raise ValueError(f"--backends names {', '.join(twice)} more than once")
+    chosen = [get_peer(n) for n in listed] or list(PEERS.values())
     available, status = [], []
     for peer in chosen:
         ok, why = peer.available()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from reference.formats.files import replacing
+
 from ..config import RNNConfig
 from . import write_report
 from .aggregate import build_report, environment
@@ -29,9 +31,8 @@ def write_plan(out: Path, grid: str, seed: int, backends: list[dict], units: lis
     plan = {"grid": grid, "seed": seed, "backends": backends, "environment": environment(),
             "units": [u.id for u in units],
             "skipped": [{"backend": b, "reason": why, "config": json.loads(cfg.to_json())} for b, why, cfg in skipped]}
-    tmp = out / (PLAN + ".tmp")
-    tmp.write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
-    tmp.replace(out / PLAN)  # never a torn plan, whatever kills the run
+    with replacing(out / PLAN) as tmp:  # never a torn plan, whatever kills the run
+        tmp.write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
 
 
 def render(out: Path) -> dict:
