@@ -156,14 +156,19 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .interop import convert
 
-    if args.scope and args.source not in ("tf", "checkpoint"):
+    if args.scope and args.source not in convert.TF_NAMED:
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
+    if args.out_scope and args.target not in convert.TF_NAMED:
+        raise ValueError(f"--out-scope applies to TF-named files (--to tf or checkpoint), not to --to {args.target}")
     overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
                  "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
                  "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope}
-    model, weights, biases = convert.read(args.source, args.input, overrides)
-    convert.write(args.target, args.output, model, weights, biases)
-    print(f"{args.input} ({args.source}) -> {args.output} ({args.target}): {model!r}")
+    source = convert.read(args.source, args.input, overrides)
+    scope = (args.out_scope or None) if args.out_scope is not None else source.scope
+    convert.write(args.target, args.output, source.model, source.weights, source.biases,
+                  scope if args.target in convert.TF_NAMED else None)
+    print(f"{args.input} ({args.source}) -> {args.output} ({args.target}): {source.model!r}"
+          + (f" under scope {scope!r}" if scope and args.target in convert.TF_NAMED else ""))
     return 0
 
 
@@ -315,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     conv.add_argument("--dtype", choices=DTYPE_NAMES)
     conv.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's tensors, "
                                        "where the file holds several")
+    conv.add_argument("--out-scope", help="TF-named targets: the variable scope to write the tensors under ('' for "
+                                           "none; default: a TF-named source's own)")
 
     infer = sub.add_parser("infer", help="run a checkpoint on the CPU with the NumPy reference")
     infer.add_argument("checkpoint")

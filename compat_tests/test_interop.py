@@ -29,7 +29,7 @@ from reference import checkpoint
 from reference.cells import cells_from_tf, run_cells
 from reference.formats import keras as keras_format
 from reference.formats import onnx as onnx_format
-from reference.formats import safetensors, tf
+from reference.formats import safetensors, tf, tf_bundle
 from reference.formats import torch as torch_format
 
 SMALL = dict(max_layers=2, max_units=5, max_input=4, max_time=5, max_batch=3)
@@ -418,7 +418,7 @@ def test_a_damaged_file_loads_or_is_refused_naming_it(intact_files, fmt, name, d
     for file, blob in files.items():
         (folder / file).write_bytes(_damage(data, blob) if file == victim else blob)
     try:
-        model, weights, biases = convert.read(fmt, folder / name)
+        model, weights, biases, _ = convert.read(fmt, folder / name)
     except (ValueError, TypeError) as exc:
         assert str(folder / name) in str(exc), exc
         return
@@ -462,7 +462,7 @@ def test_a_file_with_wrong_tensors_loads_or_is_refused_naming_it(fmt, mode, with
             TENSOR_EDITS[edit](tensors, data.draw(st.sampled_from(sorted(tensors)), label=f"tensor to {edit}"))
     checkpoint.write_tensors(path, tensors, config if with_config else None)
     try:
-        model, weights, biases = convert.read(fmt, path)
+        model, weights, biases, _ = convert.read(fmt, path)
     except (ValueError, TypeError) as exc:
         assert str(path) in str(exc), exc
         return
@@ -972,3 +972,292 @@ def test_convert_refuses_what_the_target_cannot_hold(tmp_path):
     for target, name in (("keras", "k.npz"), ("onnx", "p.onnx")):
         assert cli.main(["convert", "--from", "checkpoint", "--to", target, str(tmp_path / "p.npz"),
                          str(tmp_path / name)]) == 2
+
+
+# ---- foreign graphs and files: what computes another function is refused, what is the same one loads ------
+
+
+def _foreign_onnx(cfg: RNNConfig, case, node_attrs: dict | None = None, peephole: bool = False, bias: bool = True):
+    """``cfg``'s unidirectional stack as a foreign exporter writes it: a node per layer (named rnn0, rnn1,
+    ...) chained through Squeeze, no config in the metadata; ``node_attrs[layer]`` adds attributes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    H, inits, nodes, x = cfg.num_units, [], [], "X"
+    for layer, wrb in enumerate(onnx_format.to_onnx(cfg.model(), case.weights, case.biases)):
+        names = [x]
+        for k in "WRB" if bias else "WR":
+            inits.append(numpy_helper.from_array(wrb[k], f"{k}{layer}"))
+            names.append(f"{k}{layer}")
+        if peephole:
+            inits.append(numpy_helper.from_array(np.full((1, 3 * H), 0.5, np.float32), f"P{layer}"))
+            names += [""] * (7 - len(names)) + [f"P{layer}"]
+        attrs = {**onnx_format.ATTRIBUTES[cfg.mode], "hidden_size": H, **(node_attrs or {}).get(layer, {})}
+        nodes.append(helper.make_node(onnx_format.OPS[cfg.mode], names, [f"Y{layer}"], name=f"rnn{layer}", **attrs))
+        nodes.append(helper.make_node("Squeeze", [f"Y{layer}", "axis1"], [f"S{layer}"]))
+        x = f"S{layer}"
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+    graph = helper.make_graph(nodes, "foreign", [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(case.x.shape))],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
+
+
+def _onnxruntime(proto, x: np.ndarray) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"X": x})[0]
+
+
+def _no_initial_state(cfg: RNNConfig, bias: bool = True):
+    """``cfg`` (float32, zero initial states: a foreign graph here has none) and its case, biases zeroed
+    when not ``bias``."""
+    cfg = cfg.with_(initial_state=False, dtype="float32")
+    case = make_case(cfg)
+    return cfg, case if bias else case._replace(biases=[np.zeros_like(b) for b in case.biases])
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["with-B", "without-B"])
+@pytest.mark.parametrize("mode", ["relu", "tanh", "lstm", "gru", "classic_gru"])
+def test_a_foreign_onnx_graph_of_a_cudnn_cell_loads_as_that_cell(mode, bias):
+    """The control for the refusals below: a plain foreign graph loads bit for bit and onnxruntime runs it
+    to the reference's outputs; without B (a bias-free model: ONNX's B defaults to zero) as zero biases."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    cfg, case = _no_initial_state(RNNConfig(mode, num_layers=2, num_units=4, input_size=3, seq_len=5, batch=2), bias)
+    proto = _foreign_onnx(cfg, case, bias=bias)
+    model, weights, biases = onnx_model.import_model(proto)
+    assert repr(model) == repr(cfg.model())
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+    expected = run_reference(cfg, case)
+    got = Outputs(_onnxruntime(proto, case.x), expected.output_h, expected.output_c)  # the graph outputs y only
+    assert_agree_within_policy(cfg, case, got, expected, peer="onnxruntime")
+
+
+FOREIGN_NODES = {  # mode, layers, node attributes, peephole input, what the refusal says
+    "clip": ("lstm", 1, {0: {"clip": 0.25}}, False, "node rnn0: clip=0.25 has no cuDNN equivalent"),
+    "input_forget": ("lstm", 1, {0: {"input_forget": 1}}, False, "node rnn0: input_forget=1 has no cuDNN equivalent"),
+    "peepholes": ("lstm", 1, {}, True, r"node rnn0: peephole weights \(input P, 'P0'\) have no cuDNN equivalent"),
+    "gru-activations": ("gru", 1, {0: {"activations": ["Sigmoid", "Relu"]}}, False,
+                        r"node rnn0: activations \['Sigmoid', 'Relu'\] are not a cuDNN cell's \(Sigmoid, Tanh\)"),
+    "lstm-activations": ("lstm", 1, {0: {"activations": ["HardSigmoid", "Tanh", "Tanh"]}}, False,
+                         r"activations \['HardSigmoid', 'Tanh', 'Tanh'\] are not a cuDNN cell's"),
+    "rnn-activation": ("tanh", 1, {0: {"activations": ["Sigmoid"]}}, False,
+                       r"node rnn0: activations \['Sigmoid'\] are not a cuDNN cell's \(Tanh or Relu\)"),
+    "second-layer-textbook": ("gru", 2, {1: {"linear_before_reset": 0}}, False,
+                              "node rnn1 computes a unidirectional 'classic_gru' layer, but the model is a "
+                              "unidirectional 'gru' RNN"),
+    "second-layer-relu": ("tanh", 2, {1: {"activations": ["Relu"]}}, False,
+                          "node rnn1 computes a unidirectional 'relu' layer, but the model is a unidirectional 'tanh'"),
+}
+
+
+@pytest.mark.parametrize("case_name", FOREIGN_NODES)
+def test_a_foreign_onnx_node_that_computes_another_function_is_refused(case_name):
+    """Clipping, coupled gates, peepholes, other activations, or a layer unlike the first: onnxruntime computes
+    another function than the plain graph's (checked here), so reading only W, R and B would give a model
+    that silently disagrees with the file. Each is refused naming the node and what it carries."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    mode, layers, attrs, peephole, match = FOREIGN_NODES[case_name]
+    cfg, case = _no_initial_state(RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, seq_len=6, batch=2,
+                                            weight_scale=3.0))
+    plain, variant = _foreign_onnx(cfg, case), _foreign_onnx(cfg, case, attrs, peephole)
+    error = error_stats(_onnxruntime(variant, case.x), _onnxruntime(plain, case.x).astype(np.float64))
+    assert error.max_abs > 1e-3, "the variant computes what the plain graph does: not a test of the importer"
+    with pytest.raises(ValueError, match=match):
+        onnx_model.import_model(variant)
+
+
+def test_an_exported_graph_whose_node_was_changed_no_longer_matches_its_config():
+    """Our config in the metadata names the cell; a node edited to compute another (the GRU's
+    linear_before_reset dropped: the textbook candidate) is refused rather than read by the config."""
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, direction="bidirectional", dtype="float32")
+    case = make_case(cfg)
+    proto = onnx_model.export_model(cfg.model(), case.weights, case.biases)
+    node = [n for n in proto.graph.node if n.op_type == "GRU"][1]
+    node.attribute.remove(next(a for a in node.attribute if a.name == "linear_before_reset"))
+    with pytest.raises(ValueError, match="computes a bidirectional 'classic_gru' layer, but the model is a "
+                                         "bidirectional 'gru' RNN"):
+        onnx_model.import_model(proto)
+
+
+@pytest.mark.parametrize("cfg", [RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional"),
+                                 RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, num_proj=2),
+                                 RNNConfig("relu", num_units=4, input_size=3)], ids=lambda c: c.mode)
+def test_a_bias_free_torch_state_dict_loads_as_zero_biases(cfg):
+    """``nn.GRU(bias=False)`` and kin: their state_dict has no bias at all, and the module computes the
+    reference with zero biases (checked by running it); one that lacks only some biases is damaged."""
+    torch = pytest.importorskip("torch")
+
+    case = make_case(cfg)
+    case = case._replace(biases=[np.zeros_like(b) for b in case.biases])
+    model = cfg.model()
+    state = {k: v for k, v in torch_format.to_state_dict(model, case.weights, case.biases).items()
+             if not k.startswith("bias_")}
+    found = torch_format.config_from_state_dict(state, cfg.mode if cfg.mode == "relu" else None)
+    assert found["num_layers"] == cfg.num_layers and found["num_proj"] == cfg.num_proj
+    weights, biases = torch_format.from_state_dict(model, state)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+    kind = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM, "relu": torch.nn.RNN}[cfg.mode]
+    extra = {"proj_size": cfg.num_proj or 0} if cfg.mode == "lstm" else {"nonlinearity": "relu"} if cfg.mode == "relu" else {}
+    module = kind(cfg.input_size, cfg.num_units, cfg.num_layers, bias=False, bidirectional=cfg.num_dirs == 2,
+                  dtype=torch.float64, **extra)
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    states = (torch.from_numpy(case.h0),) if cfg.mode != "lstm" else ((torch.from_numpy(case.h0), torch.from_numpy(case.c0)),)
+    with torch.no_grad():
+        y, h = module(torch.from_numpy(case.x), *states)
+    h, c = (h, None) if cfg.mode != "lstm" else h
+    got = Outputs(y.numpy(), h.numpy(), None if c is None else c.numpy())
+    assert_agree_within_policy(cfg, case, got, run_reference(cfg, case), peer="torch-cpu")
+    del state["weight_hh_l0"]
+    state["bias_hh_l0"] = np.zeros(cfg.num_units * len(model.gates))
+    with pytest.raises(ValueError, match="lacks 'weight_hh_l0'"):
+        torch_format.from_state_dict(model, state)
+    state["weight_hh_l0"] = np.zeros((cfg.num_units * len(model.gates), cfg.num_proj or cfg.num_units))
+    with pytest.raises(ValueError, match="lacks 'bias_ih_l0'"):
+        torch_format.from_state_dict(model, state)
+
+
+def _tf_named_without_config(path, model, case) -> None:
+    checkpoint.write_tensors(path, tf.to_tf(model, case.weights, case.biases), None)
+
+
+# Each writes a 1-layer tanh (num_units 4, input_size 3) as a file of its format, with or without our config.
+OPTION_SOURCES = {
+    "checkpoint": lambda p, m, c: checkpoint.save(p / "w.npz", m, c.weights, c.biases) or p / "w.npz",
+    "tf-named-foreign": lambda p, m, c: _tf_named_without_config(p / "w.npz", m, c) or p / "w.npz",
+    "torch": lambda p, m, c: _write("torch", p / "w.npz", m, c),
+    "torch-foreign": lambda p, m, c: checkpoint.write_tensors(
+        p / "w.npz", torch_format.to_state_dict(m, c.weights, c.biases), None) or p / "w.npz",
+    "keras": lambda p, m, c: _write("keras", p / "w.npz", m, c),
+    "onnx": lambda p, m, c: _write("onnx", p / "w.onnx", m, c),
+    "onnx-foreign": lambda p, m, c: _write("onnx", p / "w.onnx", m, c, foreign=True),
+}
+
+
+def _write(fmt, path, model, case, foreign=False):
+    from compat_tests.interop import convert, onnx_model
+
+    convert.write(fmt, path, model, case.weights, case.biases)
+    if foreign:  # without our config: what the nodes tell
+        import onnx
+
+        proto = onnx.load(str(path))
+        del proto.metadata_props[:]
+        path.write_bytes(proto.SerializeToString())
+        assert onnx_model.META_KEY not in str(proto.metadata_props)
+    return path
+
+
+@pytest.mark.parametrize("source", OPTION_SOURCES)
+def test_convert_options_must_agree_with_what_the_file_carries_or_tells(source, tmp_path, capsys):
+    """An option can only mislabel a file's tensors where the file says otherwise (its config, or its
+    names and shapes): ``--num-units 7`` or ``--mode relu`` for a file of a 4-unit tanh is refused naming
+    both, whatever the format; options that agree (or tell relu from tanh) are accepted."""
+    cfg = RNNConfig("tanh", num_units=4, input_size=3, dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    path = OPTION_SOURCES[source](tmp_path, model, case)
+    fmt = source.split("-")[0] if source != "tf-named-foreign" else "checkpoint"
+    argv = ["convert", "--from", fmt, "--to", "checkpoint", str(path), str(tmp_path / "out.npz")]
+    mode = ["--mode", "tanh"]  # a foreign file cannot tell tanh from relu
+    assert cli.main(argv + mode + ["--num-units", "7"]) == 2
+    assert "which disagrees with the options given: num_units is 4, not 7" in capsys.readouterr().err
+    if "foreign" not in source:
+        assert cli.main(argv + ["--mode", "relu"]) == 2
+        assert "rnn_mode is 'tanh', not 'relu'" in capsys.readouterr().err
+    assert cli.main(argv + mode + ["--num-units", "4", "--dtype", "float32"]) == 0, capsys.readouterr().err
+    assert repr(checkpoint.load(tmp_path / "out.npz").model) == repr(model)
+
+
+def test_a_foreign_onnx_graph_may_be_told_it_is_skip_input(tmp_path):
+    """What a foreign graph cannot tell (skip_input behind identity W and zero input biases) an option may."""
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("gru", num_units=3, input_size=3, input_mode="skip_input", dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    path = _write("onnx", tmp_path / "w.onnx", model, case, foreign=True)
+    assert convert.read("onnx", path).model.input_mode == "linear_input"
+    read = convert.read("onnx", path, {"input_mode": "skip_input"})
+    assert repr(read.model) == repr(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(read.weights + read.biases, case.weights + case.biases,
+                                                          strict=True))
+
+
+def test_a_keras_file_with_more_layers_than_its_model_is_refused(tmp_path, capsys):
+    cfg = RNNConfig("lstm", num_layers=3, num_units=4, input_size=4, dtype="float32")
+    case = make_case(cfg)
+    tensors = {f"layer{k}/{n}": a for k, layer in enumerate(keras_format.to_keras(cfg.model(), case.weights, case.biases))
+               for n, a in zip(("kernel", "recurrent_kernel", "bias"), layer)}
+    checkpoint.write_tensors(tmp_path / "k.npz", tensors, None)  # a foreign Keras file: options give the config
+    argv = ["convert", "--from", "keras", "--to", "checkpoint", str(tmp_path / "k.npz"), str(tmp_path / "c.npz"),
+            "--mode", "lstm", "--num-units", "4", "--input-size", "4", "--dtype", "float32"]
+    assert cli.main(argv + ["--num-layers", "1"]) == 2
+    assert "does not: ['layer1/bias', 'layer1/kernel', 'layer1/recurrent_kernel'] ..." in capsys.readouterr().err
+    assert cli.main(argv + ["--num-layers", "3"]) == 0
+
+
+def test_convert_keeps_a_tf_named_source_s_scope_unless_told_another(tmp_path, capsys):
+    """A TF graph built under ``main/`` restores only ``main/rnn/...`` names: converting its checkpoint to
+    a TF bundle (or another checkpoint) keeps them; ``--out-scope`` sets another, ``''`` none."""
+    cfg = RNNConfig("gru", num_units=4, input_size=3, dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    checkpoint.save(tmp_path / "s.npz", model, case.weights, case.biases, scope="main")
+    def convert(target: str, out: str, *extra: str) -> int:
+        return cli.main(["convert", "--from", "checkpoint", "--to", target, str(tmp_path / "s.npz"), str(tmp_path / out),
+                         *extra])
+
+    for out_scope, scope in ((None, "main"), ("other", "other"), ("", None)):
+        extra = [] if out_scope is None else ["--out-scope", out_scope]
+        assert convert("tf", "b", *extra) == 0
+        names = set(tf_bundle.open_bundle(tmp_path / "b").entries)
+        assert names == set(tf.to_tf(model, case.weights, case.biases, scope)), (out_scope, sorted(names)[:1])
+        assert convert("checkpoint", "c.npz", *extra) == 0
+        assert checkpoint.load(tmp_path / "c.npz").config["scope"] == scope
+    assert convert("torch", "t.npz", "--out-scope", "x") == 2
+    assert "--out-scope applies to TF-named files" in capsys.readouterr().err
+
+
+def test_a_file_written_into_a_missing_folder_is_named_in_the_error(tmp_path, capsys):
+    cfg = RNNConfig("gru", num_units=4, input_size=3, dtype="float32")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "s.npz", cfg.model(), case.weights, case.biases)
+    target = tmp_path / "nowhere" / "t.npz"
+    assert cli.main(["convert", "--from", "checkpoint", "--to", "torch", str(tmp_path / "s.npz"), str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {target}: there is no folder {target.parent}" in err and ".partial" not in err
+
+
+CELL_DAMAGE = {  # mode, tensor (under cell_0), what it becomes, the error; whether a cell alone can tell
+    "gru-hidden-bias-of-one": ("gru", "candidate/hidden_projection/bias", lambda a: a[:1], ValueError,
+                               r"has shape \[1\], \w+(\(.*\))? needs \[4\]", True),
+    "lstm-kernel-column-short": ("lstm", "kernel", lambda a: a[:, :-1], ValueError, r"has shape \[7, 15\]", True),
+    "lstm-kernel-row-short": ("lstm", "kernel", lambda a: a[:-1], ValueError, r"has shape \[6, 16\]", False),
+    "tanh-bias-of-one": ("tanh", "bias", lambda a: a[:1], ValueError, r"has shape \[1\]", True),
+    "classic-gru-float64-bias": ("classic_gru", "candidate/bias", lambda a: a.astype(np.float64), TypeError,
+                                 "must be a float32 array, got float64", True),
+}
+
+
+@pytest.mark.parametrize("damage", CELL_DAMAGE)
+def test_cells_refuse_a_tensor_of_the_wrong_shape_or_dtype_naming_it(damage):
+    """A ``[1]`` bias would broadcast over every unit and run: the cells of a checkpoint are checked against
+    the model (each tensor named in full), and a cell made by hand against its own other tensors (named by
+    its TF name in the cell; a kernel's input rows only the model can tell)."""
+    from reference import cells
+
+    mode, name, change, error, match, cell_tells = CELL_DAMAGE[damage]
+    cfg = RNNConfig(mode, num_units=4, input_size=3, dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    tensors = tf.to_tf(model, case.weights, case.biases)
+    prefix = tf.cell_prefix(model, 0)
+    tensors[f"{prefix}/{name}"] = change(tensors[f"{prefix}/{name}"])
+    with pytest.raises(error, match=f"tensor '{re.escape(prefix)}/{re.escape(name)}' {match}"):
+        cells_from_tf(model, tensors)
+    cls, options = cells.TF_CELLS[mode]
+    if cell_tells:
+        with pytest.raises(error, match=f"{re.escape(prefix)}: {cls.__name__} {re.escape(name)} {match}"):
+            cls.from_tf(tensors, prefix, **options)

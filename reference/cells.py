@@ -14,7 +14,8 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from .formats.tf import cell_prefix
+from .formats.canonical import check_tensor
+from .formats.tf import cell_prefix, expected_shapes
 from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
 from .recurrence import caller_layout, run_direction
@@ -27,6 +28,23 @@ def _compute(*arrays: Array) -> list[Array]:
     return [a.astype(dtype) for a in arrays]
 
 
+def _width(cell: str, name: str, a: object, axis: int, ndim: int) -> int:
+    """The length of axis ``axis`` of ``a``, which must be an ``ndim``-D float array (else an error naming it)."""
+    if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
+        raise TypeError(f"{cell} {name} must be a float array, got {getattr(a, 'dtype', type(a).__name__)}")
+    if a.ndim != ndim or 0 in a.shape:
+        raise ValueError(f"{cell} {name} must be a non-empty {ndim}-D array, got shape {list(a.shape)}")
+    return a.shape[axis]
+
+
+def _check_cell(cell: str, tensors: dict[str, tuple[Array, tuple[int, ...]]]) -> None:
+    """Every ``name: (array, expected shape)`` of a cell's tensors has its shape and the first one's dtype:
+    a bias of the wrong length would otherwise broadcast (a ``[1]`` bias added to every unit)."""
+    dtype = next(iter(tensors.values()))[0].dtype
+    for name, (a, shape) in tensors.items():
+        check_tensor(f"{cell} {name}", a, dtype, shape, cell)
+
+
 class _TFCell:
     """What every cell shares: its constructor arguments are TF tensors, named (under the cell's prefix) by
     ``tf_tensors`` in order; ``tf_optional`` names those a checkpoint may lack (``None`` then)."""
@@ -36,12 +54,16 @@ class _TFCell:
 
     @classmethod
     def from_tf(cls, tensors: dict[str, Array], prefix: str, **options) -> _TFCell:
-        """The cell whose tensors are ``tensors[f"{prefix}/{name}"]``; ``options`` go to the constructor."""
+        """The cell whose tensors are ``tensors[f"{prefix}/{name}"]``; ``options`` go to the constructor.
+        Errors name the tensor: a missing one, or one whose shape or dtype disagrees with the others'."""
         missing = [f"{prefix}/{n}" for n in cls.tf_tensors
                    if n not in cls.tf_optional and f"{prefix}/{n}" not in tensors]
         if missing:
             raise ValueError(f"{cls.__name__} needs tensor(s) the checkpoint lacks: {missing}")
-        return cls(*(tensors.get(f"{prefix}/{name}") for name in cls.tf_tensors), **options)
+        try:
+            return cls(*(tensors.get(f"{prefix}/{name}") for name in cls.tf_tensors), **options)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{prefix}: {exc}") from None
 
 
 class _StatelessCell(_TFCell):
@@ -61,8 +83,10 @@ class BasicRNNCell(_StatelessCell):
     tf_tensors = ("kernel", "bias")
 
     def __init__(self, kernel: Array, bias: Array, activation: str = "tanh") -> None:
+        rows, H = _width("BasicRNNCell", "kernel", kernel, 0, 2), _width("BasicRNNCell", "kernel", kernel, 1, 2)
+        _check_cell("BasicRNNCell", {"kernel": (kernel, (max(rows, H + 1), H)), "bias": (bias, (H,))})
         self.kernel, self.bias = _compute(kernel, bias)
-        self.num_units = bias.shape[0]
+        self.num_units = H
         self.activation = {"tanh": np.tanh, "relu": relu}[activation]
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
@@ -79,9 +103,14 @@ class CudnnCompatibleLSTMCell(_TFCell):
     tf_optional = frozenset({"projection/kernel"})
 
     def __init__(self, kernel: Array, bias: Array, projection: Array | None = None) -> None:
+        cell = "CudnnCompatibleLSTMCell"
+        rows, H = _width(cell, "kernel", kernel, 0, 2), -(-_width(cell, "kernel", kernel, 1, 2) // 4)
+        Hr = H if projection is None else _width(cell, "projection/kernel", projection, 1, 2)
+        _check_cell(cell, {"kernel": (kernel, (max(rows, Hr + 1), 4 * H)), "bias": (bias, (4 * H,)),
+                           **({} if projection is None else {"projection/kernel": (projection, (H, Hr))})})
         self.kernel, self.bias = _compute(kernel, bias)
         self.projection = None if projection is None else _compute(projection)[0]
-        self.num_units = bias.shape[0] // 4
+        self.num_units = H
 
     def step(self, x: Array, h: Array, c: Array) -> tuple[Array, Array]:
         H = self.num_units
@@ -108,9 +137,17 @@ class CudnnCompatibleGRUCell(_StatelessCell):
 
     def __init__(self, gates_kernel: Array, gates_bias: Array, input_kernel: Array, input_bias: Array,
                  hidden_kernel: Array, hidden_bias: Array) -> None:
+        cell = "CudnnCompatibleGRUCell"
+        width = _width(cell, "candidate/input_projection/kernel", input_kernel, 0, 2)
+        H = _width(cell, "candidate/input_projection/kernel", input_kernel, 1, 2)
+        _check_cell(cell, {"gates/kernel": (gates_kernel, (width + H, 2 * H)), "gates/bias": (gates_bias, (2 * H,)),
+                           "candidate/input_projection/kernel": (input_kernel, (width, H)),
+                           "candidate/input_projection/bias": (input_bias, (H,)),
+                           "candidate/hidden_projection/kernel": (hidden_kernel, (H, H)),
+                           "candidate/hidden_projection/bias": (hidden_bias, (H,))})
         (self.gates_kernel, self.gates_bias, self.input_kernel, self.input_bias, self.hidden_kernel,
          self.hidden_bias) = _compute(gates_kernel, gates_bias, input_kernel, input_bias, hidden_kernel, hidden_bias)
-        self.num_units = input_bias.shape[0]
+        self.num_units = H
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         H = self.num_units
@@ -127,9 +164,15 @@ class GRUCell(_StatelessCell):
     tf_tensors = ("gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias")
 
     def __init__(self, gates_kernel: Array, gates_bias: Array, candidate_kernel: Array, candidate_bias: Array) -> None:
+        rows, H = _width("GRUCell", "candidate/kernel", candidate_kernel, 0, 2), _width("GRUCell", "candidate/kernel",
+                                                                                     candidate_kernel, 1, 2)
+        _check_cell("GRUCell", {"candidate/kernel": (candidate_kernel, (max(rows, H + 1), H)),
+                                "gates/kernel": (gates_kernel, (max(rows, H + 1), 2 * H)),
+                                "gates/bias": (gates_bias, (2 * H,)),
+                                "candidate/bias": (candidate_bias, (H,))})
         self.gates_kernel, self.gates_bias, self.candidate_kernel, self.candidate_bias = _compute(
             gates_kernel, gates_bias, candidate_kernel, candidate_bias)
-        self.num_units = candidate_bias.shape[0]
+        self.num_units = H
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         H = self.num_units
@@ -148,7 +191,11 @@ in a checkpoint)."""
 
 
 def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) -> list:
-    """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors."""
+    """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors (others, such as a
+    ``global_step``, are ignored); a tensor of the wrong shape or dtype for ``model`` is an error naming it."""
+    for name, shape in expected_shapes(model, scope).items():
+        if name in tensors:
+            check_tensor(f"tensor {name!r}", tensors[name], model.dtype, shape, repr(model))
     cls, options = TF_CELLS[model.rnn_mode]
     return [cls.from_tf(tensors, cell_prefix(model, pl, scope), **options)
             for pl in range(model.num_layers * model.num_dirs)]

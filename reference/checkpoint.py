@@ -64,6 +64,21 @@ def complete_config(fields: dict) -> dict:
     return {**CONFIG_DEFAULTS, **fields}
 
 
+def with_options(told: dict, options: dict, teller: str, untold: tuple[str, ...] = ()) -> dict:
+    """The config a file tells (``told``: the one it carries, or one read off its tensors) with the
+    ``options`` given on top (``None``: not given). An option may set only what the file cannot tell
+    (``untold``, such as skip_input behind identity input matrices); one that disagrees with the file is
+    refused, naming both, since it could only mislabel the file's tensors. ``teller`` says who told."""
+    if not isinstance(told, dict):
+        raise ValueError(f"{teller}, which is not a JSON object but {type(told).__name__}")
+    options = {k: v for k, v in options.items() if v is not None}
+    clash = {k: (told.get(k), v) for k, v in options.items() if k not in untold and told.get(k) != v}
+    if clash:
+        raise ValueError(f"{teller}, which disagrees with the options given: "
+                         + ", ".join(f"{k} is {have!r}, not {want!r}" for k, (have, want) in clash.items()))
+    return {**told, **options}
+
+
 def model_from_config(config: dict, holds: int | None = None):
     """The model a checkpoint config describes. ``holds``: the most layers x directions the file can hold
     (one per tensor in the tensor formats, two per node in ONNX, whose nodes may share initializers); a
@@ -248,10 +263,7 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     if config is None:
         return from_tf_names({n: (a.dtype.name, a.shape) for n, a in tensors.items()},
                              lambda names: {n: tensors[n] for n in names}, overrides)
-    clash = {k: (config.get(k), v) for k, v in overrides.items() if config.get(k) != v}
-    if clash:
-        raise ValueError(f"{path} carries its config, which disagrees with the options given: "
-                         + ", ".join(f"{k} is {have!r}, not {want!r}" for k, (have, want) in clash.items()))
+    with_options(config, overrides, f"{path} carries its config")
     model = model_from_config(config, holds=len(tensors))
     weights, biases = tf.from_tf(model, tensors, config.get("scope"))
     return Checkpoint(model, weights, biases, config)
@@ -263,7 +275,8 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
     from :func:`reference.formats.tf.config_from_tf` with ``overrides`` on top; ``read(names)`` returns only
     the model's tensors (a ``global_step`` or optimizer slots beside them stay unread)."""
     found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
-    config = complete_config({**found, **overrides})
+    config = with_options(complete_config(found), overrides, "its tensors' names and shapes tell its config",
+                          untold=("input_mode",))
     model = model_from_config(config, holds=len(meta))
     check_fits(model, sum(math.prod(shape) for _, shape in meta.values()), "the checkpoint's tensors")
     names = [n for n in tf.expected_shapes(model, config["scope"]) if n in meta]

@@ -8,29 +8,47 @@ pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias
 of ``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config, but for a ``tf``
 checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``checkpoint`` without our config
 and a ``tf`` checkpoint get it from their names and shapes (plus ``--mode`` for relu/tanh, ``--scope`` where
-TF-named tensors sit under several scopes), a foreign ``keras`` file needs the config options.
+TF-named tensors sit under several scopes), a foreign ``keras`` file needs the config options, which may
+not contradict what a file carries or tells. A TF-named target keeps a TF-named source's variable scope
+unless given another (``--out-scope``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from reference import checkpoint
 from reference.formats import keras, tf, tf_bundle, torch
 
 FORMATS = ("checkpoint", "torch", "keras", "onnx", "tf")
+TF_NAMED = ("checkpoint", "tf")
 
 
-def _config(found: dict | None, overrides: dict, what: str) -> dict:
-    config = checkpoint.complete_config({**(found or {}), **{k: v for k, v in overrides.items() if v is not None}})
+class Read(NamedTuple):
+    """What :func:`read` restores: the model, its canonical weights and biases, and the variable scope of a
+    TF-named file's tensors (``None``: none, or not a TF-named file)."""
+
+    model: object
+    weights: list
+    biases: list
+    scope: str | None = None
+
+
+def _config(found: dict | None, overrides: dict, what: str, carried: bool) -> dict:
+    """The config of a tensor file: the one it carries (``carried``), the one its names and shapes tell, or
+    (``found`` is ``None``: a foreign Keras file) the options alone; options must agree with the file."""
+    teller = f"{what} carries its config" if carried else "its tensors' names and shapes tell its config"
+    untold = tuple(overrides) if found is None else ()  # a foreign Keras file tells nothing: the options do
+    config = checkpoint.complete_config(checkpoint.with_options(found or {}, overrides, teller, untold))
     missing = [k for k in ("rnn_mode", "num_layers", "num_units", "input_size", "dtype") if k not in config]
     if missing:
         raise ValueError(f"{what} carries no model config; give {', '.join('--' + m.replace('_', '-') for m in missing)}")
     return config
 
 
-def read(fmt: str, path: str | Path, overrides: dict | None = None):
-    """``(model, weights, biases)`` from a file of format ``fmt``; errors name the file."""
+def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
+    """The model and weights of a file of format ``fmt``; errors name the file."""
     with checkpoint.about(path):
         return _read(fmt, path, overrides or {})
 
@@ -38,32 +56,40 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None):
 def _read(fmt: str, path: str | Path, overrides: dict):
     if fmt in ("checkpoint", "tf"):  # TF names, with our config or (a foreign file) read off names and shapes
         ck = checkpoint.load(path, overrides)
-        return ck.model, ck.weights, ck.biases
+        return Read(ck.model, ck.weights, ck.biases, ck.config.get("scope"))
     if fmt == "onnx":
         from .onnx_model import import_model
 
-        return import_model(path)
+        return Read(*import_model(path, overrides))
     tensors, found = checkpoint.read_tensors(path)
+    carried = found is not None
     if fmt == "torch":
         if found is None:
             found = torch.config_from_state_dict(tensors, overrides.get("rnn_mode"))
-        model = checkpoint.model_from_config(_config(found, overrides, str(path)), holds=len(tensors))
-        return (model, *torch.from_state_dict(model, tensors))
+        model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
+        return Read(model, *torch.from_state_dict(model, tensors))
     if fmt == "keras":
-        model = checkpoint.model_from_config(_config(found, overrides, str(path)), holds=len(tensors))
-        count = model.num_layers * model.num_dirs
-        try:
-            layers = [[tensors[f"layer{k}/{n}"] for n in ("kernel", "recurrent_kernel", "bias")] for k in range(count)]
-        except KeyError as exc:
-            raise ValueError(f"{path}: missing Keras weight {exc}") from None
-        return (model, *keras.from_keras(model, layers))
+        model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
+        names = [[f"layer{k}/{n}" for n in ("kernel", "recurrent_kernel", "bias")]
+                 for k in range(model.num_layers * model.num_dirs)]
+        missing = [n for layer in names for n in layer if n not in tensors]
+        if missing:
+            raise ValueError(f"missing Keras weight {missing[0]!r} of {model!r}")
+        extra = sorted(set(tensors) - {n for layer in names for n in layer})
+        if extra:
+            raise ValueError(f"has tensors {model!r} does not: {extra[:3]}{' ...' if len(extra) > 3 else ''}")
+        return Read(model, *keras.from_keras(model, [[tensors[n] for n in layer] for layer in names]))
     raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
 
 
-def write(fmt: str, path: str | Path, model, weights, biases) -> None:
+def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None = None) -> None:
+    """``model``'s canonical weights into a file of format ``fmt``; ``scope``: the variable scope of a
+    TF-named file's tensors (``checkpoint``, ``tf``)."""
+    if scope is not None and fmt not in TF_NAMED:
+        raise ValueError(f"a variable scope applies to TF-named files ({' or '.join(TF_NAMED)}), not to {fmt}")
     config = checkpoint.model_config(model)
     if fmt == "checkpoint":
-        checkpoint.save(path, model, weights, biases)
+        checkpoint.save(path, model, weights, biases, scope)
     elif fmt == "torch":
         checkpoint.write_tensors(path, torch.to_state_dict(model, weights, biases), config)
     elif fmt == "keras":
@@ -77,6 +103,6 @@ def write(fmt: str, path: str | Path, model, weights, biases) -> None:
             raise ValueError(f"an ONNX file must end in .onnx, got {Path(path).name!r}")
         save(path, model, weights, biases)
     elif fmt == "tf":
-        tf_bundle.write(path, tf.to_tf(model, weights, biases))
+        tf_bundle.write(path, tf.to_tf(model, weights, biases, scope))
     else:
         raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")

@@ -101,22 +101,24 @@ def save(path: str | Path, model, weights, biases) -> None:
         partial.write_bytes(blob)
 
 
-def import_model(source) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
-    """``(model, weights, biases)`` of an ONNX file or ``ModelProto`` made of chained recurrent nodes."""
+def import_model(source, options: dict | None = None) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+    """``(model, weights, biases)`` of an ONNX file or ``ModelProto`` made of chained recurrent nodes.
+    ``options`` (config fields, ``None`` for not given) must agree with the config the file carries or its
+    nodes tell; they may set only what a foreign graph cannot tell (skip_input behind identity ``W``)."""
     import onnx
     from google.protobuf.message import DecodeError
 
     if isinstance(source, onnx.ModelProto):
-        return _import_proto(source)
+        return _import_proto(source, options or {})
     try:  # the weights must be inside the file: no other file is opened on a model's say-so
         proto = onnx.load(str(source), load_external_data=False)
     except DecodeError as exc:
         raise ValueError(f"{source}: not a readable ONNX model ({exc})") from None
     with checkpoint.about(source):
-        return _import_proto(proto)
+        return _import_proto(proto, options or {})
 
 
-def _import_proto(proto) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
     import onnx
     from onnx import numpy_helper
 
@@ -133,48 +135,90 @@ def _import_proto(proto) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
     nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")]
     if not nodes:
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node")
-    layers = []
-    for n in nodes:
-        try:
-            layers.append({"W": inits[n.input[1]], "R": inits[n.input[2]], "B": inits[n.input[3]]})
-        except (IndexError, KeyError):
-            raise ValueError(f"node {n.name or n.op_type}: W, R and B must be initializers") from None
-    config = json.loads(meta[META_KEY]) if META_KEY in meta else _config_from_nodes(nodes, layers)
+    layers = [_node_weights(n, inits) for n in nodes]
+    kinds = [_node_kind(n, layer) for n, layer in zip(nodes, layers)]
+    if META_KEY in meta:
+        config = checkpoint.with_options(json.loads(meta[META_KEY]), options, "the graph carries its config")
+    else:
+        config = checkpoint.with_options(_config_from_nodes(kinds[0], len(nodes), layers[0]), options,
+                                         "its nodes tell its config", untold=("input_mode",))
     model = checkpoint.model_from_config(config, holds=2 * len(nodes))  # a node: one layer, both directions
+    for n, (mode, direction) in zip(nodes, kinds):  # every node, not the first only, computes the model's cell
+        if (mode, direction) != (model.rnn_mode, model.direction):
+            raise ValueError(f"node {_name(n)} computes a {direction} {mode!r} layer, but the model is a "
+                             f"{model.direction} {model.rnn_mode!r} RNN")
     weights, biases = onnx_weights.from_onnx(model, layers)
     return model, weights, biases
 
 
-def _config_from_nodes(nodes, layers) -> dict:
+def _name(node) -> str:
+    return node.name or node.op_type
+
+
+def _node_weights(node, inits: dict) -> dict[str, np.ndarray]:
+    """A node's ``W``, ``R`` and ``B``; an absent ``B`` is zeros, as ONNX defines it (a bias-free model)."""
+    names = [*node.input, "", "", "", ""]
+    if names[1] not in inits or names[2] not in inits or (names[3] and names[3] not in inits):
+        raise ValueError(f"node {_name(node)}: W, R and B must be initializers")
+    W, R = inits[names[1]], inits[names[2]]
+    if names[3]:
+        return {"W": W, "R": R, "B": inits[names[3]]}
+    return {"W": W, "R": R, **({"B": np.zeros((R.shape[0], 2 * R.shape[1]), R.dtype)} if R.ndim == 3 else {})}
+
+
+# Attributes that leave a node's function cuDNN's at these values (layout changes only how X and Y are
+# read, not the weights); any other value of them, or an attribute not named here, is refused.
+_NEUTRAL = {"input_forget": 0}
+_KNOWN = {"activations", "activation_alpha", "activation_beta", "direction", "hidden_size", "layout",
+          "linear_before_reset", *_NEUTRAL}
+
+
+def _node_kind(node, layer: dict[str, np.ndarray]) -> tuple[str, str]:
+    """``(rnn_mode, direction)`` that one recurrent node computes; a node that computes something no cuDNN
+    mode does (cell clipping, coupled gates, peepholes, other activations, a reverse-only direction) is a
+    ValueError naming the node and what it carries."""
     from onnx import helper
 
-    first = nodes[0]
-    node = first.name or first.op_type
-    attrs = {a.name: helper.get_attribute_value(a) for a in first.attribute}
-    acts = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations") or [b"Tanh"]]
-    if first.op_type == "GRU":
-        mode = "gru" if attrs.get("linear_before_reset", 0) else "classic_gru"
-    elif first.op_type == "LSTM":
-        mode = "lstm"
-    else:
-        mode = {"Tanh": "tanh", "Relu": "relu"}.get(acts[0])
-        if mode is None:
-            raise ValueError(f"RNN activation {acts[0]!r} is not a cuDNN mode")
+    name = _name(node)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    foreign = sorted(set(attrs) - _KNOWN) + [k for k, v in _NEUTRAL.items() if attrs.get(k, v) != v]
+    if foreign:
+        raise ValueError(f"node {name}: {', '.join(f'{k}={attrs[k]:g}' if isinstance(attrs[k], float) else f'{k}={attrs[k]!r}' for k in foreign)} has no cuDNN equivalent")
+    if node.op_type == "LSTM" and len(node.input) > 7 and node.input[7]:
+        raise ValueError(f"node {name}: peephole weights (input P, {node.input[7]!r}) have no cuDNN equivalent")
     direction = attrs.get("direction", b"forward")
     direction = direction.decode() if isinstance(direction, bytes) else direction
     if direction not in ("forward", "bidirectional"):
-        raise ValueError(f"direction {direction!r} has no cuDNN equivalent")
-    W, R = layers[0]["W"], layers[0]["R"]
+        raise ValueError(f"node {name}: direction {direction!r} has no cuDNN equivalent")
+    acts = tuple(a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations") or ())
+    if node.op_type == "GRU":
+        mode = "gru" if attrs.get("linear_before_reset", 0) else "classic_gru"
+    elif node.op_type == "LSTM":
+        mode = "lstm"
+    else:
+        mode = {"tanh": "tanh", "relu": "relu"}.get(acts[0].lower() if acts else "tanh", "")
+    expected = onnx_weights.ACTIVATIONS.get(mode, ("Tanh or Relu",))
+    D = 2 if direction == "bidirectional" else 1
+    if acts and tuple(a.lower() for a in acts) not in {tuple(e.lower() for e in expected) * k for k in (1, D)}:
+        raise ValueError(f"node {name}: activations {list(acts)} are not a cuDNN cell's "
+                         f"({', '.join(expected)}{' per direction' if D == 2 else ''})")
+    R = layer["R"]
+    if R.ndim == 3 and attrs.get("hidden_size", R.shape[2]) != R.shape[2]:
+        raise ValueError(f"node {name}: hidden_size {attrs['hidden_size']} disagrees with R's shape {list(R.shape)}")
+    return mode, "bidirectional" if D == 2 else "unidirectional"
+
+
+def _config_from_nodes(kind: tuple[str, str], num_layers: int, first: dict[str, np.ndarray]) -> dict:
+    """A config read off a foreign graph's nodes: ``kind`` and the weights of the first."""
+    W, R = first["W"], first["R"]
     for name, a in (("W", W), ("R", R)):
         if a.ndim != 3 or 0 in a.shape:
-            raise ValueError(f"node {node}: {name} must be a non-empty [num_directions, gates*hidden_size, width] "
-                             f"tensor, got shape {list(a.shape)}")
-    hidden_size = R.shape[2]
-    if attrs.get("hidden_size", hidden_size) != hidden_size:
-        raise ValueError(f"node {node}: hidden_size {attrs['hidden_size']} disagrees with R's shape {list(R.shape)}")
+            raise ValueError(f"the first node's {name} must be a non-empty [num_directions, gates*hidden_size, "
+                             f"width] tensor, got shape {list(a.shape)}")
+    mode, direction = kind
     return checkpoint.complete_config({
-        "rnn_mode": mode, "num_layers": len(nodes), "num_units": int(hidden_size), "input_size": int(W.shape[2]),
-        "direction": "bidirectional" if direction == "bidirectional" else "unidirectional", "dtype": W.dtype.name})
+        "rnn_mode": mode, "num_layers": num_layers, "num_units": int(R.shape[2]), "input_size": int(W.shape[2]),
+        "direction": direction, "dtype": W.dtype.name})
 
 
 def run(proto, x: np.ndarray, sequence_lengths=None, initial_h=None, initial_c=None):

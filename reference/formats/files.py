@@ -20,6 +20,8 @@ def replacing(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     if path.is_symlink():
         path = Path(os.path.realpath(path))  # (a link loop resolves to a path whose write then fails, no hang)
+    if not path.parent.is_dir():  # (else the error would name the hidden partial file)
+        raise FileNotFoundError(f"cannot write {path}: there is no folder {path.parent}")
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
     try:
         yield tmp

@@ -17,6 +17,10 @@ ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "cl
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
 ATTRIBUTES = {"relu": {"activations": ["Relu"]}, "tanh": {"activations": ["Tanh"]}, "lstm": {},
               "gru": {"linear_before_reset": 1}, "classic_gru": {"linear_before_reset": 0}}
+# The activations (one direction's) under which each ONNX op computes a cuDNN mode; any others compute
+# another function.
+ACTIVATIONS = {"relu": ("Relu",), "tanh": ("Tanh",), "lstm": ("Sigmoid", "Tanh", "Tanh"), "gru": ("Sigmoid", "Tanh"),
+               "classic_gru": ("Sigmoid", "Tanh")}
 
 
 def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[dict[str, np.ndarray]]:

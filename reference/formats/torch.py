@@ -2,7 +2,9 @@
 
 ``weight_ih_l{k}[_reverse]`` stacks the canonical input matrices (PyTorch's gate orders equal cuDNN's:
 GRU r, z, n; LSTM i, f, g, o), ``weight_hh_l{k}`` the recurrent ones, ``bias_ih``/``bias_hh`` the two bias
-sets, ``weight_hr_l{k}`` the LSTM projection. PyTorch has no textbook GRU and no skip_input.
+sets, ``weight_hr_l{k}`` the LSTM projection. PyTorch has no textbook GRU and no skip_input. A
+``state_dict`` without any bias (``bias=False``) is the same network with zero biases, and reads as that;
+one that lacks only some biases is refused.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     _supported(model)
     check_fits(model, sum(np.size(v) for v in state.values()), "the state_dict's tensors")
     expected = {k: v.shape for k, v in to_state_dict(model, *zeros(model)).items()}
+    if not any(name.startswith("bias_") for name in state):  # bias=False: zero biases, the same function
+        state = {**state, **{k: np.zeros(shape, model.dtype) for k, shape in expected.items() if k.startswith("bias_")}}
     for name, shape in expected.items():
         if name not in state:
             raise ValueError(f"state_dict lacks {name!r} (expected shape {list(shape)}) for {model!r}")
