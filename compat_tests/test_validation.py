@@ -28,6 +28,7 @@ F32 = np.float32
         ({"direction": "backward"}, ValueError, "direction"),
         ({"dtype": np.int32}, TypeError, "dtype"),
         ({"dtype": "bfloat16"}, TypeError, "dtype"),
+        ({"dtype": None}, TypeError, "dtype must be float16, float32 or float64, got None"),  # np.dtype: float64
         ({"dropout": 1.5}, ValueError, "dropout"),
         ({"dropout": float("nan")}, ValueError, "dropout"),
         ({"dropout": "0.1"}, TypeError, "dropout"),
@@ -103,6 +104,14 @@ def call(model, case, weights_buffer, **changes):
         ({"sequence_lengths": [5]}, ValueError, r"sequence_lengths must have shape \[B\] = \(2,\)"),
         ({"sequence_lengths": [5.0, 2.0]}, TypeError, r"sequence_lengths must be integers"),
         ({"sequence_lengths": [True, True]}, TypeError, r"sequence_lengths must be integers"),
+        ({"sequence_lengths": [5, True]}, TypeError, r"sequence_lengths must be integers, got a bool among them"),
+        ({"sequence_lengths": [[5], [2, 3]]}, ValueError, r"sequence_lengths must be integers of shape \[B\] = \(2,\)"),
+        ({"sequence_lengths": [5, 2**70]}, ValueError, r"sequence_lengths must each be in 1..T = 1..5, got values in "
+                                                       r"5..1180591620717411303424"),
+        ({"sequence_lengths": np.ma.masked_array([5, 9], mask=[False, True])}, TypeError,
+         r"sequence_lengths must be a plain numpy.ndarray, got a masked array \(its mask would be ignored"),
+        ({"input_data": np.ma.masked_array(np.zeros((5, 2, 3), F32))}, TypeError,
+         r"input_data must be a plain numpy.ndarray, got a masked array"),
         ({"is_training": 1}, TypeError, r"is_training must be a bool"),
         ({"time_major": "yes"}, TypeError, r"time_major must be a bool"),
     ],
@@ -148,6 +157,8 @@ def test_errors_come_before_any_work(lstm, monkeypatch):
         ("weights", lambda w: np.stack([w[0], w[0]]), TypeError, r"weights must be a list"),
         ("biases", lambda b: b + [b[0]], ValueError, r"biases must hold 32 tensors"),
         ("biases", lambda b: b[:3] + [b[3][:-1]] + b[4:], ValueError, r"biases\[3\] \(pseudo_layer 0, lin_layer_id 3\)"),
+        ("biases", lambda b: [np.ma.masked_array(b[0], mask=True)] + b[1:], TypeError,
+         r"biases\[0\] .* must be a plain numpy.ndarray, got a masked array"),
     ],
 )
 def test_canonical_to_params_rejects(lstm, which, make, error, match):
@@ -208,3 +219,96 @@ def test_a_config_is_normalised_to_plain_json_values():
     assert cfg == RNNConfig("gru", num_units=5, seq_len=3, lengths=(3, 1), weight_scale=2.0, time_major=False, seed=7)
     assert type(cfg.num_units) is int and type(cfg.lengths[0]) is int and type(cfg.weight_scale) is float
     assert type(cfg.time_major) is bool and RNNConfig.from_json(cfg.to_json()) == cfg
+
+
+# ---- what crosses a process, or stays with a result ----------------------------------------------------
+
+_MAKE = "import numpy as np, reference; m = reference.CudnnRNNTanh(1, 4, 3, dtype=np.float64)\n"
+
+
+def test_a_result_from_a_model_in_another_process_is_refused(tmp_path):
+    """Each process's first model: their tokens came from a counter that restarts in every process, so a
+    pickled ForwardResult of one matched the other and backward ran on another model's trace."""
+    import subprocess
+    import sys
+
+    save = _MAKE + (f"import pickle; x = np.ones((2, 1, 3)); p = np.ones(m.params_size())\n"
+                    f"open({str(tmp_path / 'fwd.pkl')!r}, 'wb').write(pickle.dumps(m.forward(x, None, p, is_training=True)))")
+    load = _MAKE + (f"import pickle; fwd = pickle.loads(open({str(tmp_path / 'fwd.pkl')!r}, 'rb').read())\n"
+                    f"try:\n    m.backward(fwd, np.ones((2, 1, 4)))\nexcept ValueError as e:\n    print(e)")
+    for code in (save, load):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert "fwd comes from another model's forward()" in done.stdout, done.stdout
+
+
+def test_a_forward_result_keeps_lengths_of_its_own(lstm):
+    """The caller's lengths are copied, and the copy the result keeps for backward cannot be changed."""
+    model, case, params = lstm
+    lengths = np.array([5, 2])
+    fwd = call(model, case, params, sequence_lengths=lengths, is_training=True)
+    lengths[1] = 5
+    assert fwd.reserve.sequence_lengths.tolist() == [5, 2]
+    with pytest.raises(ValueError, match="read-only"):
+        fwd.reserve.sequence_lengths[1] = 5
+
+
+# ---- reference.cells.run_cells: the same checks as the fused model ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gru_cells():
+    from reference.cells import cells_from_tf
+    from reference.formats import tf
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", seq_len=5, batch=2,
+                    dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    return cells_from_tf(model, tf.to_tf(model, case.weights, case.biases)), case
+
+
+@pytest.mark.parametrize(("changes", "error", "match"), [
+    ({"inputs": np.zeros((5, 2, 3), np.int32)}, TypeError, "inputs must have dtype float32"),
+    ({"inputs": np.zeros((5, 2, 3), np.float64)}, TypeError, "inputs must have dtype float32"),
+    ({"inputs": np.zeros((5, 2, 7), F32)}, ValueError, r"inputs must have shape \[T, B, input_width\] .* input width 3"),
+    ({"inputs": np.zeros((0, 2, 3), F32)}, ValueError, r"inputs must have shape .*T >= 1"),
+    ({"sequence_lengths": [5, 2.5]}, TypeError, "sequence_lengths must be integers"),
+    ({"sequence_lengths": [5, 0]}, ValueError, r"sequence_lengths must each be in 1..T = 1..5"),
+    ({"sequence_lengths": [5, 9]}, ValueError, r"sequence_lengths must each be in 1..T = 1..5"),
+    ({"sequence_lengths": [5]}, ValueError, r"sequence_lengths must have shape \[B\] = \(2,\)"),
+    ({"initial_h": np.zeros((1, 1, 4), F32)}, ValueError, r"initial_h must have shape \[L\*D, B, 4\] = \(4, 2, 4\)"),
+    ({"initial_h": np.zeros((4, 2, 4), np.float64)}, TypeError, "initial_h must have dtype float32"),
+    ({"initial_c": np.zeros((4, 2, 4), F32)}, ValueError, "initial_c must be None for CudnnCompatibleGRUCell cells"),
+    ({"num_dirs": 1}, ValueError, r"cells\[1\] \(layer 1\) has input width 3, the stack needs 4"),
+    ({"num_dirs": 3}, ValueError, "num_dirs must be 1 or 2, got 3"),
+    ({"cells": []}, TypeError, "cells must be a non-empty list"),
+    ({"cells": "cells[:3]"}, ValueError, r"cells must hold num_dirs = 2 cells per layer, got 3"),
+    ({"time_major": 0}, TypeError, "time_major must be a bool"),
+])
+def test_run_cells_rejects(gru_cells, changes, error, match):
+    """Before, integer inputs ran to all-zero outputs, fractional, zero or negative lengths ran, and the
+    rest failed inside NumPy naming no argument."""
+    from reference.cells import run_cells
+
+    cells, case = gru_cells
+    args = dict(cells=cells, num_dirs=2, inputs=case.x, initial_h=case.h0, sequence_lengths=[5, 2])
+    args.update(changes)
+    if args["cells"] == "cells[:3]":
+        args["cells"] = cells[:3]
+    with pytest.raises(error, match=match):
+        run_cells(**args)
+    args = dict(cells=cells, num_dirs=2, inputs=case.x, initial_h=case.h0, sequence_lengths=[5, 2])
+    assert run_cells(**args)[0].shape == (5, 2, 8)  # the control: as given, it runs
+
+
+def test_run_cells_refuses_a_stack_of_mixed_cells(gru_cells):
+    from reference.cells import run_cells
+
+    cells, case = gru_cells
+    other = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float64")
+    from reference.cells import cells_from_tf
+    from reference.formats import tf
+
+    mixed = cells[:3] + cells_from_tf(other.model(), tf.to_tf(other.model(), *make_case(other)[:2]))[3:]
+    with pytest.raises(ValueError, match=r"cells\[3\] \(layer 1\) has dtype float64, the stack needs float32"):
+        run_cells(mixed, 2, case.x)

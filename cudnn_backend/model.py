@@ -118,7 +118,7 @@ class _CudnnModel:
             setattr(self, name, getattr(spec, name))
         self._spec = spec
         self._has_cell_state = MODES[self.rnn_mode].has_cell_state
-        self._token = next(reference.model._model_tokens)
+        self._token = reference.model.new_model_token()
         from . import available
 
         ok, why = available()

@@ -14,6 +14,7 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
+from . import checks
 from .formats.canonical import check_tensor
 from .formats.tf import cell_prefix, expected_shapes
 from .modes import relu, sigmoid
@@ -47,10 +48,20 @@ def _check_cell(cell: str, tensors: dict[str, tuple[Array, tuple[int, ...]]]) ->
 
 class _TFCell:
     """What every cell shares: its constructor arguments are TF tensors, named (under the cell's prefix) by
-    ``tf_tensors`` in order; ``tf_optional`` names those a checkpoint may lack (``None`` then)."""
+    ``tf_tensors`` in order; ``tf_optional`` names those a checkpoint may lack (``None`` then). A cell
+    knows its tensors' ``dtype``, the width of its input (``input_width``) and of its output and recurrent
+    state (``state_width``: the projection's width, else ``num_units``)."""
 
     tf_tensors: ClassVar[tuple[str, ...]]
     tf_optional: ClassVar[frozenset[str]] = frozenset()
+    has_cell_state: ClassVar[bool] = False
+    dtype: np.dtype
+    num_units: int
+    input_width: int
+    state_width: int
+
+    def _sizes(self, dtype: np.dtype, num_units: int, input_width: int, state_width: int) -> None:
+        self.dtype, self.num_units, self.input_width, self.state_width = dtype, num_units, input_width, state_width
 
     @classmethod
     def from_tf(cls, tensors: dict[str, Array], prefix: str, **options) -> _TFCell:
@@ -85,8 +96,8 @@ class BasicRNNCell(_StatelessCell):
     def __init__(self, kernel: Array, bias: Array, activation: str = "tanh") -> None:
         rows, H = _width("BasicRNNCell", "kernel", kernel, 0, 2), _width("BasicRNNCell", "kernel", kernel, 1, 2)
         _check_cell("BasicRNNCell", {"kernel": (kernel, (max(rows, H + 1), H)), "bias": (bias, (H,))})
+        self._sizes(kernel.dtype, H, kernel.shape[0] - H, H)
         self.kernel, self.bias = _compute(kernel, bias)
-        self.num_units = H
         self.activation = {"tanh": np.tanh, "relu": relu}[activation]
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
@@ -101,6 +112,7 @@ class CudnnCompatibleLSTMCell(_TFCell):
 
     tf_tensors = ("kernel", "bias", "projection/kernel")
     tf_optional = frozenset({"projection/kernel"})
+    has_cell_state = True
 
     def __init__(self, kernel: Array, bias: Array, projection: Array | None = None) -> None:
         cell = "CudnnCompatibleLSTMCell"
@@ -110,7 +122,7 @@ class CudnnCompatibleLSTMCell(_TFCell):
                            **({} if projection is None else {"projection/kernel": (projection, (H, Hr))})})
         self.kernel, self.bias = _compute(kernel, bias)
         self.projection = None if projection is None else _compute(projection)[0]
-        self.num_units = H
+        self._sizes(kernel.dtype, H, kernel.shape[0] - Hr, Hr)
 
     def step(self, x: Array, h: Array, c: Array) -> tuple[Array, Array]:
         H = self.num_units
@@ -147,7 +159,7 @@ class CudnnCompatibleGRUCell(_StatelessCell):
                            "candidate/hidden_projection/bias": (hidden_bias, (H,))})
         (self.gates_kernel, self.gates_bias, self.input_kernel, self.input_bias, self.hidden_kernel,
          self.hidden_bias) = _compute(gates_kernel, gates_bias, input_kernel, input_bias, hidden_kernel, hidden_bias)
-        self.num_units = H
+        self._sizes(gates_kernel.dtype, H, width, H)
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         H = self.num_units
@@ -172,7 +184,7 @@ class GRUCell(_StatelessCell):
                                 "candidate/bias": (candidate_bias, (H,))})
         self.gates_kernel, self.gates_bias, self.candidate_kernel, self.candidate_bias = _compute(
             gates_kernel, gates_bias, candidate_kernel, candidate_bias)
-        self.num_units = H
+        self._sizes(gates_kernel.dtype, H, rows - H, H)
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         H = self.num_units
@@ -201,29 +213,66 @@ def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) ->
             for pl in range(model.num_layers * model.num_dirs)]
 
 
+def _check_stack(cells: object, num_dirs: object) -> None:
+    """A stack :func:`run_cells` can run: cells of one class and dtype, ``num_dirs`` (1 or 2) per layer, one
+    state width, each layer's input width the previous layer's output width."""
+    if isinstance(num_dirs, (bool, np.bool_)) or num_dirs not in (1, 2):
+        raise ValueError(f"num_dirs must be 1 or 2, got {num_dirs!r}")
+    if not isinstance(cells, Sequence) or not cells or not all(isinstance(c, _TFCell) for c in cells):
+        raise TypeError(f"cells must be a non-empty list of reference.cells cells, got {type(cells).__name__}")
+    if len(cells) % num_dirs:
+        raise ValueError(f"cells must hold num_dirs = {num_dirs} cells per layer, got {len(cells)}")
+    first = cells[0]
+    for pl, cell in enumerate(cells):
+        layer = pl // num_dirs
+        width = first.input_width if layer == 0 else num_dirs * first.state_width
+        for what, got, want in (("a", type(cell).__name__, type(first).__name__), ("dtype", cell.dtype, first.dtype),
+                                ("state width", cell.state_width, first.state_width),
+                                ("num_units", cell.num_units, first.num_units),
+                                ("input width", cell.input_width, width)):
+            if got != want:
+                raise ValueError(f"cells[{pl}] (layer {layer}) has {what} {got}, the stack needs {want}")
+
+
 def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | None = None,
               initial_c: Array | None = None, sequence_lengths=None, time_major: bool = True):
     """Run a stack of cells (``cells[layer * num_dirs + direction]``) over ``inputs [T, B, in]``; each
     direction of a layer reads the previous layer's ``[forward | backward]`` output.
 
+    ``inputs`` (and the states) have the cells' dtype; ``initial_h [L*D, B, Hr]``, ``initial_c [L*D, B, H]``
+    (LSTM cells only) or ``None`` for zeros; ``sequence_lengths [B]`` each in ``1..T``. Every argument is
+    checked as the fused model checks its own, before any work.
     Returns ``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H] or None)`` like the fused
     reference (``time_major=False`` swaps the first two axes of sequences and states).
     """
-    storage = inputs.dtype
-    x = inputs if time_major else inputs.transpose(1, 0, 2)
+    time_major = checks.flag("time_major", time_major)
+    _check_stack(cells, num_dirs)
+    storage, first = cells[0].dtype, cells[0]
+    seq_doc = "[T, B, input_width]" if time_major else "[B, T, input_width]"
+    x = checks.array("inputs", inputs, storage, 3, seq_doc)
+    x = x if time_major else x.transpose(1, 0, 2)
+    T, B, width = x.shape
+    if T < 1 or B < 1 or width != first.input_width:
+        raise ValueError(f"inputs must have shape {seq_doc} with T >= 1, B >= 1 and the first cells' input width "
+                         f"{first.input_width}, got {inputs.shape}")
+    LD, lstm = len(cells), first.has_cell_state
+    lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
     x = x.astype(compute_dtype(storage))  # [T, B, in]
-    T, B = x.shape[:2]
-    lengths = None if sequence_lengths is None else np.asarray(sequence_lengths)
-    lstm = isinstance(cells[0], CudnnCompatibleLSTMCell)
 
-    def states(a, width_of):
+    def states(name: str, a: Array | None, width: int) -> list[Array]:
         if a is None:
-            return [np.zeros((B, width_of(cell)), dtype=x.dtype) for cell in cells]
+            return [np.zeros((B, width), dtype=x.dtype) for _ in cells]
+        doc = f"[L*D, B, {width}]" if time_major else f"[B, L*D, {width}]"
+        checks.array(name, a, storage, 3, doc)
+        checks.shape(name, a, (LD, B, width) if time_major else (B, LD, width), doc)
         a = a if time_major else a.transpose(1, 0, 2)
         return [s.astype(x.dtype) for s in a]
 
-    def state_width(cell) -> int:
-        return cell.projection.shape[1] if getattr(cell, "projection", None) is not None else cell.num_units
+    if not lstm and initial_c is not None:
+        raise ValueError(f"initial_c must be None for {type(first).__name__} cells (no cell state)")
+    Hr = first.state_width
+    h0 = states("initial_h", initial_h, Hr)
+    c0 = states("initial_c", initial_c, first.num_units) if lstm else [None] * LD
 
     def cell_step(cell):
         """A TF cell (batch-major ``[B, width]`` values) as a ``run_direction`` step (feature-major)."""
@@ -234,18 +283,14 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
 
         return step
 
-    h0 = states(initial_h, state_width)
-    c0 = states(initial_c, lambda cell: cell.num_units) if lstm else [None] * len(cells)
     h_n, c_n = [], []
     layer_input = x
     for layer in range(len(cells) // num_dirs):
-        pls = range(layer * num_dirs, (layer + 1) * num_dirs)
-        offsets = np.cumsum([0] + [h0[pl].shape[1] for pl in pls])
-        y = np.empty((T, B, offsets[-1]), dtype=x.dtype)
-        for direction, pl in enumerate(pls):
+        y = np.empty((T, B, num_dirs * Hr), dtype=x.dtype)
+        for direction, pl in enumerate(range(layer * num_dirs, (layer + 1) * num_dirs)):
             h, c = run_direction(cell_step(cells[pl]), layer_input.transpose(2, 0, 1), h0[pl].T,
                                  None if c0[pl] is None else c0[pl].T, lengths, direction == 1,
-                                 y[:, :, offsets[direction] : offsets[direction + 1]])
+                                 y[:, :, direction * Hr : (direction + 1) * Hr])
             h_n.append(h.T)
             c_n.append(None if c is None else c.T)
         layer_input = y

@@ -35,6 +35,7 @@ def array(name: str, value: object, dtype: np.dtype, ndim: int, dims_doc: str,
     if not isinstance(value, kinds):
         names = " or ".join(f"{k.__module__.split('.')[0]}.{k.__name__}" for k in kinds)
         raise TypeError(f"{name} must be a {names} of {dtype} with shape {dims_doc}, got {type(value).__name__}")
+    not_masked(name, value)
     if value.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype} (the model's dtype), got {value.dtype}")
     if value.ndim != ndim:
@@ -54,14 +55,33 @@ def no_cell_state(name: str, value: object, rnn_mode: str) -> None:
     return None
 
 
+def not_masked(name: str, value: object) -> None:
+    """Refuse a NumPy masked array: every computation here would read its masked values and drop its mask."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{name} must be a plain numpy.ndarray, got a masked array (its mask would be ignored; "
+                        f"pass .filled(...) or select the valid entries)")
+
+
 def sequence_lengths(value: object, batch: int, max_time: int) -> np.ndarray:
-    """Lengths as an int64 ``[B]`` array, each in ``1..T``."""
-    lengths = np.asarray(value)
-    if lengths.dtype.kind not in "iu":
-        raise TypeError(f"sequence_lengths must be integers, got dtype {lengths.dtype}")
+    """Lengths as a read-only int64 ``[B]`` array of its own, each in ``1..T``: integers (bools refused, in a
+    list too, where NumPy would read ``True`` as 1)."""
+    not_masked("sequence_lengths", value)
+    try:
+        lengths = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:  # ragged nesting, unconvertible elements
+        raise ValueError(f"sequence_lengths must be integers of shape [B] = ({batch},): {exc}") from None
+    if lengths.dtype == object and lengths.size and all(type(v) is int for v in lengths.flat):  # beyond int64
+        raise ValueError(f"sequence_lengths must each be in 1..T = 1..{max_time}, "
+                         f"got values in {min(lengths.flat)}..{max(lengths.flat)}")
+    mixed_in = not isinstance(value, np.ndarray) and lengths.dtype.kind in "iu" and any(
+        isinstance(v, (bool, np.bool_)) for v in np.asarray(value, dtype=object).flat)
+    if lengths.dtype.kind not in "iu" or mixed_in:
+        raise TypeError(f"sequence_lengths must be integers, got {'a bool among them' if mixed_in else f'dtype {lengths.dtype}'}")
     if lengths.shape != (batch,):
         raise ValueError(f"sequence_lengths must have shape [B] = ({batch},), got {lengths.shape}")
     if batch and (lengths.min() < 1 or lengths.max() > max_time):
         raise ValueError(f"sequence_lengths must each be in 1..T = 1..{max_time}, "
                          f"got values in {lengths.min()}..{lengths.max()}")
-    return lengths.astype(np.int64)
+    lengths = lengths.astype(np.int64)  # a copy of the caller's: a forward result keeps it for backward
+    lengths.flags.writeable = False
+    return lengths

@@ -8,6 +8,7 @@ Shapes are written time-major; ``time_major=False`` swaps the first two axes of 
 from __future__ import annotations
 
 import functools
+import uuid
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple, Sequence
 
@@ -23,7 +24,10 @@ from .recurrence import PseudoLayerParams, StackTrace, caller_layout, run_layers
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")
 
-_model_tokens = iter(range(1, 2**62))
+def new_model_token() -> int:
+    """A token that names one model object: random, 122 bits, so a ``ForwardResult`` pickled in another
+    process never matches a model there by chance (a counter restarts in every process)."""
+    return uuid.uuid4().int
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ class _CudnnRNN:
         self._stacking = self._stacking_plan()
         self._params_size = layout.params_size(self._spec)
         self._rng = np.random.default_rng(self.seed)
-        self._token = next(_model_tokens)
+        self._token = new_model_token()
 
     def __repr__(self) -> str:
         proj = f", num_proj={self.num_proj}" if self.num_proj is not None else ""

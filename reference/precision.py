@@ -22,6 +22,8 @@ ROUND_LAYER_OUTPUTS_TO_STORAGE = True
 
 def storage_dtype(dtype: object) -> np.dtype:
     """The model dtype as a NumPy dtype; ``TypeError`` unless it is float16, float32 or float64."""
+    if dtype is None:  # np.dtype(None) is float64: a default nobody asked for
+        raise TypeError("dtype must be float16, float32 or float64, got None")
     try:
         resolved = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as exc:
