@@ -183,7 +183,8 @@ def _node_kind(node, layer: dict[str, np.ndarray]) -> tuple[str, str]:
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     foreign = sorted(set(attrs) - _KNOWN) + [k for k, v in _NEUTRAL.items() if attrs.get(k, v) != v]
     if foreign:
-        raise ValueError(f"node {name}: {', '.join(f'{k}={attrs[k]:g}' if isinstance(attrs[k], float) else f'{k}={attrs[k]!r}' for k in foreign)} has no cuDNN equivalent")
+        shown = (f"{k}={attrs[k]:g}" if isinstance(attrs[k], float) else f"{k}={attrs[k]!r}" for k in foreign)
+        raise ValueError(f"node {name}: {', '.join(shown)} has no cuDNN equivalent")
     if node.op_type == "LSTM" and len(node.input) > 7 and node.input[7]:
         raise ValueError(f"node {name}: peephole weights (input P, {node.input[7]!r}) have no cuDNN equivalent")
     direction = attrs.get("direction", b"forward")
