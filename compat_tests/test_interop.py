@@ -249,6 +249,7 @@ def _file(header: bytes, data: bytes = b"") -> bytes:
 @pytest.mark.parametrize(("blob", "match"), [
     (b"\x01\x02", "shorter than"),
     (struct.pack("<Q", 10**9) + b"{}", "exceeds the file"),
+    (struct.pack("<Q", 1000) + b"{}", "exceeds the file"),  # below the header cap, beyond the file
     (_file(b"nope"), "not JSON"),
     (_file(b'{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'), "lies outside"),
     (_file(b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', bytes(7)), "lies outside"),  # 1 byte short
@@ -328,6 +329,7 @@ READERS = {"torch": torch_format.from_state_dict, "keras": keras_format.from_ker
      r"'weight_ih_l1' must be a float32 array"),
     ("torch", lambda w: w.update(weight_ih_l2=w["weight_ih_l1"]), ValueError, r"does not: \['weight_ih_l2'\]"),
     ("keras", lambda w: w.pop(), ValueError, "has 4 Keras layers"),
+    ("keras", lambda w: w.append(w[0]), ValueError, "has 4 Keras layers"),
     ("keras", lambda w: w[1].pop(), ValueError, r"layer 1: expecting \[kernel, recurrent_kernel, bias\]"),
     ("keras", lambda w: w[3].__setitem__(1, w[3][1][:, :8]), ValueError,
      r"layer 3 recurrent_kernel has shape \[4, 8\]"),
@@ -338,7 +340,7 @@ READERS = {"torch": torch_format.from_state_dict, "keras": keras_format.from_ker
     ("onnx", lambda w: w[0].update(B=w[0]["B"][:1]), ValueError, r"layer 0 B has shape \[1, 24\], ONNX GRU"),
     ("onnx", lambda w: w[1].update(W=w[1]["W"].tolist()), TypeError, "layer 1 W must be a float32 array, got list"),
 ], ids=["torch-missing", "torch-wrong-shape", "torch-wrong-dtype", "torch-extra", "keras-layer-count",
-        "keras-weight-count", "keras-wrong-shape", "keras-wrong-dtype", "onnx-layer-count", "onnx-missing",
+        "keras-too-many-layers", "keras-weight-count", "keras-wrong-shape", "keras-wrong-dtype", "onnx-layer-count", "onnx-missing",
         "onnx-wrong-shape", "onnx-not-an-array"])
 def test_bad_foreign_weights_fail_naming_the_tensor(fmt, change, error, match):
     model, weights = _foreign_gru()
@@ -352,9 +354,10 @@ def test_bad_foreign_weights_fail_naming_the_tensor(fmt, change, error, match):
     (8, None, "weight_hh_l0 has 8 rows for hidden size 4: not 1, 3 or 4 gates"),
     (4, None, "relu and tanh RNNs have the same weights"),
     (12, "lstm", "holds 3-gate cells, which cannot be a 'lstm' RNN"),
+    (0, "gru", "weight_ih_l0 must be a non-empty matrix, got shape \\[0, 3\\]"),
 ])
 def test_a_torch_state_dict_of_the_wrong_gate_count_is_refused(rows, mode, match):
-    state = {"weight_ih_l0": np.zeros((rows, 3), np.float32), "weight_hh_l0": np.zeros((rows, 4), np.float32)}
+    state = {"weight_ih_l0": np.zeros((rows, 3), np.float32), "weight_hh_l0": np.zeros((rows, 4 if rows else 0), np.float32)}
     with pytest.raises(ValueError, match=match):
         torch_format.config_from_state_dict(state, mode)
 
@@ -1261,3 +1264,104 @@ def test_cells_refuse_a_tensor_of_the_wrong_shape_or_dtype_naming_it(damage):
     if cell_tells:
         with pytest.raises(error, match=f"{re.escape(prefix)}: {cls.__name__} {re.escape(name)} {match}"):
             cls.from_tf(tensors, prefix, **options)
+
+
+# ---- behaviours a mutation run of the formats, cells and converters found unchecked -----------------------
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_a_foreign_state_dict_tells_its_dtype(dtype):
+    cfg = RNNConfig("lstm", num_units=4, input_size=3, dtype=dtype)
+    state = torch_format.to_state_dict(cfg.model(), *make_case(cfg)[:2])
+    assert torch_format.config_from_state_dict(state)["dtype"] == dtype
+
+
+@pytest.mark.parametrize(("mode", "input_mode", "match"), [("classic_gru", "linear_input", "no textbook GRU"),
+                                                           ("gru", "skip_input", "no skip_input")])
+def test_torch_formats_refuse_what_pytorch_cannot_compute(mode, input_mode, match):
+    """``nn.GRU`` is the cuDNN GRU: a textbook GRU's weights would load into it and compute another function."""
+    cfg = RNNConfig(mode, num_units=4, input_size=4, input_mode=input_mode, dtype="float32")
+    model = cfg.model()
+    with pytest.raises(ValueError, match=match):
+        torch_format.to_state_dict(model, *make_case(cfg)[:2])
+    state = torch_format.to_state_dict(RNNConfig("gru", num_units=4, input_size=4).model(),
+                                       *make_case(RNNConfig("gru", num_units=4, input_size=4))[:2])
+    with pytest.raises(ValueError, match=match):
+        torch_format.from_state_dict(model, {k: v.astype(np.float32) for k, v in state.items()})
+
+
+def test_a_multi_layer_skip_input_model_goes_through_onnx():
+    """Only layer 0 of a skip_input model has identity input matrices; the others are ordinary."""
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig("gru", num_layers=3, num_units=3, input_size=3, input_mode="skip_input", direction="bidirectional",
+                    dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    proto = onnx_model.export_model(model, case.weights, case.biases)
+    back, weights, biases = onnx_model.import_model(proto)
+    assert repr(back) == repr(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+
+
+def test_a_tf_file_with_a_unidirectional_and_a_bidirectional_rnn_in_one_scope_is_refused():
+    uni, bi = (RNNConfig("gru", num_units=4, input_size=3, direction=d, dtype="float32")
+               for d in ("unidirectional", "bidirectional"))
+    tensors = {**tf.to_tf(uni.model(), *make_case(uni)[:2]), **tf.to_tf(bi.model(), *make_case(bi)[:2])}
+    meta = {n: (a.dtype.name, a.shape) for n, a in tensors.items()}
+    with pytest.raises(ValueError, match="mixed cells under scope None"):
+        tf.config_from_tf(meta)
+
+
+def test_a_tf_file_with_a_gap_in_its_layers_is_refused_saying_so():
+    cfg = RNNConfig("gru", num_layers=3, num_units=4, input_size=4, dtype="float32")
+    tensors = {n: a for n, a in tf.to_tf(cfg.model(), *make_case(cfg)[:2]).items() if "cell_1/" not in n}
+    with pytest.raises(ValueError, match=re.escape("the checkpoint's layers are [0, 2], not 0..1")):
+        tf.config_from_tf({n: (a.dtype.name, a.shape) for n, a in tensors.items()})
+
+
+def test_safetensors_are_written_aligned_and_read_as_writeable_arrays_of_their_own(tmp_path):
+    """The format asks for the data to start at a multiple of 8 (readers may map it); a loaded array is the
+    caller's to change."""
+    for names in (["a"], ["abc"], ["abcdefg", "x"]):
+        tensors = {n: np.arange(3, dtype=np.float32) for n in names}
+        safetensors.save(tmp_path / "t.safetensors", tensors, {"k": "v"})
+        raw = (tmp_path / "t.safetensors").read_bytes()
+        assert (8 + struct.unpack("<Q", raw[:8])[0]) % 8 == 0, names
+        loaded, _ = safetensors.load(tmp_path / "t.safetensors")
+        for a in loaded.values():
+            assert a.flags.writeable and a.flags.owndata
+            a += 1
+    with pytest.raises(TypeError, match="metadata must map str to str"):
+        safetensors.save(tmp_path / "m.safetensors", {"a": np.ones(2, np.float32)}, {"step": 3})
+
+
+def test_a_float16_cell_called_directly_computes_in_float32():
+    """Like the fused reference (and cuDNN's float16 math): a TF-style call with float16 values."""
+    cfg = RNNConfig("gru", num_units=4, input_size=3, dtype="float16")
+    case, model = make_case(cfg), cfg.model()
+    (cell,) = cells_from_tf(model, tf.to_tf(model, case.weights, case.biases))
+    h, _ = cell(case.x[0], case.h0[0])
+    assert h.dtype == np.float32
+
+
+@pytest.mark.parametrize(("attrs", "match"), [
+    ({"direction": "reverse"}, "node rnn0: direction 'reverse' has no cuDNN equivalent"),
+    ({"hidden_size": 7}, re.escape("node rnn0: hidden_size 7 disagrees with R's shape [1, 12, 4]")),
+])
+def test_a_foreign_onnx_node_that_disagrees_with_cudnn_in_shape_or_direction_is_refused(attrs, match):
+    from compat_tests.interop import onnx_model
+
+    cfg, case = _no_initial_state(RNNConfig("gru", num_units=4, input_size=3))
+    with pytest.raises(ValueError, match=match):
+        onnx_model.import_model(_foreign_onnx(cfg, case, {0: attrs}))
+
+
+def test_a_foreign_onnx_rnn_node_without_activations_is_tanh():
+    """ONNX's RNN defaults to Tanh."""
+    from compat_tests.interop import onnx_model
+
+    cfg, case = _no_initial_state(RNNConfig("tanh", num_units=4, input_size=3))
+    proto = _foreign_onnx(cfg, case)
+    node = next(n for n in proto.graph.node if n.op_type == "RNN")
+    node.attribute.remove(next(a for a in node.attribute if a.name == "activations"))
+    assert onnx_model.import_model(proto)[0].rnn_mode == "tanh"
