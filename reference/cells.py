@@ -29,13 +29,14 @@ def _compute(*arrays: Array) -> list[Array]:
     return [a.astype(dtype) for a in arrays]
 
 
-def _width(cell: str, name: str, a: object, axis: int, ndim: int) -> int:
-    """The length of axis ``axis`` of ``a``, which must be an ``ndim``-D float array (else an error naming it)."""
+def _matrix_shape(cell: str, name: str, a: object) -> tuple[int, int]:
+    """``(rows, columns)`` of ``a``, which must be a non-empty float matrix (else an error naming it): the
+    sizes a cell reads off its kernels before it checks its other tensors against them."""
     if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
         raise TypeError(f"{cell} {name} must be a float array, got {getattr(a, 'dtype', type(a).__name__)}")
-    if a.ndim != ndim or 0 in a.shape:
-        raise ValueError(f"{cell} {name} must be a non-empty {ndim}-D array, got shape {list(a.shape)}")
-    return a.shape[axis]
+    if a.ndim != 2 or 0 in a.shape:
+        raise ValueError(f"{cell} {name} must be a non-empty 2-D array, got shape {list(a.shape)}")
+    return a.shape
 
 
 def _check_cell(cell: str, tensors: dict[str, tuple[Array, tuple[int, ...]]]) -> None:
@@ -94,7 +95,7 @@ class BasicRNNCell(_StatelessCell):
     tf_tensors = ("kernel", "bias")
 
     def __init__(self, kernel: Array, bias: Array, activation: str = "tanh") -> None:
-        rows, H = _width("BasicRNNCell", "kernel", kernel, 0, 2), _width("BasicRNNCell", "kernel", kernel, 1, 2)
+        rows, H = _matrix_shape("BasicRNNCell", "kernel", kernel)
         _check_cell("BasicRNNCell", {"kernel": (kernel, (max(rows, H + 1), H)), "bias": (bias, (H,))})
         self._sizes(kernel.dtype, H, kernel.shape[0] - H, H)
         self.kernel, self.bias = _compute(kernel, bias)
@@ -116,8 +117,9 @@ class CudnnCompatibleLSTMCell(_TFCell):
 
     def __init__(self, kernel: Array, bias: Array, projection: Array | None = None) -> None:
         cell = "CudnnCompatibleLSTMCell"
-        rows, H = _width(cell, "kernel", kernel, 0, 2), -(-_width(cell, "kernel", kernel, 1, 2) // 4)
-        Hr = H if projection is None else _width(cell, "projection/kernel", projection, 1, 2)
+        rows, columns = _matrix_shape(cell, "kernel", kernel)
+        H = -(-columns // 4)
+        Hr = H if projection is None else _matrix_shape(cell, "projection/kernel", projection)[1]
         _check_cell(cell, {"kernel": (kernel, (max(rows, Hr + 1), 4 * H)), "bias": (bias, (4 * H,)),
                            **({} if projection is None else {"projection/kernel": (projection, (H, Hr))})})
         self.kernel, self.bias = _compute(kernel, bias)
@@ -150,8 +152,7 @@ class CudnnCompatibleGRUCell(_StatelessCell):
     def __init__(self, gates_kernel: Array, gates_bias: Array, input_kernel: Array, input_bias: Array,
                  hidden_kernel: Array, hidden_bias: Array) -> None:
         cell = "CudnnCompatibleGRUCell"
-        width = _width(cell, "candidate/input_projection/kernel", input_kernel, 0, 2)
-        H = _width(cell, "candidate/input_projection/kernel", input_kernel, 1, 2)
+        width, H = _matrix_shape(cell, "candidate/input_projection/kernel", input_kernel)
         _check_cell(cell, {"gates/kernel": (gates_kernel, (width + H, 2 * H)), "gates/bias": (gates_bias, (2 * H,)),
                            "candidate/input_projection/kernel": (input_kernel, (width, H)),
                            "candidate/input_projection/bias": (input_bias, (H,)),
@@ -176,8 +177,7 @@ class GRUCell(_StatelessCell):
     tf_tensors = ("gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias")
 
     def __init__(self, gates_kernel: Array, gates_bias: Array, candidate_kernel: Array, candidate_bias: Array) -> None:
-        rows, H = _width("GRUCell", "candidate/kernel", candidate_kernel, 0, 2), _width("GRUCell", "candidate/kernel",
-                                                                                     candidate_kernel, 1, 2)
+        rows, H = _matrix_shape("GRUCell", "candidate/kernel", candidate_kernel)
         _check_cell("GRUCell", {"candidate/kernel": (candidate_kernel, (max(rows, H + 1), H)),
                                 "gates/kernel": (gates_kernel, (max(rows, H + 1), 2 * H)),
                                 "gates/bias": (gates_bias, (2 * H,)),
