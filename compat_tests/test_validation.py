@@ -223,23 +223,36 @@ def test_a_config_is_normalised_to_plain_json_values():
 
 # ---- what crosses a process, or stays with a result ----------------------------------------------------
 
-_MAKE = "import numpy as np, reference; m = reference.CudnnRNNTanh(1, 4, 3, dtype=np.float64)\n"
+def _first_model_s_training_result(mode: str):
+    """In a fresh worker process: its first model's training ``ForwardResult``."""
+    model = {"relu": reference.CudnnRNNRelu, "tanh": reference.CudnnRNNTanh}[mode](1, 4, 3, dtype=np.float64)
+    return model.forward(np.ones((2, 1, 3)), None, np.ones(model.params_size()), is_training=True)
 
 
-def test_a_result_from_a_model_in_another_process_is_refused(tmp_path):
+def _first_model_s_backward(mode: str, fwd) -> str:
+    """In a fresh worker process: its first model's backward on ``fwd``, or the error it raises."""
+    model = {"relu": reference.CudnnRNNRelu, "tanh": reference.CudnnRNNTanh}[mode](1, 4, 3, dtype=np.float64)
+    try:
+        model.backward(fwd, np.ones((2, 1, 4)))
+    except ValueError as exc:
+        return str(exc)
+    return "accepted"
+
+
+def _in_a_fresh_process(fn, *args):
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result(timeout=120)
+
+
+def test_a_result_from_a_model_in_another_process_is_refused():
     """Each process's first model: their tokens came from a counter that restarts in every process, so a
-    pickled ForwardResult of one matched the other and backward ran on another model's trace."""
-    import subprocess
-    import sys
-
-    save = _MAKE + (f"import pickle; x = np.ones((2, 1, 3)); p = np.ones(m.params_size())\n"
-                    f"open({str(tmp_path / 'fwd.pkl')!r}, 'wb').write(pickle.dumps(m.forward(x, None, p, is_training=True)))")
-    load = _MAKE + (f"import pickle; fwd = pickle.loads(open({str(tmp_path / 'fwd.pkl')!r}, 'rb').read())\n"
-                    f"try:\n    m.backward(fwd, np.ones((2, 1, 4)))\nexcept ValueError as e:\n    print(e)")
-    for code in (save, load):
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-    assert "fwd comes from another model's forward()" in done.stdout, done.stdout
+    relu ForwardResult sent from one worker matched the tanh model of another, and backward ran the tanh
+    derivative on the relu trace."""
+    fwd = _in_a_fresh_process(_first_model_s_training_result, "relu")
+    assert "fwd comes from another model's forward()" in _in_a_fresh_process(_first_model_s_backward, "tanh", fwd)
 
 
 def test_a_forward_result_keeps_lengths_of_its_own(lstm):
