@@ -23,7 +23,7 @@ from compat_tests.peers import GPU_PEERS, PEERS
 from compat_tests.peers.reference_peer import ReferencePeer
 from compat_tests.report import SCHEMA
 from compat_tests.report.grids import GRIDS, load_grid, plan
-from compat_tests.report.sweep import RESULTS, read_records
+from compat_tests.report.sweep import IN_FLIGHT, RESULTS, read_records
 from compat_tests.tolerances import OVERRIDES
 from compat_tests.report import sweep as sweep_module
 
@@ -308,6 +308,35 @@ def test_a_worker_that_dies_costs_its_unit_only(registry, tmp_path):
     assert all(r["status"] == "ok" and r["passed"] for seed, r in by_seed.items() if seed != 3)
     [crash] = [w for w in report["worst"] if w["quantity"] == "error"]
     assert f"--plugin {plugin}:CRASHING" in crash["reproduce"] and '"seed":3' in crash["reproduce"]
+
+
+def test_a_native_crash_in_process_ends_the_run_and_resume_goes_on_past_it(registry, tmp_path):
+    """With ``--jobs 1`` the units run in the report's own process, so a segfault ends the run; the unit it
+    was running is named in ``in_flight``, and ``--resume`` runs that unit alone in a worker process (where
+    it dies again and gets an error record) and the rest as before."""
+    plugin = tmp_path / "crashing_peer.py"
+    plugin.write_text(CRASHING_PEER)
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 3, "batch": 2,
+                                                               "dtype": "float32", "seed": k}} for k in range(6)]))
+    out = tmp_path / "run"
+    common = ["report", "--plugin", f"{plugin}:CRASHING", "--backends", "crashing", "--grid", str(grid),
+              "--out", str(out), "--jobs", "1", "--no-progress"]
+    crashed = subprocess.run([sys.executable, "-m", "compat_tests.cli", *common], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert crashed.returncode == -signal.SIGSEGV, crashed.stderr
+    before = read_records(out / RESULTS)
+    assert sorted(r["config"]["seed"] for r in before) == [0, 1, 2]
+    assert (out / IN_FLIGHT).read_text().strip() not in {r["id"] for r in before}
+    assert cli.main([*common, "--resume"]) == 1
+    assert not (out / IN_FLIGHT).exists()
+    report = json.loads((out / "report.json").read_text())
+    assert report["complete"] and report["totals"]["errors"] == 1
+    by_seed = {r["config"]["seed"]: r for r in report["records"]}
+    assert sorted(by_seed) == list(range(6))
+    assert by_seed[3]["status"] == "error" and "worker process died" in by_seed[3]["error"]
+    assert all(r["status"] == "ok" and r["passed"] for seed, r in by_seed.items() if seed != 3)
+    assert read_records(out / RESULTS)[:3] == before
 
 
 def test_a_killed_run_resumes_to_the_same_report(tmp_path):

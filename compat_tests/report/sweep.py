@@ -5,7 +5,9 @@ record is already there. With a time limit no unit starts after it; the units in
 A worker process that dies (a backend's native crash) breaks its pool, and which of the units in flight
 killed it is unknown: the units left then run one at a time, each in a worker of its own, and the one
 whose worker dies again gets an error record (the sweep goes on). In-process (``jobs=1``) a native crash
-ends the run.
+ends the run, but the unit it ran is named in ``in_flight`` until its record is written: the next run into
+that folder (``--resume``) runs that unit first, alone in a worker process, so a crash it causes again
+costs only its own record and the sweep goes on past it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from itertools import chain
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -24,6 +27,7 @@ from typing import Iterable, Iterator
 from .units import Unit, died_record, run_unit
 
 RESULTS = "results.jsonl"
+IN_FLIGHT = "in_flight"
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -100,8 +104,9 @@ def _single_threaded_workers(jobs: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _results(units: list[Unit], jobs: int, deadline: float | None) -> Iterable[dict]:
-    """Records of ``units`` as they finish; none starts after ``deadline`` (``time.monotonic()``)."""
+def _results(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path) -> Iterable[dict]:
+    """Records of ``units`` as they finish; none starts after ``deadline`` (``time.monotonic()``). In-process,
+    the file ``in_flight`` names the unit running until the caller has taken its record."""
     def expired() -> bool:
         return deadline is not None and time.monotonic() >= deadline
 
@@ -109,7 +114,9 @@ def _results(units: list[Unit], jobs: int, deadline: float | None) -> Iterable[d
         for unit in units:
             if expired():
                 return
+            in_flight.write_text(unit.id + "\n")
             yield run_unit(unit.to_dict())
+            in_flight.unlink()
         return
     broken: list[Unit] = []
     with _single_threaded_workers(jobs), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
@@ -168,14 +175,35 @@ def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
     _drop_torn_tail(path)
     done = {r["id"]: r for r in read_records(path)}
     todo = [u for u in units if u.id not in done]
-    bar = Progress(len(todo), progress)
+    crashed = _crashed_in_process(out / IN_FLIGHT, todo)
+    todo = [u for u in todo if u not in crashed]
+    bar = Progress(len(crashed) + len(todo), progress)
+
+    def expired() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     with path.open("a") as sink:
-        for record in _results(todo, jobs, deadline):
+        for record in chain(_one_at_a_time(crashed, jobs, expired), _results(todo, jobs, deadline, out / IN_FLIGHT)):
             sink.write(json.dumps(record, sort_keys=True) + "\n")
             sink.flush()
             done[record["id"]] = record
             bar.update(record)
     return [done[u.id] for u in units if u.id in done]
+
+
+def _crashed_in_process(in_flight: Path, todo: list[Unit]) -> list[Unit]:
+    """The unit an in-process run was running when it ended without writing its record (a native crash, or
+    a kill), if it is still to run: it runs again alone in a worker process, so a second crash costs only its
+    record."""
+    if not in_flight.exists():
+        return []
+    name = in_flight.read_text().strip()
+    in_flight.unlink()
+    unit = [u for u in todo if u.id == name]
+    if unit:
+        print(f"unit {name} was running when the last run into this folder ended (a native crash, or a kill); "
+              "it runs first, alone in a worker process", file=sys.stderr, flush=True)
+    return unit
 
 
 def _drop_torn_tail(path: Path) -> None:
