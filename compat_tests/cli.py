@@ -153,17 +153,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if comparison.passed else 1
 
 
-def cmd_convert(args: argparse.Namespace) -> int:
+def _read_model(args: argparse.Namespace, path: str):
+    """The model and weights of the file at ``path`` in the format ``--from`` names, with the model options
+    (``_model_options``) on top: they may say only what the file cannot tell."""
     from .interop import convert
 
     if args.scope and args.source not in convert.TF_NAMED:
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
-    if args.out_scope and args.target not in convert.TF_NAMED:
-        raise ValueError(f"--out-scope applies to TF-named files (--to tf or checkpoint), not to --to {args.target}")
     overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
                  "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
                  "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope}
-    source = convert.read(args.source, args.input, overrides)
+    return convert.read(args.source, path, overrides)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .interop import convert
+
+    if args.out_scope and args.target not in convert.TF_NAMED:
+        raise ValueError(f"--out-scope applies to TF-named files (--to tf or checkpoint), not to --to {args.target}")
+    source = _read_model(args, args.input)
     scope = (args.out_scope or None) if args.out_scope is not None else source.scope
     convert.write(args.target, args.output, source.model, source.weights, source.biases,
                   scope if args.target in convert.TF_NAMED else None)
@@ -225,20 +233,20 @@ def _array(path: str, what: str):
 def cmd_infer(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from reference import checkpoint
     from reference.formats.files import replacing
 
     out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
     if out.suffix not in (".npy", ".npz"):
         raise ValueError(f"--out must end in .npz (output, output_h, output_c) or .npy (output only), got {out.name!r}")
-    ck = checkpoint.load(args.checkpoint)
+    source = _read_model(args, args.checkpoint)
+    model = source.model
     x = _array(args.input, "INPUT")
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
-    h0, c0 = (None, None) if args.state is None else initial_state(args.state, ck.model)
-    if x.dtype != ck.model.dtype:
-        raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {ck.model.dtype}")
-    result = ck.model.forward(x, h0, ck.params(), input_c=c0, is_training=False, sequence_lengths=lengths,
-                              time_major=not args.batch_major)
+    h0, c0 = (None, None) if args.state is None else initial_state(args.state, model)
+    if x.dtype != model.dtype:
+        raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {model.dtype}")
+    result = model.forward(x, h0, model.canonical_to_params(source.weights, source.biases), input_c=c0,
+                           is_training=False, sequence_lengths=lengths, time_major=not args.batch_major)
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
                                 ("output_c", result.output_c)) if v is not None}
     with replacing(out) as partial, open(partial, "wb") as f:
@@ -246,7 +254,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
             np.save(f, result.output)
         else:
             np.savez(f, **arrays)
-    print(f"{ck.model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
+    print(f"{model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
           + f" -> {out}")
     return 0
 
@@ -268,6 +276,23 @@ def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
 
     whole_suite = [] if names_suite_tests(extra) else [str(SUITE)]
     return int(pytest.main([*whole_suite, f"--hypothesis-profile={args.profile}", *extra]))
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    """The config options of ``convert`` and ``infer``: only for what the weights' file cannot tell."""
+    options = parser.add_argument_group("model options", "what the weights' file cannot tell; an option that "
+                                                         "contradicts the file is refused")
+    options.add_argument("--mode", choices=MODE_NAMES,
+                         help="for files without a config (relu vs tanh cannot be read off the weights)")
+    options.add_argument("--num-layers", type=int)
+    options.add_argument("--num-units", type=int)
+    options.add_argument("--input-size", type=int)
+    options.add_argument("--direction", choices=DIRECTIONS)
+    options.add_argument("--input-mode", choices=("linear_input", "skip_input"))
+    options.add_argument("--num-proj", type=int)
+    options.add_argument("--dtype", choices=DTYPE_NAMES)
+    options.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's "
+                                         "tensors, where the file holds several")
 
 
 def _plugin_option(parser: argparse.ArgumentParser) -> None:
@@ -309,22 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     conv.add_argument("--to", dest="target", required=True, choices=FORMATS)
     conv.add_argument("input")
     conv.add_argument("output")
-    conv.add_argument("--mode", choices=MODE_NAMES,
-                      help="for files without a config (relu vs tanh cannot be read off the weights)")
-    conv.add_argument("--num-layers", type=int)
-    conv.add_argument("--num-units", type=int)
-    conv.add_argument("--input-size", type=int)
-    conv.add_argument("--direction", choices=DIRECTIONS)
-    conv.add_argument("--input-mode", choices=("linear_input", "skip_input"))
-    conv.add_argument("--num-proj", type=int)
-    conv.add_argument("--dtype", choices=DTYPE_NAMES)
-    conv.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's tensors, "
-                                       "where the file holds several")
+    _model_options(conv)
     conv.add_argument("--out-scope", help="TF-named targets: the variable scope to write the tensors under ('' for "
                                            "none; default: a TF-named source's own)")
 
-    infer = sub.add_parser("infer", help="run a checkpoint on the CPU with the NumPy reference")
-    infer.add_argument("checkpoint")
+    infer = sub.add_parser("infer", help="run a checkpoint (or weights of another format) on the CPU with the "
+                                         "NumPy reference")
+    infer.add_argument("checkpoint", help="the weights: our checkpoint, or a file of the format --from names")
+    infer.add_argument("--from", dest="source", default="checkpoint", choices=FORMATS,
+                       help="the weights' format (default checkpoint: ours, a TensorFlow checkpoint or TF-named "
+                            "tensors)")
+    _model_options(infer)
     infer.add_argument("input", help=".npy of [T, B, input_size] (or [B, T, input_size] with --batch-major)")
     infer.add_argument("--out", help=".npz (output, output_h, output_c) or .npy (output only)")
     infer.add_argument("--lengths", help=".npy of sequence lengths [B]")

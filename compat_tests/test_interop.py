@@ -3,6 +3,7 @@ converters (each verified by running that framework), the command line, and bad 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import pickle
@@ -966,6 +967,57 @@ def test_a_foreign_torch_file_needs_only_the_mode(tmp_path):
     assert cli.main(argv) == 2  # relu or tanh? the weights cannot say
     assert cli.main(argv + ["--mode", "tanh"]) == 0
     assert repr(checkpoint.load(tmp_path / "c.npz").model) == repr(cfg.model())
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("torch", "w.safetensors"), ("keras", "w.npz"), ("onnx", "w.onnx"),
+                                          ("tf", "w"), ("checkpoint", "w.safetensors")], ids=lambda v: v)
+def test_infer_runs_weights_of_every_format_directly(fmt, name, tmp_path, capsys):
+    """``rnn-compat infer --from FORMAT`` runs a file of any format as ``convert`` would read it: the same
+    outputs, bit for bit, as the checkpoint it was written from, and the reference's within the policy."""
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float32")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "ours.npz", cfg.model(), case.weights, case.biases)
+    np.save(tmp_path / "x.npy", case.x)
+    np.savez(tmp_path / "h0.npz", input_h=case.h0)
+    state = ["--state", str(tmp_path / "h0.npz")]
+    assert cli.main(["convert", "--from", "checkpoint", "--to", fmt, str(tmp_path / "ours.npz"), str(tmp_path / name)]) == 0
+    assert cli.main(["infer", str(tmp_path / "ours.npz"), str(tmp_path / "x.npy"), *state,
+                     "--out", str(tmp_path / "want.npz")]) == 0
+    assert cli.main(["infer", "--from", fmt, str(tmp_path / name), str(tmp_path / "x.npy"), *state,
+                     "--out", str(tmp_path / "got.npz")]) == 0
+    with np.load(tmp_path / "want.npz", allow_pickle=False) as want, np.load(tmp_path / "got.npz", allow_pickle=False) as got:
+        assert sorted(got) == sorted(want) == ["output", "output_h"]
+        for key in want:
+            assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), key
+        assert_agree_within_policy(cfg, case, Outputs(got["output"], got["output_h"], None), run_reference(cfg, case))
+    if fmt not in ("tf", "checkpoint"):
+        assert cli.main(["infer", "--from", fmt, str(tmp_path / name), str(tmp_path / "x.npy"), "--scope", "rnn"]) == 2
+        assert f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {fmt}" in capsys.readouterr().err
+
+
+def test_infer_takes_what_a_foreign_file_cannot_tell_and_refuses_what_it_contradicts(tmp_path, capsys):
+    """A TF-named relu or tanh file without our config cannot say which: ``infer --mode`` says it (and runs
+    that cell); an option the file's names and shapes contradict is refused naming both."""
+    cfg = RNNConfig("relu", num_units=4, input_size=3, dtype="float64")
+    case = make_case(cfg)
+    checkpoint.write_tensors(tmp_path / "foreign.npz", tf.to_tf(cfg.model(), case.weights, case.biases), None)
+    np.save(tmp_path / "x.npy", case.x)
+    np.savez(tmp_path / "h0.npz", input_h=case.h0)
+    argv = ["infer", str(tmp_path / "foreign.npz"), str(tmp_path / "x.npy"), "--state", str(tmp_path / "h0.npz")]
+    assert cli.main(argv + ["--out", str(tmp_path / "y.npz")]) == 2
+    assert "relu and tanh RNNs have the same weights (basic_rnn_cell): say which" in capsys.readouterr().err
+    for mode in ("relu", "tanh"):
+        assert cli.main(argv + ["--mode", mode, "--out", str(tmp_path / f"{mode}.npz")]) == 0
+        run = dataclasses.replace(cfg, mode=mode)
+        with np.load(tmp_path / f"{mode}.npz", allow_pickle=False) as y:
+            assert_agree_within_policy(run, case, Outputs(y["output"], y["output_h"], None), run_reference(run, case))
+    with np.load(tmp_path / "relu.npz", allow_pickle=False) as relu, np.load(tmp_path / "tanh.npz", allow_pickle=False) as tanh:
+        assert not np.allclose(relu["output"], tanh["output"]), "the two modes must differ on this case"
+    assert cli.main(argv + ["--mode", "relu", "--num-units", "5"]) == 2
+    assert "disagrees with the options given: num_units is 4, not 5" in capsys.readouterr().err
+    checkpoint.save(tmp_path / "ours.npz", cfg.model(), case.weights, case.biases)
+    assert cli.main(["infer", str(tmp_path / "ours.npz"), str(tmp_path / "x.npy"), "--mode", "tanh"]) == 2
+    assert "disagrees with the options given: rnn_mode is 'relu', not 'tanh'" in capsys.readouterr().err
 
 
 def test_convert_refuses_what_the_target_cannot_hold(tmp_path):

@@ -240,7 +240,7 @@ def test_convert_writes_a_tensorflow_checkpoint_that_reads_back(tmp_path):
 def test_a_tensorflow_checkpoint_converts_and_runs(name, tmp_path):
     """``rnn-compat convert --from tf`` with no model option but ``--mode`` for relu/tanh (names and shapes
     tell the rest, the variable scope included), then the model runs on the reference as the weights TF was
-    given; ``rnn-compat infer`` runs the TensorFlow checkpoint directly."""
+    given; ``rnn-compat infer`` (with the same ``--mode``) runs the TensorFlow checkpoint directly."""
     cfg, scope = fixture_config(name)
     options = ["--mode", cfg.mode] if cfg.mode in ("relu", "tanh") else []
     out = tmp_path / "converted.npz"
@@ -255,11 +255,10 @@ def test_a_tensorflow_checkpoint_converts_and_runs(name, tmp_path):
     result = ck.model.forward(case.x, case.h0, ck.params(), input_c=case.c0, is_training=False)
     assert_agree_within_policy(cfg, case, Outputs(result.output, result.output_h, result.output_c),
                                run_reference(cfg, case))
-    if not options:
-        np.save(tmp_path / "x.npy", case.x)
-        assert cli.main(["infer", str(DATA / name), str(tmp_path / "x.npy"), "--out", str(tmp_path / "y.npy")]) == 0
-        np.testing.assert_array_equal(np.load(tmp_path / "y.npy"),
-                                      ck.model.forward(case.x, None, ck.params(), is_training=False).output)
+    np.save(tmp_path / "x.npy", case.x)
+    assert cli.main(["infer", str(DATA / name), str(tmp_path / "x.npy"), "--out", str(tmp_path / "y.npy"), *options]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"),
+                                  ck.model.forward(case.x, None, ck.params(), is_training=False).output)
 
 
 def test_a_tensorflow_checkpoint_with_the_wrong_options_is_refused(tmp_path, capsys):
