@@ -1125,6 +1125,102 @@ def test_a_foreign_onnx_node_that_computes_another_function_is_refused(case_name
         onnx_model.import_model(variant)
 
 
+def _rewire_second_layer(proto, x: str, before: list | None = None, layer0_outputs: tuple[str, ...] = ("Y0",)):
+    """``proto`` (``_foreign_onnx``'s 2-layer graph) with node rnn1 reading ``x``, ``before`` inserted ahead
+    of rnn1, and rnn0 writing ``layer0_outputs``."""
+    rnn0, rnn1 = (next(n for n in proto.graph.node if n.name == name) for name in ("rnn0", "rnn1"))
+    del rnn0.output[:]
+    rnn0.output.extend(layer0_outputs)
+    rnn1.input[0] = x
+    at = list(proto.graph.node).index(rnn1)
+    for k, node in enumerate(before or []):
+        proto.graph.node.insert(at + k, node)
+    return proto
+
+
+STACK_BREAKS = {  # rnn1's input X, nodes inserted before it, rnn0's outputs, what the refusal says
+    "side-by-side": ("X", [], ("Y0",), "node rnn1 reads X from 'X', which no node computes, not from the output Y "
+                                       "of the recurrent node before it, rnn0"),
+    "computation-between": ("A0", [("Relu", ["S0"], ["A0"], "act")], ("Y0",),
+                            "node rnn1 reads X from Relu node act's output 'A0', not from the output Y"),
+    "layout-then-computation": ("I0", [("Relu", ["S0"], ["A0"], "act"), ("Identity", ["A0"], ["I0"], "copy")],
+                                ("Y0",), "node rnn1 reads X from Relu node act's output 'A0' through Identity, not"),
+    "final-state": ("Yh0", [], ("Y0", "Yh0"), "node rnn1 reads X from GRU node rnn0's output 'Yh0', not from the "
+                                              "output Y of the recurrent node before it, rnn0"),
+}
+
+
+@pytest.mark.parametrize("case_name", STACK_BREAKS)
+def test_recurrent_nodes_that_are_not_one_stack_are_refused(case_name):
+    """Two recurrent nodes read as layers 0 and 1 only when the second reads the first's Y through layout
+    ops alone. Each variant here runs in onnxruntime to something other than the stack (checked), so
+    reading it as one would give a model that silently disagrees with the file."""
+    pytest.importorskip("onnxruntime")
+    from onnx import helper
+
+    from compat_tests.interop import onnx_model
+
+    x, before, outputs, match = STACK_BREAKS[case_name]
+    cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=4, seq_len=5, batch=2,
+                                            weight_scale=3.0))
+    plain = _onnxruntime(_foreign_onnx(cfg, case), case.x)
+    variant = _rewire_second_layer(_foreign_onnx(cfg, case), x, [helper.make_node(op, i, o, name=n)
+                                                                 for op, i, o, n in before], outputs)
+    got = _onnxruntime(variant, case.x)
+    assert got.shape != plain.shape or error_stats(got, plain.astype(np.float64)).max_abs > 1e-3, \
+        "the variant computes what the stack does: not a test of the importer"
+    with pytest.raises(ValueError, match=re.escape(match)):
+        onnx_model.import_model(variant)
+
+
+def test_layout_ops_between_layers_and_anything_before_the_first_keep_a_stack():
+    """The control: Identity and Dropout (inference) between the layers, and a Relu ahead of the first
+    layer (outside the stack: the model's input is what the first node reads), still load as the stack."""
+    from onnx import helper
+
+    from compat_tests.interop import onnx_model
+
+    cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=4, seq_len=5, batch=2))
+    proto = _rewire_second_layer(_foreign_onnx(cfg, case), "D0", [helper.make_node("Identity", ["S0"], ["I0"]),
+                                                                 helper.make_node("Dropout", ["I0"], ["D0"])])
+    rnn0 = next(n for n in proto.graph.node if n.name == "rnn0")
+    rnn0.input[0] = "XR"
+    proto.graph.node.insert(0, helper.make_node("Relu", ["X"], ["XR"]))
+    model, weights, biases = onnx_model.import_model(proto)
+    assert repr(model) == repr(cfg.model())
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+
+
+@pytest.mark.parametrize("mode", ["relu", "lstm", "gru"])
+def test_a_graph_pytorchs_exporter_wrote_loads_with_the_weights_pytorch_had(mode):
+    """A real foreign exporter: ``torch.onnx.export`` (the TorchScript exporter) of a 2-layer bidirectional
+    nn.RNN/LSTM/GRU, whose layers it chains through Transpose and Reshape among its own shape arithmetic,
+    loads as that model with the weights PyTorch held, bit for bit."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    from compat_tests.interop import onnx_model
+
+    cfg = RNNConfig(mode, num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    module = {"relu": lambda: torch.nn.RNN(3, 4, 2, nonlinearity="relu", bidirectional=True),
+              "lstm": lambda: torch.nn.LSTM(3, 4, 2, bidirectional=True),
+              "gru": lambda: torch.nn.GRU(3, 4, 2, bidirectional=True)}[mode]()
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in
+                            torch_format.to_state_dict(model, case.weights, case.biases).items()})
+    stream = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter announces its deprecation
+        torch.onnx.export(module, (torch.from_numpy(case.x),), stream, dynamo=False, opset_version=17)
+    import onnx
+
+    proto = onnx.load_from_string(stream.getvalue())
+    assert len([n for n in proto.graph.node if n.op_type in ("RNN", "LSTM", "GRU")]) == 2
+    got, weights, biases = onnx_model.import_model(proto)
+    assert repr(got) == repr(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+
+
 def test_an_exported_graph_whose_node_was_changed_no_longer_matches_its_config():
     """Our config in the metadata names the cell; a node edited to compute another (the GRU's
     linear_before_reset dropped: the textbook candidate) is refused rather than read by the config."""

@@ -135,6 +135,7 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
     nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")]
     if not nodes:
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node")
+    _check_chain(proto.graph, nodes)
     layers = [_node_weights(n, inits) for n in nodes]
     kinds = [_node_kind(n, layer) for n, layer in zip(nodes, layers)]
     if META_KEY in meta:
@@ -153,6 +154,34 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
 
 def _name(node) -> str:
     return node.name or node.op_type
+
+
+# Ops that only move a tensor's elements (or, as Dropout at inference, pass it on): what may lie between
+# one layer's output Y and the next layer's input X in a stack.
+_LAYOUT_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout")
+
+
+def _check_chain(graph, nodes: list) -> None:
+    """The recurrent ``nodes`` must form one stack: each node after the first reads the previous node's
+    ``Y`` through layout ops alone. Two RNNs side by side (an encoder and a decoder), or a layer fed through
+    other computation, would otherwise read as one stack that computes something else. Before the first node
+    and after the last, anything goes: the model is the stack. (Structural only: a layout op that scrambles
+    time and batch is not caught.)"""
+    producer = {out: n for n in graph.node for out in n.output if out}
+    for previous, node in zip(nodes, nodes[1:]):
+        y = previous.output[0] if previous.output else ""
+        name, passed = node.input[0] if node.input else "", []
+        while not (y and name == y):
+            source = producer.get(name)
+            if source is None or source.op_type not in _LAYOUT_OPS or len(passed) > len(graph.node):
+                what = (f"{source.op_type} node {_name(source)}'s output {name!r}" if source is not None
+                        else f"{name!r}, which no node computes" if name else "nothing")
+                raise ValueError(f"node {_name(node)} reads X from {what}"
+                                 f"{' through ' + ', '.join(reversed(passed)) if passed else ''}, not from the "
+                                 f"output Y of the recurrent node before it, {_name(previous)}, through layout ops "
+                                 f"alone ({', '.join(_LAYOUT_OPS)}): the graph's recurrent nodes are not one stack")
+            passed.append(source.op_type)
+            name = source.input[0] if source.input else ""
 
 
 def _node_weights(node, inits: dict) -> dict[str, np.ndarray]:
