@@ -791,6 +791,33 @@ def test_pickles_are_refused(tmp_path):
         checkpoint.read_tensors(archive)
 
 
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_a_pickle_under_a_suffix_of_no_format_is_named_a_pickle(protocol, tmp_path):
+    """Known by its first bytes (PROTO opcode 0x80, then the protocol), not only by a .pt/.pkl suffix, so
+    the message says why it is refused rather than that its type is unknown."""
+    path = tmp_path / "weights.dat"
+    path.write_bytes(pickle.dumps({"weight_ih_l0": [0.0]}, protocol=protocol))
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: pickle-based files are refused"):
+        checkpoint.read_tensors(path)
+    path.write_bytes(b"\x80\x06" + path.read_bytes()[2:])  # no pickle protocol (yet): an unknown file
+    with pytest.raises(ValueError, match="unknown checkpoint type"):
+        checkpoint.read_tensors(path)
+
+
+@pytest.mark.parametrize("missing", [1, 60])
+def test_an_array_file_short_of_its_data_by_less_than_its_header_is_named(missing, tmp_path):
+    """The claim is held against the bytes after the header, not the whole file: a .npy cut short by fewer
+    bytes than its header's length (here 128) is caught by that check, with its message."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros(100, np.float32))
+    blob = path.read_bytes()
+    assert len(blob) - 400 == 128 > missing
+    path.write_bytes(blob[:-missing])
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: its header claims \\[100\\] float32 \\(400 "
+                                         f"bytes\\), but {400 - missing} bytes follow it"):
+        checkpoint.load_arrays(path)
+
+
 # ---- PyTorch, Keras 3, ONNX: converted both ways and run by the framework -------------------------------
 
 
