@@ -18,6 +18,7 @@ import numpy as np
 from .compare import compare_peer
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
 from .peers import PEERS, get_peer
+from .peers.base import availability
 
 
 def random_configs(n: int, seed: int) -> list[RNNConfig]:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     left_out = 0
     for cfg in random_configs(args.configs, args.seed):
         for peer in peers:
-            if not peer.available()[0] or peer.unsupported(cfg):
+            if not availability(peer)[0] or peer.unsupported(cfg):
                 continue
             verdicts = dict(compare_peer(peer, cfg).verdicts)
             if peer.capabilities.backward:

@@ -23,8 +23,11 @@ def _backends(names: str | None):
     """The available peers among ``names`` (default: all), and every considered backend's status
     (``requested``: named in ``names``, so that its being unavailable fails the run)."""
     from .peers import PEERS, get_peer
+    from .peers.base import availability
     from .peers.plugins import SPECS
 
+    if names is not None and not names.strip():
+        raise ValueError("--backends must name at least one backend (leave it out for every available one)")
     listed = names.split(",") if names else []
     twice = sorted({n for n in listed if listed.count(n) > 1})
     if twice:
@@ -32,7 +35,7 @@ def _backends(names: str | None):
     chosen = [get_peer(n) for n in listed] or list(PEERS.values())
     available, status = [], []
     for peer in chosen:
-        ok, why = peer.available()
+        ok, why = availability(peer)
         status.append({"name": peer.name, "available": ok, "detail": why, "requested": bool(names)}
                       | ({"plugin": SPECS[peer.name]} if peer.name in SPECS else {}))
         if ok:
@@ -44,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     import datetime
 
     from .report.grids import GRIDS, load_grid, plan
-    from .report.run_plan import write_plan
+    from .report.run_plan import check_resumable, write_plan
     from .report.sweep import RESULTS, sweep
 
     if args.max_seconds is not None and not args.max_seconds > 0:
@@ -65,6 +68,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if (out / RESULTS).exists() and not args.resume:
         raise ValueError(f"{out / RESULTS} exists: pass --resume to continue that run, or another --out")
     units, skipped = plan(specs, peers)
+    if args.resume:
+        check_resumable(out, units)
     print(f"rnn-compat report --grid {args.grid}: {len(units)} units ({', '.join(p.name for p in peers)}) "
           f"against the float64 NumPy reference, seed {args.seed}, {args.jobs} jobs -> {out}", flush=True)
     write_plan(out, grid_name, args.seed, status, units, skipped)
@@ -89,9 +94,10 @@ FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("length
 
 def peer_summary(peer) -> dict:
     """What ``rnn-compat peers`` says of one peer: availability, where a plugin came from, what it runs."""
+    from .peers.base import availability
     from .peers.plugins import SPECS
 
-    ok, why = peer.available()
+    ok, why = availability(peer)
     caps, notes = peer.capabilities, dict(peer.capabilities.notes)
     lacks = {}
     for field, names in (("mode", MODE_NAMES), ("dtype", DTYPE_NAMES)):
@@ -128,9 +134,10 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from .compare import compare_peer
     from .peers import get_peer
+    from .peers.base import availability
 
     peer = get_peer(args.peer)
-    ok, why = peer.available()
+    ok, why = availability(peer)
     if not ok:
         print(f"{peer.name} is unavailable: {why}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from compat_tests.peers import GPU_PEERS, PEERS
+from compat_tests.peers.base import availability
 from reference import buffers
 
 _common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -73,7 +74,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _available(name: str):
     chosen = PEERS[name]
-    ok, why = chosen.available()
+    ok, why = availability(chosen)
     if not ok:
         pytest.skip(f"{name}: {why}")
     return chosen
@@ -134,6 +135,6 @@ def grad_peer(grad_peer_name: str):
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     for name in selected_peers(config):
-        ok, why = PEERS[name].available()
+        ok, why = availability(PEERS[name])
         lines.append(f"peer {name}: {'available, ' + why if ok else 'SKIPPED, ' + why}")
     return lines

@@ -279,7 +279,7 @@ def test_report_runs_plugin_peers_in_worker_processes(registry, tmp_path):
                         ("my-textbook-gru", 0): False, ("my-textbook-gru", 1): False}  # the LSTM: unsupported
     failing = next(r for r in report["records"] if not r["passed"])
     assert f"--plugin {BOTH}" in failing["reproduce"]["forward"]
-    assert f"(plugin {BOTH})" in (out / "report.md").read_text()
+    assert f"(plugin `{BOTH}`)" in (out / "report.md").read_text()
     assert f"(plugin {BOTH})" in (out / "index.html").read_text()
 
 

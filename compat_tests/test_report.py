@@ -308,6 +308,8 @@ def test_a_worker_that_dies_costs_its_unit_only(registry, tmp_path):
     assert all(r["status"] == "ok" and r["passed"] for seed, r in by_seed.items() if seed != 3)
     [crash] = [w for w in report["worst"] if w["quantity"] == "error"]
     assert f"--plugin {plugin}:CRASHING" in crash["reproduce"] and '"seed":3' in crash["reproduce"]
+    forward, gradients = by_seed[3]["reproduce"]["forward"], by_seed[3]["reproduce"]["gradients"]
+    assert crash["reproduce"] == f"{forward}; {gradients}", "where it died is unknown: both comparisons' commands"
 
 
 def test_a_native_crash_in_process_ends_the_run_and_resume_goes_on_past_it(registry, tmp_path):
@@ -471,6 +473,15 @@ def _drop(key: str):
     return lambda d: {k: v for k, v in d.items() if k != key}
 
 
+def _edit_first_compat(text: str, change) -> str:
+    """The results with the first passing compat record, changed by ``change`` in place, moved to line 1."""
+    lines = text.splitlines()
+    k = next(i for i, line in enumerate(lines) if '"compat"' in line and '"status": "ok"' in line)
+    record = json.loads(lines.pop(k))
+    change(record)
+    return "\n".join([json.dumps(record), *lines])
+
+
 @pytest.mark.parametrize(("target", "damage", "match"), [
     ("run.json", lambda text: text[:-5], "is not JSON"),
     ("run.json", lambda text: "[]", "not an object with backends, environment"),
@@ -491,6 +502,17 @@ def _drop(key: str):
     ("run.json", lambda text: json.dumps({**json.loads(text), "units": [1]}), "units must be a list of unit ids"),
     ("run.json", lambda text: json.dumps({**(p := json.loads(text)), "backends": [{**p["backends"][0], "name": 7}]}),
      "backends\\[0\\] must be an object with name \\(str\\)"),
+    (RESULTS, lambda text: _edit_first_compat(text, lambda r: r["forward"]["output"].pop("budget")),
+     "line 1 holds forward verdicts without conditioned, budget"),
+    (RESULTS, lambda text: _edit_first_compat(text, lambda r: r["config"].pop("dtype") and r["config"].update(extra=1)),
+     "line 1 holds a config that is not an RNNConfig"),
+    (RESULTS, lambda text: _edit_first_compat(text, lambda r: r["forward"].clear()), "line 1 holds no forward verdict"),
+    (RESULTS, lambda text: _edit_first_compat(text, lambda r: r.update(reproduce="rnn-compat check")),
+     "line 1 holds reproduce commands that are not"),
+    (RESULTS, lambda text: "\n".join([json.dumps({**json.loads(next(line for line in text.splitlines()
+                                                                   if '"gru_variant"' in line)),
+                                                   "variant": {"max_abs": 1.0}}), *text.splitlines()]),
+     "line 1 holds a variant result without max_abs, final_h_max_abs, per_step_abs"),
 ])
 def test_render_and_resume_refuse_a_run_folder_another_version_or_a_hand_wrote(tmp_path, tiny_report, capsys,
                                                                               target, damage, match):
@@ -621,3 +643,174 @@ def test_a_unit_with_a_failing_gradient_fails_and_leads_the_worst_cases(tmp_path
     shares = [w["conditioned"] / w["budget"] for w in report["worst"]]
     assert shares == sorted(shares, reverse=True) and len(set(shares)) > 1, "worst cases, worst first"
     assert all(not w["passed"] for w in report["worst"][:len(with_gradients)])
+
+
+# ---- found by an audit of the report: each of these was wrong before ------------------------------------
+
+def _grid(tmp_path: Path, entries: list[tuple[str, dict]]) -> Path:
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": study, "config": config} for study, config in entries]))
+    return grid
+
+
+SMALL_GRU = {"mode": "gru", "seq_len": 3, "batch": 2, "num_units": 3, "input_size": 2, "dtype": "float32"}
+
+
+def test_a_gru_variant_unit_that_ends_in_an_error_is_listed_with_a_command_that_runs_it(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A failed study unit fails the run, so the report must say which and why, as for a comparison, with a
+    command that runs that unit again (``rnn-compat check`` runs comparisons only)."""
+    from compat_tests.report import units
+
+    def broken(unit):
+        raise FloatingPointError("the textbook GRU overflowed")
+
+    monkeypatch.setattr(units, "_run_gru_variant", broken)
+    grid = _grid(tmp_path, [("gru_variant", SMALL_GRU), ("compat", {**SMALL_GRU, "mode": "tanh"})])
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 1
+    report = json.loads((out / "report.json").read_text())
+    [entry] = [w for w in report["worst"] if not w["passed"]]
+    assert entry["quantity"] == "error" and entry["error"] == "FloatingPointError: the textbook GRU overflowed"
+    assert entry["config"].startswith("gru_variant gru")
+    assert entry["reproduce"] in (out / "report.md").read_text() and entry["reproduce"] in capsys.readouterr().out
+    rerun = subprocess.run(entry["reproduce"], shell=True, capture_output=True, text=True, cwd=ROOT, timeout=300,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert rerun.returncode == 0, rerun.stderr
+    record = json.loads(rerun.stdout)  # unpatched here: the unit runs
+    assert record["id"] == entry["id"] and record["status"] == "ok" and record["variant"]["max_abs"] > 0
+
+
+def test_a_gru_variant_entry_must_be_a_gru(tmp_path, capsys):
+    """The study compares cuDNN's GRU with the textbook one: another mode would fail at run time, and
+    classic_gru would compare the textbook GRU with itself and report no difference."""
+    for mode in ("classic_gru", "lstm"):
+        grid = _grid(tmp_path, [("compat", SMALL_GRU), ("gru_variant", {**SMALL_GRU, "mode": mode})])
+        assert cli.main(["report", "--grid", str(grid), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+        assert (f"entry 1: the gru_variant study compares cuDNN's GRU with the textbook GRU under the same weights, "
+                f"so its config's mode must be 'gru', got '{mode}'") in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()
+
+
+def test_gru_variant_configs_of_one_scale_and_length_show_their_largest_difference(tmp_path):
+    grid = _grid(tmp_path, [("gru_variant", {**SMALL_GRU, "seed": seed, "weight_scale": 3.0}) for seed in (0, 3, 1)])
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    differences = [r["max_abs"] for r in report["studies"]["gru_variant"]]
+    assert len(differences) == 3 and len(set(differences)) == 3
+    assert differences.index(max(differences)) == 1, "the largest in the middle: neither the first nor the last wins"
+    md = (out / "report.md").read_text()
+    assert f"| 3 | {max(differences):.3g} |" in md
+    assert all(f"{d:.3g}" not in md for d in differences if d != max(differences))
+
+
+def test_resume_refuses_a_plan_other_than_the_runs(tmp_path, capsys):
+    """Resuming with another grid, seed or backends would mix two runs' records under one plan."""
+    out = tmp_path / "run"
+    first = _grid(tmp_path, [("compat", SMALL_GRU)])
+    assert cli.main(["report", "--grid", str(first), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 0
+    plan_before, results_before = (out / "run.json").read_text(), (out / RESULTS).read_text()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"study": "compat", "config": {**SMALL_GRU, "mode": "lstm"}}]))
+    for argv in (["--grid", str(other), "--backends", "reference"], ["--grid", str(first), "--backends", "reference,torch-cpu"]):
+        assert cli.main(["report", *argv, "--out", str(out), "--jobs", "1", "--no-progress", "--resume"]) == 2
+        assert f"--resume: the run in {out} (grid 'grid', seed 0) planned 1 units; this command plans" \
+            in capsys.readouterr().err
+    assert (out / "run.json").read_text() == plan_before and (out / RESULTS).read_text() == results_before
+    (out / "run.json").unlink()  # a plan lost: the records decide
+    assert cli.main(["report", "--grid", str(other), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress", "--resume"]) == 2
+    assert f"{out / RESULTS} holds records of 1 units" in capsys.readouterr().err
+    assert cli.main(["report", "--grid", str(first), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress", "--resume"]) == 0
+
+
+def test_a_config_planned_but_not_yet_run_is_not_called_unrunnable(tmp_path):
+    """An incomplete run: the classic GRU is planned for the reference, and torch-cpu cannot run it. It is
+    in no backend's records yet, but a backend will run it, so it is not among the configs none can."""
+    from compat_tests.report.aggregate import build_report
+    from compat_tests.report.units import Unit
+    from compat_tests.config import RNNConfig
+
+    cfg = RNNConfig("classic_gru", dtype="float32")
+    skipped = [("torch-cpu", "PyTorch has only the cuDNN (reset-after) GRU", cfg)]
+    backends = [{"name": n, "available": True, "detail": "", "requested": True} for n in ("reference", "torch-cpu")]
+    planned = build_report([], "g", 0, backends, skipped, env={}, planned=[Unit("compat", "reference", cfg).id])
+    assert not planned["complete"] and planned["unrun"] == []
+    unrunnable = build_report([], "g", 0, backends, skipped, env={}, planned=[])
+    assert unrunnable["unrun"] == [{"config": cfg.short(), "reasons": {"torch-cpu": skipped[0][1]}}]
+
+
+MARKUP_PEER = """
+from compat_tests.peers.reference_peer import ReferencePeer
+
+class Markup(ReferencePeer):
+    name = "markup"
+
+    def forward(self, cfg, case):
+        raise TypeError("Half.__init__() got <half> | *x*\\n  and [a](b) & more")
+
+    def backward(self, cfg, case):
+        raise TypeError("no")
+
+MARKUP = Markup()
+"""
+
+
+def test_free_text_in_the_markdown_is_one_escaped_line_and_an_erroring_backend_keeps_its_cells(registry, tmp_path):
+    """An error message is the backend's text: in report.md it must read as written (not as emphasis, HTML
+    tags or a table), and a backend whose every unit ended in an error is shown as such, not left out."""
+    from compat_tests.report import render
+    from compat_tests.report.plots import heat_cells
+
+    plugin = tmp_path / "markup_peer.py"
+    plugin.write_text(MARKUP_PEER)
+    out = tmp_path / "run"
+    grid = _grid(tmp_path, [("compat", {**SMALL_GRU, "mode": "tanh"})])
+    assert cli.main(["report", "--plugin", f"{plugin}:MARKUP", "--backends", "markup,reference", "--grid", str(grid),
+                     "--out", str(out), "--jobs", "1", "--no-progress"]) == 1
+    md = (out / "report.md").read_text()
+    assert r"TypeError: Half.\_\_init\_\_() got \<half\> \| \*x\* and \[a\](b) \& more" in md
+    assert "<half>" not in md
+    report = json.loads((out / "report.json").read_text())
+    assert heat_cells(report)["markup"] == {("tanh", "float32"): (float("inf"), "error")}
+    assert "FAIL error" in md and "<td>FAIL error</td>" in render.html_page(report)
+
+
+def test_a_peer_whose_available_raises_is_unavailable_not_a_crash(registry, tmp_path, capsys):
+    plugin = tmp_path / "raising_peer.py"
+    plugin.write_text("from compat_tests.peers.reference_peer import ReferencePeer\n"
+                      "class Raising(ReferencePeer):\n"
+                      "    name = 'raising'\n"
+                      "    def available(self):\n"
+                      "        raise OSError('licence server unreachable')\n"
+                      "RAISING = Raising()\n")
+    spec = f"{plugin}:RAISING"
+    assert cli.main(["peers", "--plugin", spec, "--json"]) == 0
+    [listed] = [p for p in json.loads(capsys.readouterr().out) if p["name"] == "raising"]
+    assert not listed["available"] and listed["detail"] == "Raising.available() raised OSError: licence server unreachable"
+    out = tmp_path / "run"
+    assert cli.main(["report", "--plugin", spec, "--backends", "raising,reference", "--grid",
+                     str(_grid(tmp_path, [("compat", SMALL_GRU)])), "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 1
+    assert "NOT RUN: backend raising was requested but is unavailable: Raising.available() raised OSError" \
+        in (out / "report.md").read_text()
+
+
+def test_a_config_listed_twice_is_counted_once_among_those_not_run(tmp_path):
+    grid = _grid(tmp_path, [("compat", {**SMALL_GRU, "mode": "classic_gru"})] * 2)
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference,torch-cpu", "--out", str(out),
+                     "--jobs", "1", "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["totals"]["units"] == 1 and [s["count"] for s in report["skipped"]] == [1]
+
+
+def test_an_empty_backends_list_is_refused(tmp_path, capsys):
+    assert cli.main(["report", "--grid", str(TINY), "--backends", "", "--out", str(tmp_path / "out"),
+                     "--no-progress"]) == 2
+    assert "--backends must name at least one backend" in capsys.readouterr().err

@@ -86,3 +86,17 @@ class Peer(ABC):
     def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
         """Training forward, then the gradients of ``case.dy``/``dh``/``dc`` (peers with ``backward``)."""
         raise NotImplementedError(f"{self.name} has no backward pass")
+
+
+def availability(peer: Peer) -> tuple[bool, str]:
+    """``peer.available()`` held to its contract (never raises, returns ``(bool, str)``): a plugin's that
+    raises or returns something else makes its peer unavailable, saying so, instead of stopping the command
+    (``rnn-compat peers`` is how one finds out what is wrong with a peer)."""
+    try:
+        result = peer.available()
+    except Exception as exc:
+        return False, f"{type(peer).__name__}.available() raised {type(exc).__name__}: {exc}"
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], bool)
+            and isinstance(result[1], str)):
+        return False, f"{type(peer).__name__}.available() returned {result!r:.80}, not (bool, str)"
+    return result

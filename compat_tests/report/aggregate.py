@@ -8,7 +8,6 @@ same report apart from those two.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import statistics
@@ -16,6 +15,7 @@ from collections import Counter, defaultdict
 
 from .. import known_divergences, tolerances
 from ..config import MODE_NAMES, RNNConfig
+from .units import Unit, unit_command
 
 SCHEMA_VERSION = 5  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
 # 4: backends[].plugin (where a plugin backend came from); 5: worst cases carry nonfinite_mismatch and list
@@ -74,6 +74,19 @@ def budget_share(v: dict) -> float:
     return float("inf") if c is None or v.get("nonfinite_mismatch") else c / v["budget"]
 
 
+def group_worst(row: dict) -> tuple[float, str] | None:
+    """The worst of a summary row (one backend, dtype and mode) as ``(share of the budget, label)``: an
+    error above everything (``inf``, "error"), then the largest share ("non-finite" for ``inf``); ``None``
+    when nothing was judged."""
+    if row["errors"]:
+        return float("inf"), "error"
+    shares = [budget_share(w) for w in (row["worst_forward"], row["worst_gradient"]) if w]
+    if not shares:
+        return None
+    share = max(shares)
+    return share, "non-finite" if share == float("inf") else f"{share:.2g}"
+
+
 def _compact(record: dict) -> dict:
     keep = {"id", "study", "backend", "config", "status", "passed", "indeterminate", "error", "error_in", "reproduce",
             "variant"}
@@ -105,10 +118,11 @@ def _quantity(q: str, v: dict) -> dict:
 
 def build_report(records: list[dict], grid: str, seed: int, backends: list[dict],
                  skipped: list[tuple[str, str, RNNConfig]], env: dict | None = None,
-                 planned: int | None = None) -> dict:
-    """The report of ``records`` (``planned`` units were planned, default ``len(records)``; fewer records make
-    it incomplete) in ``env`` (default: this machine's :func:`environment`)."""
-    planned = len(records) if planned is None else planned
+                 planned: list[str] | None = None) -> dict:
+    """The report of ``records`` (``planned``: the ids of the units planned, default those of ``records``;
+    fewer records make it incomplete) in ``env`` (default: this machine's :func:`environment`)."""
+    planned_ids = set(r["id"] for r in records) if planned is None else set(planned)
+    planned = len(planned_ids)
     compat = [r for r in records if r["study"] == "compat"]
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in compat:
@@ -126,11 +140,17 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                 worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
                               **_quantity(*judged[0]), "passed": all(v["passed"] for v in r[kind].values()),
                               "reproduce": r["reproduce"][kind]})
-        if r["status"] == "error":  # the comparison it ended (records before schema 5: the forward one)
+        if r["status"] == "error":  # the comparison it ended; unknown (a worker died): each, one after the other
+            command = r["reproduce"][r["error_in"]] if "error_in" in r else "; ".join(r["reproduce"].values())
             worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
                           "quantity": "error", "conditioned": None, "budget": None, "nonfinite_mismatch": 0,
-                          "passed": False, "reproduce": r["reproduce"][r.get("error_in", "forward")],
-                          "error": r["error"]})
+                          "passed": False, "reproduce": command, "error": r["error"]})
+    for r in records:  # a study unit that ended in an error fails the run: it is shown like a comparison's
+        if r["study"] != "compat" and r["status"] == "error":
+            worst.append({"id": r["id"], "backend": r["backend"], "config": f"{r['study']} {config_label(r['config'])}",
+                          "quantity": "error", "conditioned": None, "budget": None, "nonfinite_mismatch": 0,
+                          "passed": False, "error": r["error"],
+                          "reproduce": unit_command({k: r[k] for k in ("study", "backend", "config")})})
     # A failure uses more than its budget (or has non-finite mismatches, or an error), a pass at most all of
     # it, so the failures come first, and all of them are kept.
     worst.sort(key=lambda w: (-budget_share(w), w["id"], w["quantity"]))
@@ -157,7 +177,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         "worst": worst,
         "skipped": [{"backend": b, "reason": why, "count": n}
                     for (b, why), n in sorted(Counter((b, why) for b, why, _ in skipped).items())],
-        "unrun": _unrun(records, skipped),
+        "unrun": _unrun(skipped, planned_ids, [b["name"] for b in backends]),
         "studies": {"drift": _drift(compat), "gru_variant": _gru_variant(records),
                     "amplification": _amplification(compat)},
         "records": [_compact(r) for r in records],
@@ -181,13 +201,13 @@ def _tally(records: list[dict]) -> dict[str, int]:
             "errors": sum(r["status"] == "error" for r in records)}
 
 
-def _unrun(records: list[dict], skipped: list[tuple[str, str, RNNConfig]]) -> list[dict]:
-    """Configs of the grid that no selected backend could run, each with every backend's reason."""
-    ran = {json.dumps(r["config"], sort_keys=True) for r in records}
+def _unrun(skipped: list[tuple[str, str, RNNConfig]], planned: set[str], backends: list[str]) -> list[dict]:
+    """Configs of the grid that no selected backend could run (no planned unit computes them, whether or
+    not it has run yet), each with every backend's reason."""
     reasons: dict[str, dict] = {}
     for backend, why, cfg in skipped:
         key = cfg.to_json()
-        if json.dumps(json.loads(key), sort_keys=True) not in ran:
+        if not any(Unit("compat", name, cfg).id in planned for name in backends):
             entry = reasons.setdefault(key, {"config": cfg.short(), "reasons": {}})
             entry["reasons"][backend] = why
     return [reasons[k] for k in sorted(reasons)]

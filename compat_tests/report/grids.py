@@ -115,9 +115,14 @@ def load_grid(name: str, seed: int) -> list[Spec]:
         if entry["study"] not in STUDIES:
             raise ValueError(f"grid file {name}: entry {k}: unknown study {entry['study']!r}, expecting {STUDIES}")
         try:
-            specs.append((entry["study"], RNNConfig.from_dict(entry["config"])))
+            cfg = RNNConfig.from_dict(entry["config"])
         except (ValueError, TypeError) as exc:
             raise ValueError(f"grid file {name}: entry {k}: {exc}") from None
+        if entry["study"] == "gru_variant" and cfg.mode != "gru":
+            raise ValueError(f"grid file {name}: entry {k}: the gru_variant study compares cuDNN's GRU with the "
+                             f"textbook GRU under the same weights, so its config's mode must be 'gru', got "
+                             f"{cfg.mode!r}")
+        specs.append((entry["study"], cfg))
     return specs
 
 
@@ -139,4 +144,5 @@ def plan(specs: list[Spec], backends: list[Peer]) -> tuple[list[Unit], list[tupl
         if u.id not in seen:
             seen.add(u.id)
             unique.append(u)
-    return unique, skipped
+    left_out = {(backend, cfg.to_json()): (backend, why, cfg) for backend, why, cfg in skipped}  # and count it once
+    return unique, list(left_out.values())

@@ -7,7 +7,7 @@ import io
 from collections import defaultdict
 
 from ..config import DTYPE_NAMES, MODE_NAMES
-from .aggregate import budget_share
+from .aggregate import group_worst
 
 
 def _png(fig) -> str:
@@ -37,27 +37,33 @@ def figures(report: dict) -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
+def heat_cells(report: dict) -> dict[str, dict[tuple[str, str], tuple[float, str]]]:
+    """Per backend, ``(mode, dtype) -> (share of the budget, label)`` of every group with a verdict or an
+    error (a backend whose every unit ended in an error has its panel too)."""
+    cells: dict[str, dict[tuple[str, str], tuple[float, str]]] = defaultdict(dict)
+    for row in report["summary"]:
+        worst = group_worst(row)
+        if worst:
+            cells[row["backend"]][(row["mode"], row["dtype"])] = worst
+    return dict(cells)
+
+
 def _heatmaps(report: dict) -> str | None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    shares: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
-    for row in report["summary"]:
-        ws = [w for w in (row["worst_forward"], row["worst_gradient"]) if w]
-        if ws:
-            shares[row["backend"]][(row["mode"], row["dtype"])] = max(budget_share(w) for w in ws)
-    if not shares:
+    cells = heat_cells(report)
+    if not cells:
         return None
-    backends = sorted(shares)
+    backends = sorted(cells)
     fig, axes = plt.subplots(1, len(backends), figsize=(3.2 * len(backends), 3.4), squeeze=False)
     for ax, backend in zip(axes[0], backends):
         grid = np.full((len(MODE_NAMES), len(DTYPE_NAMES)), np.nan)
-        for (mode, dtype), v in shares[backend].items():
-            grid[MODE_NAMES.index(mode), DTYPE_NAMES.index(dtype)] = min(v, 1e3)
+        for (mode, dtype), (share, label) in cells[backend].items():
+            i, j = MODE_NAMES.index(mode), DTYPE_NAMES.index(dtype)
+            grid[i, j] = min(share, 1e3)  # an error or a non-finite mismatch: the worst colour
+            ax.text(j, i, label, ha="center", va="center", fontsize=8)
         image = ax.imshow(np.log10(np.maximum(grid, 1e-3)), cmap="RdYlGn_r", vmin=-2, vmax=1, aspect="auto")
-        for (i, j), v in np.ndenumerate(grid):
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=8)
         ax.set_xticks(range(len(DTYPE_NAMES)), DTYPE_NAMES, fontsize=8)
         ax.set_yticks(range(len(MODE_NAMES)), MODE_NAMES, fontsize=8)
         ax.set_title(backend, fontsize=10)

@@ -4,11 +4,12 @@ embedded as PNG data URIs), plus the short summary printed on the terminal."""
 from __future__ import annotations
 
 import html
+import re
 from collections import defaultdict
 
 from ..config import MODE_NAMES
 from . import plots
-from .aggregate import WORST_CASES, budget_share, config_label, unavailable_requested
+from .aggregate import WORST_CASES, budget_share, config_label, group_worst, unavailable_requested
 
 MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
            "config's measured sensitivity; shown as error / budget (compat_tests/tolerances.py)")
@@ -28,6 +29,15 @@ def _cell(worst: dict | None) -> str:
     if worst.get("nonfinite_mismatch"):
         return f"{worst['nonfinite_mismatch']} non-finite ({worst['quantity']})"
     return f"{_fmt(worst['conditioned'])} / {worst['budget']:.3g} ({worst['quantity']})"
+
+
+_MARKUP = re.compile(r"([\\`*_\[\]<>|#~&!])")
+
+
+def _md_text(text) -> str:
+    """Free text (an error message, a backend's reason, a machine's description) as literal Markdown: one
+    line, with every character Markdown could read as markup escaped."""
+    return _MARKUP.sub(r"\\\1", " ".join(str(text).split()))
 
 
 def _what(w: dict) -> str:
@@ -57,10 +67,8 @@ def _backend_rows(report: dict) -> list[list[str]]:
 def _mode_rows(report: dict) -> list[list[str]]:
     cells = defaultdict(dict)
     for row in report["summary"]:
-        shares = [budget_share(w) for w in (row["worst_forward"], row["worst_gradient"]) if w]
-        mark = "FAIL " if row["failed"] else ""
-        share = "-" if not shares else "non-finite" if max(shares) == float("inf") else _fmt(max(shares), 2)
-        cells[(row["backend"], row["dtype"])][row["mode"]] = mark + share
+        worst = group_worst(row)
+        cells[(row["backend"], row["dtype"])][row["mode"]] = ("FAIL " if row["failed"] else "") + (worst[1] if worst else "-")
     return [[b, d, *(cells[(b, d)].get(m, "") for m in MODE_NAMES)] for (b, d) in sorted(cells)]
 
 
@@ -85,7 +93,10 @@ def _drift_rows(report: dict) -> list[list[str]]:
 def _variant_rows(report: dict) -> list[list[str]]:
     rows = report["studies"]["gru_variant"]
     lengths = sorted({r["seq_len"] for r in rows})
-    by = {(r["weight_scale"], r["seq_len"]): r["max_abs"] for r in rows}
+    by: dict[tuple, float] = {}
+    for r in rows:  # configs that share a scale and a length (other seeds or sizes): the largest difference
+        key = (r["weight_scale"], r["seq_len"])
+        by[key] = max(by.get(key, r["max_abs"]), r["max_abs"])
     return [[f"{s:g}", *(_fmt(by.get((s, t))) for t in lengths)] for s in sorted({r["weight_scale"] for r in rows})], \
         [f"T={t}" for t in lengths]
 
@@ -115,9 +126,9 @@ def _exceptions(report: dict) -> list[str]:
     return lines
 
 
-def _plugin(backend: dict) -> str:
+def _plugin(backend: dict, quote: str = "") -> str:
     """Where a plugin backend came from (``--plugin SPEC``), for the backends list."""
-    return f" (plugin {backend['plugin']})" if backend.get("plugin") else ""
+    return f" (plugin {quote}{backend['plugin']}{quote})" if backend.get("plugin") else ""
 
 
 def _shortfalls(report: dict) -> list[str]:
@@ -148,7 +159,7 @@ def _worst_lines(report: dict) -> list[str]:
     lines = []
     for i, w in enumerate(report["worst"], 1):
         verdict = "PASS" if w["passed"] else "FAIL"
-        what = _what(w)
+        what = _md_text(_what(w))
         lines.append(f"{i}. **{verdict}** `{w['backend']}` {w['config']} — {what}  ")
         lines.append(f"   `{w['reproduce']}`")
     return lines
@@ -161,7 +172,7 @@ def markdown(report: dict) -> str:
         f"Grid `{report['grid']}`, seed {report['seed']}, generated {report['generated_utc']}. "
         f"{t['compat_units']} comparisons: {t['passed']} passed, {t['failed']} failed, "
         f"{t['indeterminate']} indeterminate, {t['errors']} errors. **{_VERDICT_TEXT[_verdict(report)]}**.", "",
-        *(line for note in _shortfalls(report) for line in (f"**{note}**", "")),
+        *(line for note in _shortfalls(report) for line in (f"**{_md_text(note)}**", "")),
         f"Measure: {MEASURE}.", "",
         "## Summary", "",
         *_md_table(SUMMARY_HEAD, _backend_rows(report)), "",
@@ -186,15 +197,15 @@ def markdown(report: dict) -> str:
     lines += ["## Policy exceptions for these backends", "",
               *([f"- {e}" for e in exceptions] or ["none: every backend is judged by the default budgets"]), ""]
     if report["skipped"]:
-        lines += ["## Not run", "", *[f"- `{s['backend']}`: {s['count']} configs: {s['reason']}" for s in
+        lines += ["## Not run", "", *[f"- `{s['backend']}`: {s['count']} configs: {_md_text(s['reason'])}" for s in
                                       report["skipped"]], ""]
     if report["unrun"]:
         lines += ["Configs no selected backend could run:", "",
-                  *[f"- {u['config']}: " + "; ".join(f"`{b}` {why}" for b, why in u["reasons"].items())
+                  *[f"- {u['config']}: " + "; ".join(f"`{b}` {_md_text(why)}" for b, why in u["reasons"].items())
                     for u in report["unrun"]], ""]
     lines += ["## Backends", "", *[f"- `{b['name']}`: {'available' if b['available'] else 'unavailable'}, "
-                                    f"{b['detail']}{_plugin(b)}" for b in report["backends"]], ""]
-    lines += ["## Environment", "", *[f"- {k}: {v}" for k, v in report["environment"].items()], ""]
+                                    f"{_md_text(b['detail'])}{_plugin(b, '`')}" for b in report["backends"]], ""]
+    lines += ["## Environment", "", *[f"- {k}: {_md_text(v)}" for k, v in report["environment"].items()], ""]
     lines += ["## Configs", "", "Every comparison, by backend:", ""]
     for r in report["records"]:
         if r["study"] == "compat":

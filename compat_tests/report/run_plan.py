@@ -35,6 +35,34 @@ def write_plan(out: Path, grid: str, seed: int, backends: list[dict], units: lis
         tmp.write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
 
 
+def check_resumable(out: Path, units: list[Unit]) -> None:
+    """A run resumed into ``out`` must plan the units the run there planned (the same grid, seed and
+    backends), or the records of two runs would mix under one plan; ``ValueError`` saying what differs."""
+    ids = [u.id for u in units]
+    path = out / PLAN
+    if path.is_file():
+        plan = _read_plan(path)
+        before = plan["units"]
+        what = f"the run in {out} (grid {plan['grid']!r}, seed {plan['seed']}) planned"
+    else:  # a plan lost (or a folder of an older version): its records must belong to this plan
+        before = [r["id"] for r in read_records(out / RESULTS)]
+        what = f"{out / RESULTS} holds records of"
+    if before != ids and (path.is_file() or not set(before) <= set(ids)):
+        new, gone = len(set(ids) - set(before)), len(set(before) - set(ids))
+        raise ValueError(f"--resume: {what} {len(before)} units; this command plans {len(ids)} ({new} not in that "
+                         f"run, {gone} of that run's not in this one): resume with the --grid, --seed and --backends "
+                         f"of that run (and the same backends available), or use another --out")
+
+
+def _read_plan(path: Path) -> dict:
+    try:
+        plan = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON ({exc})") from None
+    _check_plan(plan, path)
+    return plan
+
+
 def render(out: Path) -> dict:
     """Build the report of the run in ``out`` from its ``run.json`` and ``results.jsonl`` (the planned units
     that have a record, in plan order), write ``report.json``, ``report.md`` and ``index.html`` there, and
@@ -42,16 +70,12 @@ def render(out: Path) -> dict:
     path = out / PLAN
     if not path.is_file():
         raise ValueError(f"{out} holds no {PLAN}: it is not the folder of an rnn-compat report run")
-    try:
-        plan = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path} is not JSON ({exc})") from None
-    _check_plan(plan, path)
+    plan = _read_plan(path)
     done = {r["id"]: r for r in read_records(out / RESULTS)}
     records = [done[i] for i in plan["units"] if i in done]
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]
     report = build_report(records, plan["grid"], plan["seed"], plan["backends"], skipped,
-                          env=plan["environment"], planned=len(plan["units"]))
+                          env=plan["environment"], planned=plan["units"])
     write_report(out, report)
     return report
 

@@ -24,6 +24,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..config import RNNConfig
 from .units import Unit, died_record, run_unit
 
 RESULTS = "results.jsonl"
@@ -35,6 +36,31 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 RECORD_KEYS = ("id", "study", "backend", "config", "status", "passed", "indeterminate")
 RECORD_KEYS_BY_KIND = {("ok", "compat"): ("forward", "reproduce"), ("ok", "gru_variant"): ("variant",),
                        ("error", "compat"): ("error", "reproduce"), ("error", "gru_variant"): ("error",)}
+# What the report reads inside a record: each judged quantity's verdict, and a GRU-variant result.
+VERDICT_KEYS = ("conditioned", "budget", "passed", "indeterminate", "max_eps", "per_step")
+VARIANT_KEYS = ("max_abs", "final_h_max_abs", "per_step_abs")
+
+
+def _inner_problem(record: dict) -> str | None:
+    """What inside a record (with the top-level keys) the report could not read, or ``None``."""
+    try:
+        RNNConfig.from_dict(record["config"])
+    except (ValueError, TypeError) as exc:
+        return f"a config that is not an RNNConfig ({exc})"
+    for kind in ("forward", "gradients"):
+        verdicts = record.get(kind, {})
+        if not isinstance(verdicts, dict) or not all(
+                isinstance(v, dict) and all(k in v for k in VERDICT_KEYS) for v in verdicts.values()):
+            return f"{kind} verdicts without {', '.join(VERDICT_KEYS)}"
+    if "forward" in record and not record["forward"]:
+        return "no forward verdict"
+    commands = record.get("reproduce", {"forward": ""})
+    if not (isinstance(commands, dict) and "forward" in commands and all(isinstance(c, str) for c in commands.values())):
+        return "reproduce commands that are not {comparison: command}"
+    if "variant" in record and not (isinstance(record["variant"], dict)
+                                    and all(k in record["variant"] for k in VARIANT_KEYS)):
+        return f"a variant result without {', '.join(VARIANT_KEYS)}"
+    return None
 
 
 def read_records(path: Path) -> list[dict]:
@@ -56,6 +82,10 @@ def read_records(path: Path) -> list[dict]:
         if missing or not known:
             raise ValueError(f"{path}: line {number} lacks {missing or 'a known status and study'} (written by "
                              f"another version of rnn-compat, or edited?)")
+        problem = _inner_problem(record)
+        if problem:
+            raise ValueError(f"{path}: line {number} holds {problem} (written by another version of rnn-compat, "
+                             f"or edited?)")
         records.append(record)
     return records
 

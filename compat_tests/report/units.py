@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -114,6 +116,12 @@ def _identity(unit: Unit) -> dict:
     return record
 
 
+def unit_command(unit: dict) -> str:
+    """The one-line shell command that runs a unit (``Unit.to_dict()``) again and prints its record: for
+    the units ``rnn-compat check`` does not run (a GRU-variant study)."""
+    return f"python -m compat_tests.report.units {shlex.quote(json.dumps(unit, sort_keys=True))}"
+
+
 def died_record(unit: Unit) -> dict:
     """The record of a unit whose worker process died running it, alone (a native crash, or killed for memory):
     an error of the backend, like an exception."""
@@ -142,3 +150,7 @@ def run_unit(data: dict) -> dict:
             record["error_in"] = "gradients" if "forward" in body else "forward"
     record["seconds"] = round(time.perf_counter() - start, 4)
     return _finite(record)
+
+
+if __name__ == "__main__":  # unit_command: run one unit, print its record
+    print(json.dumps(run_unit(json.loads(sys.argv[1])), indent=1, sort_keys=True))
