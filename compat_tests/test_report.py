@@ -288,24 +288,35 @@ CRASHING = Crashing()
 """
 
 
-def test_a_worker_that_dies_costs_its_unit_only(registry, tmp_path):
-    """A segfault in a worker breaks the whole process pool; the unit that caused it gets an error record
-    (found by running the units left one at a time), every other unit its own record, and the run ends
-    with a whole report instead of a traceback."""
+def _crashing_run(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The crashing peer's plugin file, a grid of six units whose fourth (seed 3) segfaults, and an --out."""
     plugin = tmp_path / "crashing_peer.py"
     plugin.write_text(CRASHING_PEER)
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 3, "batch": 2,
                                                                "dtype": "float32", "seed": k}} for k in range(6)]))
-    out = tmp_path / "run"
-    assert cli.main(["report", "--plugin", f"{plugin}:CRASHING", "--backends", "crashing", "--grid", str(grid),
-                     "--out", str(out), "--jobs", "2", "--no-progress"]) == 1
+    return plugin, grid, tmp_path / "run"
+
+
+def _only_seed_3_died(out: Path) -> tuple[dict, dict[int, dict]]:
+    """The complete report of a crashing run, and its records by seed: seed 3's an error, the rest passed."""
     report = json.loads((out / "report.json").read_text())
     assert report["complete"] and report["totals"]["errors"] == 1
     by_seed = {r["config"]["seed"]: r for r in report["records"]}
     assert sorted(by_seed) == list(range(6))
     assert by_seed[3]["status"] == "error" and "worker process died" in by_seed[3]["error"]
     assert all(r["status"] == "ok" and r["passed"] for seed, r in by_seed.items() if seed != 3)
+    return report, by_seed
+
+
+def test_a_worker_that_dies_costs_its_unit_only(registry, tmp_path):
+    """A segfault in a worker breaks the whole process pool; the unit that caused it gets an error record
+    (found by running the units left one at a time), every other unit its own record, and the run ends
+    with a whole report instead of a traceback."""
+    plugin, grid, out = _crashing_run(tmp_path)
+    assert cli.main(["report", "--plugin", f"{plugin}:CRASHING", "--backends", "crashing", "--grid", str(grid),
+                     "--out", str(out), "--jobs", "2", "--no-progress"]) == 1
+    report, by_seed = _only_seed_3_died(out)
     [crash] = [w for w in report["worst"] if w["quantity"] == "error"]
     assert f"--plugin {plugin}:CRASHING" in crash["reproduce"] and '"seed":3' in crash["reproduce"]
     forward, gradients = by_seed[3]["reproduce"]["forward"], by_seed[3]["reproduce"]["gradients"]
@@ -316,12 +327,7 @@ def test_a_native_crash_in_process_ends_the_run_and_resume_goes_on_past_it(regis
     """With ``--jobs 1`` the units run in the report's own process, so a segfault ends the run; the unit it
     was running is named in ``in_flight``, and ``--resume`` runs that unit alone in a worker process (where
     it dies again and gets an error record) and the rest as before."""
-    plugin = tmp_path / "crashing_peer.py"
-    plugin.write_text(CRASHING_PEER)
-    grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 3, "batch": 2,
-                                                               "dtype": "float32", "seed": k}} for k in range(6)]))
-    out = tmp_path / "run"
+    plugin, grid, out = _crashing_run(tmp_path)
     common = ["report", "--plugin", f"{plugin}:CRASHING", "--backends", "crashing", "--grid", str(grid),
               "--out", str(out), "--jobs", "1", "--no-progress"]
     crashed = subprocess.run([sys.executable, "-m", "compat_tests.cli", *common], capture_output=True, text=True,
@@ -332,12 +338,7 @@ def test_a_native_crash_in_process_ends_the_run_and_resume_goes_on_past_it(regis
     assert (out / IN_FLIGHT).read_text().strip() not in {r["id"] for r in before}
     assert cli.main([*common, "--resume"]) == 1
     assert not (out / IN_FLIGHT).exists()
-    report = json.loads((out / "report.json").read_text())
-    assert report["complete"] and report["totals"]["errors"] == 1
-    by_seed = {r["config"]["seed"]: r for r in report["records"]}
-    assert sorted(by_seed) == list(range(6))
-    assert by_seed[3]["status"] == "error" and "worker process died" in by_seed[3]["error"]
-    assert all(r["status"] == "ok" and r["passed"] for seed, r in by_seed.items() if seed != 3)
+    report, by_seed = _only_seed_3_died(out)
     assert read_records(out / RESULTS)[:3] == before
 
 
