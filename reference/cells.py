@@ -15,7 +15,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from . import checks
-from .formats.canonical import check_tensor
+from .formats.canonical import check_tensor, matrix_shape
 from .formats.tf import cell_prefix, expected_shapes
 from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
@@ -34,9 +34,7 @@ def _matrix_shape(cell: str, name: str, a: object) -> tuple[int, int]:
     sizes a cell reads off its kernels before it checks its other tensors against them."""
     if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
         raise TypeError(f"{cell} {name} must be a float array, got {getattr(a, 'dtype', type(a).__name__)}")
-    if a.ndim != 2 or 0 in a.shape:
-        raise ValueError(f"{cell} {name} must be a non-empty 2-D array, got shape {list(a.shape)}")
-    return a.shape
+    return matrix_shape(f"{cell} {name}", a.shape)
 
 
 def _check_cell(cell: str, tensors: dict[str, tuple[Array, tuple[int, ...]]]) -> None:
@@ -97,7 +95,7 @@ class BasicRNNCell(_StatelessCell):
     def __init__(self, kernel: Array, bias: Array, activation: str = "tanh") -> None:
         rows, H = _matrix_shape("BasicRNNCell", "kernel", kernel)
         _check_cell("BasicRNNCell", {"kernel": (kernel, (max(rows, H + 1), H)), "bias": (bias, (H,))})
-        self._sizes(kernel.dtype, H, kernel.shape[0] - H, H)
+        self._sizes(kernel.dtype, H, rows - H, H)
         self.kernel, self.bias = _compute(kernel, bias)
         self.activation = {"tanh": np.tanh, "relu": relu}[activation]
 
@@ -124,7 +122,7 @@ class CudnnCompatibleLSTMCell(_TFCell):
                            **({} if projection is None else {"projection/kernel": (projection, (H, Hr))})})
         self.kernel, self.bias = _compute(kernel, bias)
         self.projection = None if projection is None else _compute(projection)[0]
-        self._sizes(kernel.dtype, H, kernel.shape[0] - Hr, Hr)
+        self._sizes(kernel.dtype, H, rows - Hr, Hr)
 
     def step(self, x: Array, h: Array, c: Array) -> tuple[Array, Array]:
         H = self.num_units

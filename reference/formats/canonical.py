@@ -90,6 +90,14 @@ def input_blocks(model, t: PseudoLayerTensors) -> tuple[list[np.ndarray], list[n
     return [np.eye(model.num_units, dtype=model.dtype)] * G, [np.zeros(model.num_units, dtype=model.dtype)] * G
 
 
+def matrix_shape(what: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """``(rows, columns)`` of a kernel that sizes are read from: a matrix with rows and columns, else a
+    ValueError naming it (before a division by its width, or an index past its axes)."""
+    if len(shape) != 2 or 0 in shape:
+        raise ValueError(f"{what} must be a non-empty matrix, got shape {list(shape)}")
+    return shape[0], shape[1]
+
+
 def check_tensor(label: str, a: object, dtype: np.dtype, shape: tuple[int, ...], owner: str) -> None:
     """``a`` is an array of ``dtype`` and ``shape``; errors name the tensor (``label``) and who needs it."""
     if not isinstance(a, np.ndarray) or a.dtype != dtype:

@@ -29,7 +29,8 @@ import re
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, input_blocks, zeros
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, input_blocks,
+                        matrix_shape, zeros)
 
 CELL_NAMES = {"relu": "basic_rnn_cell", "tanh": "basic_rnn_cell", "lstm": "cudnn_compatible_lstm_cell",
               "gru": "cudnn_compatible_gru_cell", "classic_gru": "gru_cell"}
@@ -129,20 +130,13 @@ def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: st
         dtype, shape = found[(0, first, cell, kernel)]
     except KeyError:
         raise ValueError(f"the checkpoint lacks layer 0's {kernel!r} of its {cell}") from None
-    rows, cols = _matrix_shape(f"layer 0's {kernel!r}", shape)
+    rows, cols = matrix_shape(f"layer 0's {kernel!r}", shape)
     H = cols // k
     projection = found.get((0, first, cell, "projection/kernel"))
-    num_proj = _matrix_shape("layer 0's 'projection/kernel'", projection[1])[1] if projection else None
+    num_proj = matrix_shape("layer 0's 'projection/kernel'", projection[1])[1] if projection else None
     return {"rnn_mode": mode, "num_layers": len(layers), "num_units": H, "input_size": rows - (num_proj or H),
             "input_mode": "linear_input", "direction": "unidirectional" if first is None else "bidirectional",
             "num_proj": num_proj, "dtype": dtype, "scope": scope}
-
-
-def _matrix_shape(what: str, shape: tuple[int, ...]) -> tuple[int, int]:
-    """The shape of a kernel the config is read from: a matrix with rows and columns, else a ValueError."""
-    if len(shape) != 2 or 0 in shape:
-        raise ValueError(f"{what} must be a non-empty matrix, got shape {list(shape)}")
-    return shape[0], shape[1]
 
 
 def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...]]:

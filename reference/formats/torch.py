@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, zeros
+from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, matrix_shape, zeros
 
 
 def _suffix(model, pl: int) -> str:
@@ -71,9 +71,8 @@ def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = 
     if "weight_ih_l0" not in state or "weight_hh_l0" not in state:
         raise ValueError("not a PyTorch RNN state_dict: no 'weight_ih_l0' / 'weight_hh_l0'")
     for name in ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0"):
-        shape = np.shape(state.get(name, np.zeros((1, 1))))
-        if len(shape) != 2 or 0 in shape:
-            raise ValueError(f"{name} must be a non-empty matrix, got shape {list(shape)}")
+        if name in state:
+            matrix_shape(name, np.shape(state[name]))
     w_ih, w_hh = state["weight_ih_l0"], state["weight_hh_l0"]
     proj = state["weight_hr_l0"].shape[0] if "weight_hr_l0" in state else None
     H = state["weight_hr_l0"].shape[1] if proj else w_hh.shape[1]
