@@ -122,7 +122,6 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
     """The report of ``records`` (``planned``: the ids of the units planned, default those of ``records``;
     fewer records make it incomplete) in ``env`` (default: this machine's :func:`environment`)."""
     planned_ids = set(r["id"] for r in records) if planned is None else set(planned)
-    planned = len(planned_ids)
     compat = [r for r in records if r["study"] == "compat"]
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in compat:
@@ -140,17 +139,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                 worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
                               **_quantity(*judged[0]), "passed": all(v["passed"] for v in r[kind].values()),
                               "reproduce": r["reproduce"][kind]})
-        if r["status"] == "error":  # the comparison it ended; unknown (a worker died): each, one after the other
-            command = r["reproduce"][r["error_in"]] if "error_in" in r else "; ".join(r["reproduce"].values())
-            worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
-                          "quantity": "error", "conditioned": None, "budget": None, "nonfinite_mismatch": 0,
-                          "passed": False, "reproduce": command, "error": r["error"]})
-    for r in records:  # a study unit that ended in an error fails the run: it is shown like a comparison's
-        if r["study"] != "compat" and r["status"] == "error":
-            worst.append({"id": r["id"], "backend": r["backend"], "config": f"{r['study']} {config_label(r['config'])}",
-                          "quantity": "error", "conditioned": None, "budget": None, "nonfinite_mismatch": 0,
-                          "passed": False, "error": r["error"],
-                          "reproduce": unit_command({k: r[k] for k in ("study", "backend", "config")})})
+    worst += [_error_case(r) for r in records if r["status"] == "error"]  # a study unit's error fails the run too
     # A failure uses more than its budget (or has non-finite mismatches, or an error), a pass at most all of
     # it, so the failures come first, and all of them are kept.
     worst.sort(key=lambda w: (-budget_share(w), w["id"], w["quantity"]))
@@ -171,7 +160,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
             "known_divergences": [{"peer": d.peer, "area": d.area, "modes": list(d.modes), "reason": d.reason}
                                   for d in known_divergences.KNOWN],
         },
-        "totals": {"units": len(records), "planned_units": planned, "compat_units": len(compat), **_tally(compat),
+        "totals": {"units": len(records), "planned_units": len(planned_ids), "compat_units": len(compat), **_tally(compat),
                    "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too
         "summary": summary,
         "worst": worst,
@@ -182,10 +171,24 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                     "amplification": _amplification(compat)},
         "records": [_compact(r) for r in records],
     }
-    report["passed"] = (report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0 and planned > 0
+    report["passed"] = (report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0 and bool(planned_ids)
                         and not unavailable_requested(report))
-    report["complete"] = len(records) >= planned
+    report["complete"] = len(records) >= len(planned_ids)
     return report
+
+
+def _error_case(r: dict) -> dict:
+    """The worst-cases entry of a unit that ended in an error, with the command that runs it again: a
+    comparison's own (both, one after the other, when a worker died and where is unknown), or for a study
+    unit the command that runs the unit."""
+    if r["study"] == "compat":
+        label = config_label(r["config"])
+        command = r["reproduce"][r["error_in"]] if "error_in" in r else "; ".join(r["reproduce"].values())
+    else:
+        label = f"{r['study']} {config_label(r['config'])}"
+        command = unit_command({k: r[k] for k in ("study", "backend", "config")})
+    return {"id": r["id"], "backend": r["backend"], "config": label, "quantity": "error", "conditioned": None,
+            "budget": None, "nonfinite_mismatch": 0, "passed": False, "reproduce": command, "error": r["error"]}
 
 
 def unavailable_requested(report: dict) -> list[dict]:
