@@ -746,7 +746,11 @@ def test_an_onnx_graph_whose_layers_share_initializers_loads():
     exported = {t.name: t for t in onnx_model.export_model(model, weights, biases).graph.initializer}
     shared = [numpy_helper.from_array(numpy_helper.to_array(exported[f"{k}0"]), k) for k in "WRB"]
     attrs = dict(hidden_size=3, direction="bidirectional", linear_before_reset=1)
-    nodes = [helper.make_node("GRU", [x, "W", "R", "B"], [y], **attrs) for x, y in (("X", "Y0"), ("Y0", "Y1"))]
+    nodes = [helper.make_node("GRU", ["X", "W", "R", "B"], ["Y0"], **attrs),
+             helper.make_node("Transpose", ["Y0"], ["Y0t"], perm=[0, 2, 1, 3]),  # [T, D, B, H] -> [T, B, D*H]
+             helper.make_node("Reshape", ["Y0t", "y_shape"], ["X1"]),
+             helper.make_node("GRU", ["X1", "W", "R", "B"], ["Y1"], **attrs)]
+    shared.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "y_shape"))
     graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 1, 6])],
                               [helper.make_tensor_value_info("Y1", TensorProto.FLOAT, None)], initializer=shared)
     loaded, got_weights, got_biases = onnx_model.import_model(helper.make_model(graph))
@@ -1083,10 +1087,15 @@ def _foreign_onnx(cfg: RNNConfig, case, node_attrs: dict | None = None, peephole
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
 
 
-def _onnxruntime(proto, x: np.ndarray) -> np.ndarray:
+def _onnxruntime(proto, x: np.ndarray, optimized: bool = True) -> np.ndarray:
+    """The first output of ``proto`` on ``X = x``; not ``optimized``: every node as the ONNX spec defines it
+    (onnxruntime's graph optimizer removes a Dropout whatever its training_mode)."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    if not optimized:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return session.run(None, {"X": x})[0]
 
 
@@ -1218,27 +1227,176 @@ def test_layout_ops_between_layers_and_anything_before_the_first_keep_a_stack():
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
 
 
-@pytest.mark.parametrize("mode", ["relu", "lstm", "gru"])
-def test_a_graph_pytorchs_exporter_wrote_loads_with_the_weights_pytorch_had(mode):
-    """A real foreign exporter: ``torch.onnx.export`` (the TorchScript exporter) of a 2-layer bidirectional
-    nn.RNN/LSTM/GRU, whose layers it chains through Transpose and Reshape among its own shape arithmetic,
-    loads as that model with the weights PyTorch held, bit for bit."""
+def _bidirectional_stack(link: list[tuple], constants: dict[str, list] | None = None, static: bool = False):
+    """A 2-layer bidirectional GRU (T=5, B=2, H=4) as ``export_model`` writes it, its output alone, with the
+    layout ops from layer 0's ``Y0`` to layer 1's input ``layer0_output`` replaced by ``link`` (``(op,
+    inputs, output, attributes)`` each) over ``constants``, and ``static`` sizes for its input ``X`` instead
+    of ``T`` and ``B``; with its config and case."""
+    from onnx import helper, numpy_helper
+
+    from compat_tests.interop import onnx_model
+
+    cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=3, seq_len=5, batch=2,
+                                            direction="bidirectional", weight_scale=3.0))
+    proto = onnx_model.export_model(cfg.model(), case.weights, case.biases, with_lengths=False, with_states=False)
+    graph = proto.graph
+    old = [n for n in graph.node if n.output[0] in ("Yt0", "layer0_output")]
+    at = list(graph.node).index(old[0])
+    for n in old:
+        graph.node.remove(n)
+    for k, (op, inputs, output, attrs) in enumerate(link):
+        graph.node.insert(at + k, helper.make_node(op, inputs, [output], name=f"link{k}", **attrs))
+    dtypes = {bool: np.bool_, float: np.float32, int: np.int64}
+    graph.initializer.extend(numpy_helper.from_array(np.array(v, dtypes[type(np.ravel(v)[0].item())]), k)
+                             for k, v in (constants or {}).items())
+    graph.node.remove(next(n for n in graph.node if n.output[0] == "output_h"))  # layer 1's batch may change
+    graph.output.remove(next(o for o in graph.output if o.name == "output_h"))
+    if static:
+        for dim, size in zip(graph.input[0].type.tensor_type.shape.dim, case.x.shape):
+            dim.dim_value = size
+    return proto, cfg, case
+
+
+_EXPORTED_LINK = [("Transpose", ["Y0"], "Yt0", {"perm": [0, 2, 1, 3]}), ("Reshape", ["Yt0", "y_shape"], "layer0_output", {})]
+LINK_BREAKS = {  # layout ops from Y0 [T, D, B, H] to layer 1's X, the constants they read, what the refusal says
+    "reshape-without-transpose": ([("Reshape", ["Y0", "y_shape"], "layer0_output", {})], {},
+                                  "node layer1 reads the output Y of layer0 rearranged by Reshape into [3, 2, 8] "
+                                  "(replayed at T=3, B=2, D=2, H=4), not as a stack's next layer reads it, "
+                                  "[T, B, D*H] = [3, 2, 8]"),
+    "time-and-batch-swapped": ([("Transpose", ["Y0"], "Yt0", {"perm": [2, 0, 1, 3]}), _EXPORTED_LINK[1]], {},
+                               "rearranged by Transpose, Reshape into [2, 3, 8]"),
+    "training-dropout": ([*_EXPORTED_LINK[:1], ("Reshape", ["Yt0", "y_shape"], "Yr0", {}),
+                          ("Dropout", ["Yr0", "ratio", "training"], "layer0_output", {"seed": 1})],
+                         {"ratio": 0.5, "training": True}, "Dropout node link2 between recurrent nodes layer0 and "
+                                                          "layer1: its training_mode is true, so it drops elements"),
+}
+
+
+@pytest.mark.parametrize("case_name", LINK_BREAKS)
+def test_layout_ops_that_move_steps_or_directions_out_of_place_are_refused(case_name):
+    """Layout ops alone between two recurrent nodes do not make a stack: replayed on a Y whose elements
+    carry their (time, batch, direction, hidden) index, they must hand the next node its input as the
+    stack's next layer reads it. Each variant here runs in onnxruntime, unoptimized, to something other than
+    the stack (checked), with shapes that fit, so reading it as one would silently disagree with the file."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    link, constants, match = LINK_BREAKS[case_name]
+    plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK)
+    variant = _bidirectional_stack(link, constants)[0]
+    want, got = _onnxruntime(plain, case.x, optimized=False), _onnxruntime(variant, case.x, optimized=False)
+    assert got.shape != want.shape or error_stats(got, want.astype(np.float64)).max_abs > 1e-3, \
+        "the variant computes what the stack does: not a test of the importer"
+    with pytest.raises(ValueError, match=re.escape(match)):
+        onnx_model.import_model(variant)
+
+
+LINK_KEEPS = {  # layout ops that carry Y0 [T, D, B, H] to [T, B, D*H] some other way, their constants, static X
+    "literal-sizes": ([_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})],
+                      {"sizes": [5, 2, 8]}, True),
+    "flatten-and-back": ([_EXPORTED_LINK[0], ("Flatten", ["Yt0"], "F0", {"axis": 2}),
+                          ("Reshape", ["F0", "sizes"], "layer0_output", {})], {"sizes": [5, -1, 8]}, True),
+    "unsqueeze-squeeze-identity": ([*_EXPORTED_LINK[:1], ("Reshape", ["Yt0", "y_shape"], "Yr0", {}),
+                                    ("Unsqueeze", ["Yr0", "front"], "U0", {}), ("Squeeze", ["U0", "front"], "S0", {}),
+                                    ("Identity", ["S0"], "layer0_output", {})], {"front": [0]}, False),
+}
+
+
+@pytest.mark.parametrize("case_name", LINK_KEEPS)
+def test_layout_ops_that_keep_every_element_in_place_load_as_the_stack(case_name):
+    """The control: other layout ops that hand layer 1 its input in place (sizes written out where the graph
+    fixes them, a Flatten undone, an Unsqueeze undone) run in onnxruntime to the stack's output bit for bit,
+    and load as the stack."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    link, constants, static = LINK_KEEPS[case_name]
+    plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK)
+    variant = _bidirectional_stack(link, constants, static)[0]
+    assert _onnxruntime(variant, case.x).tobytes() == _onnxruntime(plain, case.x).tobytes()
+    model, weights, biases = onnx_model.import_model(variant)
+    assert repr(model) == repr(cfg.model())
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+
+
+def test_a_reshape_whose_shape_is_computed_at_run_time_is_refused():
+    """What a Reshape does to the layer's output depends on its shape; one computed from other tensors at run
+    time (here ``Shape`` of the input, sliced) cannot be replayed from the file, so the stack is refused
+    rather than trusted, even though this one happens to compute the stack (checked)."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    link = [_EXPORTED_LINK[0], ("Shape", ["Yt0"], "shape0", {}), ("Slice", ["shape0", "zero", "two"], "tb", {}),
+            ("Concat", ["tb", "minus_one"], "computed", {"axis": 0}),
+            ("Reshape", ["Yt0", "computed"], "layer0_output", {})]
+    plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK)
+    variant = _bidirectional_stack(link, {"zero": [0], "two": [2], "minus_one": [-1]})[0]
+    assert _onnxruntime(variant, case.x).tobytes() == _onnxruntime(plain, case.x).tobytes()
+    with pytest.raises(ValueError, match=re.escape("Reshape node link4 between recurrent nodes layer0 and layer1: "
+                                                   "its shape (input 1) is computed at run time")):
+        onnx_model.import_model(variant)
+
+
+def test_a_layer_that_reads_a_dropout_mask_is_refused():
+    """A Dropout's second output is its mask, not the tensor it passed on: a node reading it is not fed the
+    layer before (onnxruntime would not even take the mask's bool as X), so the graph is not a stack."""
+    from onnx import helper
+
+    from compat_tests.interop import onnx_model
+
+    proto = _bidirectional_stack([*_EXPORTED_LINK[:1], ("Reshape", ["Yt0", "y_shape"], "Yr0", {})])[0]
+    at = [n.output[0] for n in proto.graph.node].index("Yr0") + 1
+    proto.graph.node.insert(at, helper.make_node("Dropout", ["Yr0"], ["passed", "layer0_output"], name="drop"))
+    with pytest.raises(ValueError, match=re.escape("node layer1 reads X from Dropout node drop's output "
+                                                   "'layer0_output', not from the output Y")):
+        onnx_model.import_model(proto)
+
+
+def test_a_batch_major_stack_is_read_by_its_layout():
+    """``layout=1`` (ONNX: X ``[B, T, I]``, Y ``[B, T, D, H]``; onnxruntime refuses it, so this reads the
+    spec): batch-major nodes chained by a Reshape alone are a stack; a time-major node reading the same
+    tensor would take batch for time, and is refused."""
+    from onnx import helper
+
+    from compat_tests.interop import onnx_model
+
+    def batch_major(second: int):
+        proto = _bidirectional_stack([("Reshape", ["Y0", "y_shape"], "layer0_output", {})])[0]
+        for node, layout in zip([n for n in proto.graph.node if n.op_type == "GRU"], (1, second)):
+            node.attribute.append(helper.make_attribute("layout", layout))
+        return proto
+
+    model = onnx_model.import_model(batch_major(1))[0]
+    assert (model.num_layers, model.num_dirs) == (2, 2)
+    with pytest.raises(ValueError, match=re.escape("rearranged by Reshape into [2, 3, 8] (replayed at T=3, B=2, "
+                                                   "D=2, H=4), not as a stack's next layer reads it, [T, B, D*H]")):
+        onnx_model.import_model(batch_major(0))
+
+
+@pytest.mark.parametrize("mode, direction, batch_first", [
+    ("relu", "bidirectional", False), ("lstm", "bidirectional", False), ("gru", "bidirectional", False),
+    ("lstm", "unidirectional", False), ("gru", "bidirectional", True)], ids=lambda v: str(v))
+def test_a_graph_pytorchs_exporter_wrote_loads_with_the_weights_pytorch_had(mode, direction, batch_first):
+    """A real foreign exporter: ``torch.onnx.export`` (the TorchScript exporter) of a 2-layer nn.RNN/LSTM/GRU,
+    whose layers it chains through Transpose and Reshape (bidirectional) or Squeeze (unidirectional) among
+    its own shape arithmetic, with batch_first a Transpose before and after the stack, loads as that model
+    with the weights PyTorch held, bit for bit."""
     torch = pytest.importorskip("torch")
     import warnings
 
     from compat_tests.interop import onnx_model
 
-    cfg = RNNConfig(mode, num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float32")
+    cfg = RNNConfig(mode, num_layers=2, num_units=4, input_size=3, direction=direction, dtype="float32")
     case, model = make_case(cfg), cfg.model()
-    module = {"relu": lambda: torch.nn.RNN(3, 4, 2, nonlinearity="relu", bidirectional=True),
-              "lstm": lambda: torch.nn.LSTM(3, 4, 2, bidirectional=True),
-              "gru": lambda: torch.nn.GRU(3, 4, 2, bidirectional=True)}[mode]()
+    kwargs = dict(bidirectional=direction == "bidirectional", batch_first=batch_first)
+    module = {"relu": lambda: torch.nn.RNN(3, 4, 2, nonlinearity="relu", **kwargs),
+              "lstm": lambda: torch.nn.LSTM(3, 4, 2, **kwargs), "gru": lambda: torch.nn.GRU(3, 4, 2, **kwargs)}[mode]()
     module.load_state_dict({k: torch.from_numpy(v) for k, v in
                             torch_format.to_state_dict(model, case.weights, case.biases).items()})
-    stream = io.BytesIO()
+    stream, x = io.BytesIO(), case.x.transpose(1, 0, 2).copy() if batch_first else case.x
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter announces its deprecation
-        torch.onnx.export(module, (torch.from_numpy(case.x),), stream, dynamo=False, opset_version=17)
+        torch.onnx.export(module, (torch.from_numpy(x),), stream, dynamo=False, opset_version=17)
     import onnx
 
     proto = onnx.load_from_string(stream.getvalue())

@@ -74,7 +74,7 @@ def export_model(model, weights: list[np.ndarray], biases: list[np.ndarray], wit
             c_outs.append(f"Yc{layer}")
         while names and names[-1] == "":
             names.pop()
-        nodes.append(helper.make_node(op, names, outputs, hidden_size=H,
+        nodes.append(helper.make_node(op, names, outputs, name=f"layer{layer}", hidden_size=H,
                                       direction="bidirectional" if D == 2 else "forward", **attrs))
         nodes.append(helper.make_node("Transpose", [f"Y{layer}"], [f"Yt{layer}"], perm=[0, 2, 1, 3]))
         layer_input = f"layer{layer}_output"
@@ -135,7 +135,7 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
     nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN")]
     if not nodes:
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node")
-    _check_chain(proto.graph, nodes)
+    paths = _stack_paths(proto.graph, nodes)
     layers = [_node_weights(n, inits) for n in nodes]
     kinds = [_node_kind(n, layer) for n, layer in zip(nodes, layers)]
     if META_KEY in meta:
@@ -149,39 +149,214 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
             raise ValueError(f"node {_name(n)} computes a {direction} {mode!r} layer, but the model is a "
                              f"{model.direction} {model.rnn_mode!r} RNN")
     weights, biases = onnx_weights.from_onnx(model, layers)
+    _check_stack(proto, nodes, paths, _constants(proto.graph, inits), model.num_dirs, model.num_units)
     return model, weights, biases
 
 
 def _name(node) -> str:
-    return node.name or node.op_type
+    """A node's name, or for a nameless one its op and first output: ``(GRU -> 'Y0')``."""
+    return node.name or f"({node.op_type} -> {node.output[0] if node.output else ''!r})"
 
 
-# Ops that only move a tensor's elements (or, as Dropout at inference, pass it on): what may lie between
-# one layer's output Y and the next layer's input X in a stack.
-_LAYOUT_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout")
+# The ops that only move a tensor's elements (or, as Dropout at inference, pass it on): what may lie
+# between one layer's output Y and the next layer's input X in a stack. Each is replayed here in NumPy on
+# the op's input (``operands[0]``), its attributes, and its other inputs: an array where the file fixes the
+# value, None where the input is absent, _COMPUTED where a node computes it at run time.
+_COMPUTED = "computed"
 
 
-def _check_chain(graph, nodes: list) -> None:
-    """The recurrent ``nodes`` must form one stack: each node after the first reads the previous node's
-    ``Y`` through layout ops alone. Two RNNs side by side (an encoder and a decoder), or a layer fed through
-    other computation, would otherwise read as one stack that computes something else. Before the first node
-    and after the last, anything goes: the model is the stack. (Structural only: a layout op that scrambles
-    time and batch is not caught.)"""
+def _operand(operands: list, k: int, what: str) -> np.ndarray | None:
+    """Input ``k`` (``what`` names it) of a layout op: None where absent; one computed at run time is
+    refused, since what the op then does to the layer's output cannot be told from the file."""
+    value = operands[k] if k < len(operands) else None
+    if isinstance(value, str):
+        raise ValueError(f"its {what} (input {k}) is computed at run time, so what it does to the layer's "
+                         f"output cannot be told from the file")
+    return value
+
+
+def _axes(attrs: dict, operands: list, rank: int | None = None) -> list[int] | None:
+    """A Squeeze's or Unsqueeze's axes (an attribute up to opset 12, an input since), each in ``[0, rank)``
+    (a Squeeze's input rank, an Unsqueeze's output rank: the input rank plus the axes); None where absent."""
+    axes = attrs.get("axes")
+    if axes is None:
+        given = _operand(operands, 1, "axes")
+        axes = None if given is None else [int(k) for k in given.reshape(-1)]
+    if axes is None:
+        return None
+    rank = operands[0].ndim + len(axes) if rank is None else rank
+    if any(not -rank <= k < rank for k in axes) or len({k % rank for k in axes}) != len(axes):
+        raise ValueError(f"axes {list(axes)} are not distinct axes of a rank-{rank} tensor")
+    return sorted(k % rank for k in axes)
+
+
+def _transpose(attrs: dict, operands: list) -> np.ndarray:
+    a = operands[0]
+    perm = list(attrs.get("perm", range(a.ndim)[::-1]))
+    if sorted(perm) != list(range(a.ndim)):
+        raise ValueError(f"perm {perm} is not a permutation of the axes of {list(a.shape)}")
+    return a.transpose(perm)
+
+
+def _reshape(attrs: dict, operands: list) -> np.ndarray:
+    a, shape = operands[0], _operand(operands, 1, "shape")
+    if shape is None:
+        raise ValueError("it has no shape")
+    shape = [int(d) for d in shape.reshape(-1)]
+    if not attrs.get("allowzero", 0):  # a 0 copies the input's size on that axis
+        if any(d == 0 and k >= a.ndim for k, d in enumerate(shape)):
+            raise ValueError(f"shape {shape} copies (0) an axis that {list(a.shape)} lacks")
+        shape = [a.shape[k] if d == 0 else d for k, d in enumerate(shape)]
+    known = int(np.prod([d for d in shape if d != -1]))
+    if shape.count(-1) > 1 or min(shape, default=0) < -1 or \
+            (a.size % known if -1 in shape and known else a.size != known):
+        raise ValueError(f"shape {shape} does not hold the {a.size} elements of {list(a.shape)}")
+    return a.reshape(shape)
+
+
+def _squeeze(attrs: dict, operands: list) -> np.ndarray:
+    a = operands[0]
+    axes = _axes(attrs, operands, a.ndim)
+    axes = [k for k in range(a.ndim) if a.shape[k] == 1] if axes is None else axes
+    if any(a.shape[k] != 1 for k in axes):
+        raise ValueError(f"axes {axes} of {list(a.shape)} are not all of size 1")
+    return a.squeeze(tuple(axes))
+
+
+def _unsqueeze(attrs: dict, operands: list) -> np.ndarray:
+    axes = _axes(attrs, operands)
+    if axes is None:
+        raise ValueError("it has no axes")
+    return np.expand_dims(operands[0], tuple(axes))
+
+
+def _flatten(attrs: dict, operands: list) -> np.ndarray:
+    a, axis = operands[0], attrs.get("axis", 1)
+    if not -a.ndim <= axis <= a.ndim:
+        raise ValueError(f"axis {axis} is not an axis of {list(a.shape)}")
+    axis = axis + a.ndim if axis < 0 else axis
+    return a.reshape(int(np.prod(a.shape[:axis])), int(np.prod(a.shape[axis:])))
+
+
+def _dropout(attrs: dict, operands: list) -> np.ndarray:
+    training = _operand(operands, 2, "training_mode")
+    if training is not None and training.reshape(-1).any():
+        raise ValueError("its training_mode is true, so it drops elements")
+    return operands[0]
+
+
+_LAYOUT_OPS = {"Transpose": _transpose, "Reshape": _reshape, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
+               "Flatten": _flatten, "Identity": lambda attrs, operands: operands[0], "Dropout": _dropout}
+
+
+def _constants(graph, inits: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor whose value the file fixes: initializers and the outputs of Constant nodes."""
+    from onnx import helper, numpy_helper
+
+    values = dict(inits)
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output and len(n.attribute) == 1:
+            value = helper.get_attribute_value(n.attribute[0])
+            if n.attribute[0].name == "value":
+                values[n.output[0]] = numpy_helper.to_array(value)
+            elif n.attribute[0].name in ("value_int", "value_ints"):
+                values[n.output[0]] = np.array(value, np.int64)
+    return values
+
+
+def _batch_major(node) -> bool:
+    from onnx import helper
+
+    return bool({a.name: helper.get_attribute_value(a) for a in node.attribute}.get("layout", 0))
+
+
+def _stack_paths(graph, nodes: list) -> list[list]:
+    """The layout ops through which each node after the first reads the previous node's ``Y``, first op
+    first. The recurrent ``nodes`` must form one stack: two RNNs side by side (an encoder and a decoder), or
+    a layer fed through other computation, would otherwise read as one stack that computes something else.
+    Before the first node and after the last, anything goes: the model is the stack."""
     producer = {out: n for n in graph.node for out in n.output if out}
+    paths = []
     for previous, node in zip(nodes, nodes[1:]):
         y = previous.output[0] if previous.output else ""
-        name, passed = node.input[0] if node.input else "", []
+        name, path = node.input[0] if node.input else "", []
         while not (y and name == y):
             source = producer.get(name)
-            if source is None or source.op_type not in _LAYOUT_OPS or len(passed) > len(graph.node):
+            if source is None or source.op_type not in _LAYOUT_OPS or name != source.output[0] \
+                    or len(path) > len(graph.node):  # a Dropout's second output is its mask
+                passed = [n.op_type for n in path]
                 what = (f"{source.op_type} node {_name(source)}'s output {name!r}" if source is not None
                         else f"{name!r}, which no node computes" if name else "nothing")
                 raise ValueError(f"node {_name(node)} reads X from {what}"
-                                 f"{' through ' + ', '.join(reversed(passed)) if passed else ''}, not from the "
+                                 f"{' through ' + ', '.join(passed) if passed else ''}, not from the "
                                  f"output Y of the recurrent node before it, {_name(previous)}, through layout ops "
                                  f"alone ({', '.join(_LAYOUT_OPS)}): the graph's recurrent nodes are not one stack")
-            passed.append(source.op_type)
+            path.append(source)
             name = source.input[0] if source.input else ""
+        paths.append(path[::-1])
+    return paths
+
+
+_REPLAY_SIZES = (3, 2)  # T and B to replay a link at: any sizes above 1 tell time from batch
+
+
+def _fixed_sizes(proto, node) -> tuple[int, int] | None:
+    """``(T, B)`` that the graph fixes for a node's ``Y`` (onnx's shape inference; a size it leaves free is
+    taken from ``_REPLAY_SIZES``), or None where it fixes neither."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - onnx raises several kinds; a model it cannot infer fixes no size
+        return None
+    info = next((v for v in [*inferred.graph.value_info, *inferred.graph.output]
+                 if node.output and v.name == node.output[0]), None)
+    dims = [d.dim_value for d in info.type.tensor_type.shape.dim] if info is not None else []
+    if len(dims) != 4:
+        return None
+    T, B = (dims[1], dims[0]) if _batch_major(node) else (dims[0], dims[2])
+    return (T or _REPLAY_SIZES[0], B or _REPLAY_SIZES[1]) if T or B else None
+
+
+def _check_stack(proto, nodes: list, paths: list[list], constants: dict[str, np.ndarray], D: int, H: int) -> None:
+    """Replay each of ``paths`` on the ``Y`` of the node before it: the node after must read the stack's
+    next input. A Transpose that swaps time and batch, or a Reshape that interleaves the directions, would
+    otherwise load as a stack the file does not compute. The replay runs at ``_REPLAY_SIZES``, and again at
+    the sizes the graph fixes where a layout op writes sizes out (a Reshape to ``[5, 2, 8]``) and so fails
+    at those; a layout op whose shape or axes are computed at run time cannot be replayed, and is refused."""
+    for previous, node, path in zip(nodes, nodes[1:], paths):
+        try:
+            _replay(previous, node, path, constants, *_REPLAY_SIZES, D, H)
+        except ValueError:
+            fixed = _fixed_sizes(proto, previous)
+            if fixed is None or fixed == _REPLAY_SIZES:
+                raise
+            _replay(previous, node, path, constants, *fixed, D, H)
+
+
+def _replay(previous, node, path: list, constants: dict[str, np.ndarray], T: int, B: int, D: int, H: int) -> None:
+    """Run the layout ops ``path`` on ``previous``'s ``Y`` at sizes ``T, B, D, H``, each element labelled with
+    its (time, batch, direction, hidden) index, and check that ``node`` reads ``[T, B, D*H]`` (``[B, T, D*H]``
+    for ``layout=1``) with the directions side by side, as cuDNN concatenates them."""
+    from onnx import helper
+
+    labels = np.arange(T * B * D * H, dtype=np.int32 if T * B * D * H < 2**31 else np.int64).reshape(T, B, D, H)
+    got = labels.transpose((1, 0, 2, 3) if _batch_major(previous) else (0, 2, 1, 3))
+    for op in path:
+        operands = [got, *(None if not name else constants.get(name, _COMPUTED) for name in op.input[1:])]
+        try:
+            got = _LAYOUT_OPS[op.op_type]({a.name: helper.get_attribute_value(a) for a in op.attribute}, operands)
+        except ValueError as exc:
+            raise ValueError(f"{op.op_type} node {_name(op)} between recurrent nodes {_name(previous)} and "
+                             f"{_name(node)}: {exc}") from None
+    axes, want = ("[B, T, D*H]", labels.transpose(1, 0, 2, 3).reshape(B, T, D * H)) if _batch_major(node) \
+        else ("[T, B, D*H]", labels.reshape(T, B, D * H))
+    if got.shape != want.shape or not np.array_equal(got, want):
+        raise ValueError(f"node {_name(node)} reads the output Y of {_name(previous)} rearranged by "
+                         f"{', '.join(op.op_type for op in path) or 'nothing'} into {list(got.shape)} (replayed "
+                         f"at T={T}, B={B}, D={D}, H={H}), not as a stack's next layer reads it, {axes} = "
+                         f"{list(want.shape)} with every step, sequence and direction in its place: the graph's "
+                         f"recurrent nodes are not one stack")
 
 
 def _node_weights(node, inits: dict) -> dict[str, np.ndarray]:
