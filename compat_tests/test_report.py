@@ -448,6 +448,55 @@ def test_render_writes_the_report_of_the_run_not_of_the_renderer(tmp_path, tiny_
     assert (copy / "report.md").read_text().startswith("# cudnn-rnn-compat divergence report")
 
 
+def _copied_run(tiny_report, tmp_path, edit_plan=None) -> Path:
+    """A copy of the tiny run's ``run.json`` (changed by ``edit_plan``) and records in ``tmp_path/run``."""
+    _, out, _ = tiny_report
+    copy = tmp_path / "run"
+    copy.mkdir(parents=True)
+    for name in ("run.json", RESULTS):
+        (copy / name).write_bytes((out / name).read_bytes())
+    if edit_plan is not None:
+        plan = json.loads((copy / "run.json").read_text())
+        edit_plan(plan)
+        (copy / "run.json").write_text(json.dumps(plan))
+    return copy
+
+
+def _policy_of_another_version(plan: dict) -> None:
+    """``plan``'s policy as another version might have had it: torch-cpu's float32 budgets overridden."""
+    plan["policy"]["overrides"].append({"peer": "torch-cpu", "dtype": "float32", "quantity": "output", "bound": 99.0,
+                                        "reason": "an override of the version that ran it"})
+
+
+def test_render_shows_the_policy_that_judged_the_run_not_the_renderer_s(tmp_path, tiny_report, monkeypatch):
+    """The records carry the verdicts of the policy of the version that ran them, so the report shows that
+    policy (run.json keeps it), whatever the renderer's version has; a plan of a version that kept none is
+    shown with the renderer's."""
+    from compat_tests.report import aggregate
+
+    copy = _copied_run(tiny_report, tmp_path, _policy_of_another_version)
+    monkeypatch.setattr(aggregate.tolerances, "OVERRIDES", [])  # the renderer's version has no override at all
+    assert cli.main(["render", str(copy)]) == 0
+    rendered = json.loads((copy / "report.json").read_text())
+    _validate(rendered)
+    assert rendered["policy"] == json.loads((copy / "run.json").read_text())["policy"]
+    assert "budget override: torch-cpu float32 output: 99 conditioned eps. an override of the version that ran it" \
+        in (copy / "report.md").read_text()
+    older = _copied_run(tiny_report, tmp_path / "older", lambda plan: plan.pop("policy"))
+    assert cli.main(["render", str(older)]) == 0
+    assert json.loads((older / "report.json").read_text())["policy"] == aggregate.policy_summary()
+    assert "budget override" not in (older / "report.md").read_text()
+
+
+def test_resume_refuses_a_run_that_another_policy_judged(tmp_path, tiny_report, capsys):
+    """Resuming under another tolerance policy would judge the run's records by two policies."""
+    copy = _copied_run(tiny_report, tmp_path, _policy_of_another_version)
+    plan, results = (copy / "run.json").read_text(), (copy / RESULTS).read_text()
+    assert run(copy, "--resume") == 2
+    assert f"--resume: the tolerance policy changed since the run in {copy} began" in capsys.readouterr().err
+    assert (copy / "run.json").read_text() == plan and (copy / RESULTS).read_text() == results
+
+
 def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path, tiny_report, kill_before_replacing):
     _, out, _ = tiny_report
     copy = tmp_path / "run"
@@ -499,6 +548,13 @@ def _edit_first_compat(text: str, change) -> str:
     ("run.json", lambda text: json.dumps({**json.loads(text), "skipped": [{}]}),
      "skipped\\[0\\] must be an object with backend \\(str\\), reason \\(str\\), config \\(dict\\)"),
     ("run.json", lambda text: json.dumps({**json.loads(text), "units": "all"}), "units must be a list, got str"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "policy": []}), "policy must be an object with measure"),
+    ("run.json", lambda text: json.dumps({**(p := json.loads(text)), "policy": {**p["policy"], "overrides": [
+        {"peer": "torch-cpu", "dtype": "float32", "quantity": "output", "bound": "99", "reason": "r"}]}}),
+     "policy.overrides\\[0\\] must be an object with peer \\(str\\), dtype \\(str\\), quantity \\(str\\), "
+     "bound \\(int or float\\)"),
+    ("run.json", lambda text: json.dumps({**(p := json.loads(text)), "policy": {**p["policy"], "budgets": {
+        "float32/output": {"bound": True, "reason": "r"}}}}), "policy.budgets\\['float32/output'\\] must be"),
     ("run.json", lambda text: json.dumps({**json.loads(text), "environment": 3}), "environment must be a dict"),
     ("run.json", lambda text: json.dumps({**json.loads(text), "units": [1]}), "units must be a list of unit ids"),
     ("run.json", lambda text: json.dumps({**(p := json.loads(text)), "backends": [{**p["backends"][0], "name": 7}]}),

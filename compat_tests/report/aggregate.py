@@ -118,9 +118,10 @@ def _quantity(q: str, v: dict) -> dict:
 
 def build_report(records: list[dict], grid: str, seed: int, backends: list[dict],
                  skipped: list[tuple[str, str, RNNConfig]], env: dict | None = None,
-                 planned: list[str] | None = None) -> dict:
+                 planned: list[str] | None = None, policy: dict | None = None) -> dict:
     """The report of ``records`` (``planned``: the ids of the units planned, default those of ``records``;
-    fewer records make it incomplete) in ``env`` (default: this machine's :func:`environment`)."""
+    fewer records make it incomplete) in ``env`` (default: this machine's :func:`environment`), judged by
+    ``policy`` (default: this version's :func:`policy_summary`)."""
     planned_ids = set(r["id"] for r in records) if planned is None else set(planned)
     compat = [r for r in records if r["study"] == "compat"]
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
@@ -152,14 +153,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         "seed": seed,
         "environment": env if env is not None else environment(),
         "backends": backends,
-        "policy": {
-            "measure": "max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa))",
-            "budgets": {f"{d}/{k}": {"bound": b.bound, "reason": b.reason} for (d, k), b in tolerances.DEFAULTS.items()},
-            "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
-                           "reason": o.budget.reason} for o in tolerances.OVERRIDES],
-            "known_divergences": [{"peer": d.peer, "area": d.area, "modes": list(d.modes), "reason": d.reason}
-                                  for d in known_divergences.KNOWN],
-        },
+        "policy": policy if policy is not None else policy_summary(),
         "totals": {"units": len(records), "planned_units": len(planned_ids), "compat_units": len(compat), **_tally(compat),
                    "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too
         "summary": summary,
@@ -175,6 +169,19 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                         and not unavailable_requested(report))
     report["complete"] = len(records) >= len(planned_ids)
     return report
+
+
+def policy_summary() -> dict:
+    """The tolerance policy that judges a run, as its report shows it: the measure, the budgets per dtype
+    and quantity, the overrides and the known divergences, each with its reason."""
+    return {
+        "measure": "max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa))",
+        "budgets": {f"{d}/{k}": {"bound": b.bound, "reason": b.reason} for (d, k), b in tolerances.DEFAULTS.items()},
+        "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
+                       "reason": o.budget.reason} for o in tolerances.OVERRIDES],
+        "known_divergences": [{"peer": d.peer, "area": d.area, "modes": list(d.modes), "reason": d.reason}
+                              for d in known_divergences.KNOWN],
+    }
 
 
 def _error_case(r: dict) -> dict:

@@ -4,8 +4,11 @@ another machine than the one that ran it (a GPU run rendered on a laptop that ha
 figures). The report then describes the machine and the backends of the run, not of the renderer.
 
 ``run.json``: ``grid``, ``seed``, ``backends`` (every considered backend's availability), ``environment``
-(:func:`aggregate.environment` of the running machine), ``units`` (the planned unit ids, in plan order) and
-``skipped`` (``{backend, reason, config}`` for every grid config a backend cannot run).
+(:func:`aggregate.environment` of the running machine), ``units`` (the planned unit ids, in plan order),
+``skipped`` (``{backend, reason, config}`` for every grid config a backend cannot run) and ``policy``
+(:func:`aggregate.policy_summary` of the running version: the report shows the policy that judged the
+records, whichever version renders them; a plan of a version before it has none, and is rendered with the
+renderer's).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from reference.formats.files import replacing
 
 from ..config import RNNConfig
 from . import write_report
-from .aggregate import build_report, environment
+from .aggregate import build_report, environment, policy_summary
 from .sweep import RESULTS, read_records
 from .units import Unit
 
@@ -29,7 +32,7 @@ def write_plan(out: Path, grid: str, seed: int, backends: list[dict], units: lis
     """Record what the run in ``out`` is about to do (a resumed run records it again)."""
     out.mkdir(parents=True, exist_ok=True)
     plan = {"grid": grid, "seed": seed, "backends": backends, "environment": environment(),
-            "units": [u.id for u in units],
+            "units": [u.id for u in units], "policy": policy_summary(),
             "skipped": [{"backend": b, "reason": why, "config": json.loads(cfg.to_json())} for b, why, cfg in skipped]}
     with replacing(out / PLAN) as tmp:  # never a torn plan, whatever kills the run
         tmp.write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
@@ -52,6 +55,10 @@ def check_resumable(out: Path, units: list[Unit]) -> None:
         raise ValueError(f"--resume: {what} {len(before)} units; this command plans {len(ids)} ({new} not in that "
                          f"run, {gone} of that run's not in this one): resume with the --grid, --seed and --backends "
                          f"of that run (and the same backends available), or use another --out")
+    if path.is_file() and plan.get("policy", policy_summary()) != policy_summary():
+        raise ValueError(f"--resume: the tolerance policy changed since the run in {out} began (another version of "
+                         f"rnn-compat, or an edited compat_tests/tolerances.py or known_divergences.py), so its "
+                         f"records and this run's would be judged by two policies: start a new run in another --out")
 
 
 def _read_plan(path: Path) -> dict:
@@ -75,7 +82,7 @@ def render(out: Path) -> dict:
     records = [done[i] for i in plan["units"] if i in done]
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]
     report = build_report(records, plan["grid"], plan["seed"], plan["backends"], skipped,
-                          env=plan["environment"], planned=plan["units"])
+                          env=plan["environment"], planned=plan["units"], policy=plan.get("policy"))
     write_report(out, report)
     return report
 
@@ -84,6 +91,10 @@ def render(out: Path) -> dict:
 PLAN_TYPES = {"grid": str, "seed": int, "environment": dict, "units": list, "backends": list, "skipped": list}
 ENTRY_TYPES = {"backends": {"name": str, "available": bool, "detail": str},
                "skipped": {"backend": str, "reason": str, "config": dict}}
+# run.json's policy (absent from a plan of a version before it): its lists' entries and its budgets.
+POLICY_TYPES = {"overrides": {"peer": str, "dtype": str, "quantity": str, "bound": (int, float), "reason": str},
+                "known_divergences": {"peer": str, "area": str, "modes": list, "reason": str}}
+BUDGET_TYPES = {"bound": (int, float), "reason": str}
 
 
 def _check_plan(plan: object, path: Path) -> None:
@@ -98,8 +109,22 @@ def _check_plan(plan: object, path: Path) -> None:
             refuse(f"{key} must be a {kind.__name__}, got {type(plan.get(key)).__name__ if key in plan else 'nothing'}")
     if not all(isinstance(u, str) for u in plan["units"]):
         refuse("units must be a list of unit ids")
+    def check_entries(key: str, entries, fields: dict) -> None:
+        for n, entry in (enumerate(entries) if isinstance(entries, list) else entries.items()):
+            if not isinstance(entry, dict) or any(not isinstance(entry.get(f), t) or isinstance(entry.get(f), bool)
+                                                  and t is not bool for f, t in fields.items()):
+                refuse(f"{key}[{n!r}] must be an object with " + ", ".join(
+                    f"{f} ({' or '.join(k.__name__ for k in (t if isinstance(t, tuple) else (t,)))})"
+                    for f, t in fields.items()))
+
     for key, fields in ENTRY_TYPES.items():
-        for n, entry in enumerate(plan[key]):
-            if not isinstance(entry, dict) or any(not isinstance(entry.get(f), t) for f, t in fields.items()):
-                refuse(f"{key}[{n}] must be an object with "
-                       + ", ".join(f"{f} ({t.__name__})" for f, t in fields.items()))
+        check_entries(key, plan[key], fields)
+    if "policy" in plan:
+        policy = plan["policy"]
+        if not isinstance(policy, dict) or not isinstance(policy.get("measure"), str) or \
+                not isinstance(policy.get("budgets"), dict) or \
+                any(not isinstance(policy.get(k), list) for k in POLICY_TYPES):
+            refuse(f"policy must be an object with measure (str), budgets (dict), {', '.join(POLICY_TYPES)} (list)")
+        check_entries("policy.budgets", policy["budgets"], BUDGET_TYPES)
+        for key, fields in POLICY_TYPES.items():
+            check_entries(f"policy.{key}", policy[key], fields)
