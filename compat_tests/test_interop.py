@@ -1319,6 +1319,21 @@ def test_layout_ops_that_keep_every_element_in_place_load_as_the_stack(case_name
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
 
 
+def test_sizes_too_large_to_replay_are_refused_before_any_is_allocated():
+    """A graph that fixes huge sizes and writes them out in a Reshape (here T=10^7, B=10^3: 8*10^10 labels)
+    is refused with advice instead of allocating the labels of a whole layer output."""
+    from compat_tests.interop import onnx_model
+
+    T, B = 10**7, 10**3
+    proto = _bidirectional_stack([_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})],
+                                 {"sizes": [T, B, 8]})[0]
+    for dim, size in zip(proto.graph.input[0].type.tensor_type.shape.dim, (T, B)):
+        dim.dim_value = size
+    with pytest.raises(ValueError, match=re.escape(f"the sizes the graph fixes (T={T}, B={B}, D=2, H=4) are too "
+                                                   f"many elements to replay them at; export with 0 and -1")):
+        onnx_model.import_model(proto)
+
+
 def test_a_reshape_whose_shape_is_computed_at_run_time_is_refused():
     """What a Reshape does to the layer's output depends on its shape; one computed from other tensors at run
     time (here ``Shape`` of the input, sliced) cannot be replayed from the file, so the stack is refused

@@ -298,6 +298,7 @@ def _stack_paths(graph, nodes: list) -> list[list]:
 
 
 _REPLAY_SIZES = (3, 2)  # T and B to replay a link at: any sizes above 1 tell time from batch
+_REPLAY_LIMIT = 2**25  # elements of Y to replay at the sizes a graph fixes (128 MiB of int32 labels)
 
 
 def _fixed_sizes(proto, node) -> tuple[int, int] | None:
@@ -331,6 +332,11 @@ def _check_stack(proto, nodes: list, paths: list[list], constants: dict[str, np.
             fixed = _fixed_sizes(proto, previous)
             if fixed is None or fixed == _REPLAY_SIZES:
                 raise
+            if fixed[0] * fixed[1] * D * H > _REPLAY_LIMIT:
+                raise ValueError(f"the layout ops from {_name(previous)} to {_name(node)} fail at T={_REPLAY_SIZES[0]}, "
+                                 f"B={_REPLAY_SIZES[1]}, and the sizes the graph fixes (T={fixed[0]}, B={fixed[1]}, "
+                                 f"D={D}, H={H}) are too many elements to replay them at; export with 0 and -1 in "
+                                 f"Reshape shapes (as torch.onnx.export does)") from None
             _replay(previous, node, path, constants, *fixed, D, H)
 
 
@@ -340,7 +346,7 @@ def _replay(previous, node, path: list, constants: dict[str, np.ndarray], T: int
     for ``layout=1``) with the directions side by side, as cuDNN concatenates them."""
     from onnx import helper
 
-    labels = np.arange(T * B * D * H, dtype=np.int32 if T * B * D * H < 2**31 else np.int64).reshape(T, B, D, H)
+    labels = np.arange(T * B * D * H, dtype=np.int32).reshape(T, B, D, H)  # at most _REPLAY_LIMIT
     got = labels.transpose((1, 0, 2, 3) if _batch_major(previous) else (0, 2, 1, 3))
     for op in path:
         operands = [got, *(None if not name else constants.get(name, _COMPUTED) for name in op.input[1:])]
