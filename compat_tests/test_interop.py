@@ -1227,17 +1227,18 @@ def test_layout_ops_between_layers_and_anything_before_the_first_keep_a_stack():
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
 
 
-def _bidirectional_stack(link: list[tuple], constants: dict[str, list] | None = None, static: bool = False):
-    """A 2-layer bidirectional GRU (T=5, B=2, H=4) as ``export_model`` writes it, its output alone, with the
-    layout ops from layer 0's ``Y0`` to layer 1's input ``layer0_output`` replaced by ``link`` (``(op,
-    inputs, output, attributes)`` each) over ``constants``, and ``static`` sizes for its input ``X`` instead
-    of ``T`` and ``B``; with its config and case."""
+def _bidirectional_stack(link: list[tuple], constants: dict[str, list] | None = None,
+                         fixed: tuple[bool, bool] = (False, False), sizes: tuple[int, int] = (5, 2)):
+    """A 2-layer bidirectional GRU (H=4; its case at ``sizes`` T, B) as ``export_model`` writes it, its output
+    alone, with the layout ops from layer 0's ``Y0`` to layer 1's input ``layer0_output`` replaced by
+    ``link`` (``(op, inputs, output, attributes)`` each) over ``constants``, and its input ``X`` fixed to
+    the case's T and B where ``fixed`` says so instead of symbolic; with its config and case."""
     from onnx import helper, numpy_helper
 
     from compat_tests.interop import onnx_model
 
-    cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=3, seq_len=5, batch=2,
-                                            direction="bidirectional", weight_scale=3.0))
+    cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=3, seq_len=sizes[0],
+                                            batch=sizes[1], direction="bidirectional", weight_scale=3.0))
     proto = onnx_model.export_model(cfg.model(), case.weights, case.biases, with_lengths=False, with_states=False)
     graph = proto.graph
     old = [n for n in graph.node if n.output[0] in ("Yt0", "layer0_output")]
@@ -1251,8 +1252,8 @@ def _bidirectional_stack(link: list[tuple], constants: dict[str, list] | None = 
                              for k, v in (constants or {}).items())
     graph.node.remove(next(n for n in graph.node if n.output[0] == "output_h"))  # layer 1's batch may change
     graph.output.remove(next(o for o in graph.output if o.name == "output_h"))
-    if static:
-        for dim, size in zip(graph.input[0].type.tensor_type.shape.dim, case.x.shape):
+    for dim, size, fix in zip(graph.input[0].type.tensor_type.shape.dim, case.x.shape, fixed):
+        if fix:
             dim.dim_value = size
     return proto, cfg, case
 
@@ -1291,14 +1292,115 @@ def test_layout_ops_that_move_steps_or_directions_out_of_place_are_refused(case_
         onnx_model.import_model(variant)
 
 
+SIZE_BREAKS = {  # link, constants, the case's T and B, which of them X fixes, Y0's declared shape, the refusal
+    "sizes-written-out-that-fit-the-replay-sizes": (
+        [_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})], {"sizes": [-1, 2, 8]}, (4, 1),
+        (True, True), None, "into [2, 2, 8] (replayed at T=4, B=1, D=2, H=4)"),
+    "sizes-written-out-for-another-run": (
+        [_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})], {"sizes": [3, -1, 8]}, (6, 4),
+        (True, True), None, "into [3, 8, 8] (replayed at T=6, B=4, D=2, H=4)"),
+    "a-batch-written-out-with-batch-free": (
+        [_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})], {"sizes": [-1, 2, 8]}, (5, 4),
+        (False, False), None, "into [9, 2, 8] (replayed at T=3, B=6, D=2, H=4)"),
+    "a-squeeze-without-axes-at-one-step": (
+        [_EXPORTED_LINK[0], ("Squeeze", ["Yt0"], "S0", {}), ("Reshape", ["S0", "sizes"], "layer0_output", {})],
+        {"sizes": [0, -1, 8]}, (1, 2), (False, False), None, "into [2, 1, 8] (replayed at T=1, B=2, D=2, H=4)"),
+    "sizes-declared-but-not-enforced": (
+        [_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})], {"sizes": [5, 2, 8]}, (2, 5),
+        (False, False), [5, 2, 2, 4], "shape [5, 2, 8] does not hold the 48 elements of [3, 2, 2, 4]"),
+}
+
+
+@pytest.mark.parametrize("case_name", SIZE_BREAKS)
+def test_layout_ops_right_only_at_some_sizes_are_refused(case_name):
+    """The replay runs at the sizes the graph's input fixes (onnxruntime enforces those; a shape the file
+    merely declares for Y, it does not), and where a size is free at several, 1 among them: sizes written
+    out in a Reshape that fit one replay, or a Squeeze without axes that drops time at T=1, would otherwise
+    pass. Each variant runs in onnxruntime, at the case's sizes, to something other than the stack (checked)."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from compat_tests.interop import onnx_model
+
+    link, constants, sizes, fixed, declared, match = SIZE_BREAKS[case_name]
+    plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK, sizes=sizes)
+    variant = _bidirectional_stack(link, constants, fixed, sizes)[0]
+    if declared is not None:
+        variant.graph.value_info.append(helper.make_tensor_value_info("Y0", TensorProto.FLOAT, declared))
+    want, got = _onnxruntime(plain, case.x, optimized=False), _onnxruntime(variant, case.x, optimized=False)
+    assert got.shape != want.shape or error_stats(got, want.astype(np.float64)).max_abs > 1e-3, \
+        "the variant computes what the stack does: not a test of the importer"
+    with pytest.raises(ValueError, match=re.escape(match)):
+        onnx_model.import_model(variant)
+
+
+def _tensor(data_type: int, external: bool = False):
+    """A 3-element int64-sized TensorProto of ``data_type``, its data in the file or, ``external``, in another."""
+    from onnx import TensorProto
+
+    t = TensorProto(data_type=data_type, dims=[3], raw_data=np.array([0, 0, -1], np.int64).tobytes())
+    if external:
+        t.data_location = TensorProto.EXTERNAL
+        t.external_data.add(key="location", value="shape.bin")
+    return t
+
+
+MALFORMED_LINKS = {  # link, constants, what the refusal says
+    "perm-an-int": ([("Transpose", ["Y0"], "Yt0", {"perm": 2}), _EXPORTED_LINK[1]], {},
+                    "Transpose node link0 between recurrent nodes layer0 and layer1: its perm must be a list of "
+                    "integers, got 2"),
+    "axis-a-float": ([_EXPORTED_LINK[0], ("Flatten", ["Yt0"], "F0", {"axis": 1.5}),
+                      ("Reshape", ["F0", "y_shape"], "layer0_output", {})], {},
+                     "Flatten node link1 between recurrent nodes layer0 and layer1: its axis must be an integer"),
+    "shape-of-floats": ([_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})],
+                        {"sizes": [5.0, 2.0, 8.0]}, "its shape must be a 1-D integer tensor, got float32 of shape [3]"),
+    "constant-of-unknown-type": ([_EXPORTED_LINK[0], ("Constant", [], "c", {"value": _tensor(999)}),
+                                  ("Reshape", ["Yt0", "c"], "layer0_output", {})], {},
+                                 "Constant node link1 cannot be read"),
+    "constant-in-another-file": ([_EXPORTED_LINK[0], ("Constant", [], "c", {"value": _tensor(7, external=True)}),
+                                  ("Reshape", ["Yt0", "c"], "layer0_output", {})], {},
+                                 "Constant node link1 cannot be read: it keeps its data in another file"),
+}
+
+
+@pytest.mark.parametrize("case_name", MALFORMED_LINKS)
+def test_a_malformed_layout_op_is_a_value_error_naming_it(case_name):
+    """Attributes and constants of the wrong type, or a constant kept in another file (never opened on the
+    model's say-so), are a ValueError naming the node, not a TypeError or KeyError from deep inside."""
+    from compat_tests.interop import onnx_model
+
+    link, constants, match = MALFORMED_LINKS[case_name]
+    with pytest.raises(ValueError, match=re.escape(match)):
+        onnx_model.import_model(_bidirectional_stack(link, constants)[0])
+
+
+def test_a_shape_a_caller_may_feed_and_a_foreign_domain_op_are_not_layout_ops_of_the_file():
+    """An initializer that is also a graph input is a default a caller may override (onnxruntime then reads
+    the fed value), and a Transpose of another domain is not ONNX's: neither tells what the link does."""
+    from onnx import TensorProto, helper
+
+    from compat_tests.interop import onnx_model
+
+    fed = _bidirectional_stack(_EXPORTED_LINK)[0]
+    fed.graph.input.append(helper.make_tensor_value_info("y_shape", TensorProto.INT64, [3]))
+    with pytest.raises(ValueError, match=re.escape("Reshape node link1 between recurrent nodes layer0 and layer1: "
+                                                   "its shape (input 1) is fed or computed at run time")):
+        onnx_model.import_model(fed)
+    foreign = _bidirectional_stack(_EXPORTED_LINK)[0]
+    next(n for n in foreign.graph.node if n.name == "link0").domain = "com.example"
+    with pytest.raises(ValueError, match=re.escape("node layer1 reads X from Transpose node link0's output 'Yt0' "
+                                                   "through Reshape, not from the output Y")):
+        onnx_model.import_model(foreign)
+
+
 LINK_KEEPS = {  # layout ops that carry Y0 [T, D, B, H] to [T, B, D*H] some other way, their constants, static X
     "literal-sizes": ([_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})],
-                      {"sizes": [5, 2, 8]}, True),
+                      {"sizes": [5, 2, 8]}, (True, True)),
     "flatten-and-back": ([_EXPORTED_LINK[0], ("Flatten", ["Yt0"], "F0", {"axis": 2}),
-                          ("Reshape", ["F0", "sizes"], "layer0_output", {})], {"sizes": [5, -1, 8]}, True),
+                          ("Reshape", ["F0", "sizes"], "layer0_output", {})], {"sizes": [5, -1, 8]}, (True, True)),
     "unsqueeze-squeeze-identity": ([*_EXPORTED_LINK[:1], ("Reshape", ["Yt0", "y_shape"], "Yr0", {}),
                                     ("Unsqueeze", ["Yr0", "front"], "U0", {}), ("Squeeze", ["U0", "front"], "S0", {}),
-                                    ("Identity", ["S0"], "layer0_output", {})], {"front": [0]}, False),
+                                    ("Identity", ["S0"], "layer0_output", {})], {"front": [0]}, (False, False)),
 }
 
 
@@ -1310,9 +1412,9 @@ def test_layout_ops_that_keep_every_element_in_place_load_as_the_stack(case_name
     pytest.importorskip("onnxruntime")
     from compat_tests.interop import onnx_model
 
-    link, constants, static = LINK_KEEPS[case_name]
+    link, constants, fixed = LINK_KEEPS[case_name]
     plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK)
-    variant = _bidirectional_stack(link, constants, static)[0]
+    variant = _bidirectional_stack(link, constants, fixed)[0]
     assert _onnxruntime(variant, case.x).tobytes() == _onnxruntime(plain, case.x).tobytes()
     model, weights, biases = onnx_model.import_model(variant)
     assert repr(model) == repr(cfg.model())
@@ -1330,7 +1432,7 @@ def test_sizes_too_large_to_replay_are_refused_before_any_is_allocated():
     for dim, size in zip(proto.graph.input[0].type.tensor_type.shape.dim, (T, B)):
         dim.dim_value = size
     with pytest.raises(ValueError, match=re.escape(f"the sizes the graph fixes (T={T}, B={B}, D=2, H=4) are too "
-                                                   f"many elements to replay them at; export with 0 and -1")):
+                                                   f"many elements to replay them at; export with T and B free")):
         onnx_model.import_model(proto)
 
 
@@ -1348,7 +1450,7 @@ def test_a_reshape_whose_shape_is_computed_at_run_time_is_refused():
     variant = _bidirectional_stack(link, {"zero": [0], "two": [2], "minus_one": [-1]})[0]
     assert _onnxruntime(variant, case.x).tobytes() == _onnxruntime(plain, case.x).tobytes()
     with pytest.raises(ValueError, match=re.escape("Reshape node link4 between recurrent nodes layer0 and layer1: "
-                                                   "its shape (input 1) is computed at run time")):
+                                                   "its shape (input 1) is fed or computed at run time")):
         onnx_model.import_model(variant)
 
 
