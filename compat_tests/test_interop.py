@@ -1523,6 +1523,39 @@ def test_a_graph_pytorchs_exporter_wrote_loads_with_the_weights_pytorch_had(mode
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
 
 
+def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module():
+    """The stack check refuses no graph PyTorch's exporter writes: 288 modules (RNN(relu), LSTM, GRU; 2 and 3
+    layers; uni- and bidirectional; batch_first or not; with and without bias; opsets 11, 13 and 17, whose
+    Squeeze takes its axes as an attribute or an input; static and dynamic axes), each loading as its
+    module's config with the weights of its state_dict, bit for bit."""
+    torch = pytest.importorskip("torch")
+    import itertools
+    import warnings
+
+    import onnx
+
+    from compat_tests.interop import onnx_model
+
+    classes = {"relu": lambda *a, **kw: torch.nn.RNN(*a, nonlinearity="relu", **kw), "lstm": torch.nn.LSTM,
+               "gru": torch.nn.GRU}
+    torch.manual_seed(0)
+    for mode, layers, bidirectional, batch_first, bias, opset, dynamic in itertools.product(
+            classes, (2, 3), (False, True), (False, True), (False, True), (11, 13, 17), (False, True)):
+        module = classes[mode](3, 4, layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+        stream = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter announces its deprecation
+            torch.onnx.export(module, (torch.zeros((2, 5, 3) if batch_first else (5, 2, 3)),), stream, dynamo=False,
+                              opset_version=opset, input_names=["x"],
+                              dynamic_axes={"x": {0: "a", 1: "b"}} if dynamic else None)
+        got, weights, biases = onnx_model.import_model(onnx.load_from_string(stream.getvalue()))
+        state = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+        want = torch_format.from_state_dict(got, state)
+        assert (got.rnn_mode, got.num_layers, got.num_dirs) == (mode, layers, 2 if bidirectional else 1)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, want[0] + want[1], strict=True)), \
+            (mode, layers, bidirectional, batch_first, bias, opset, dynamic)
+
+
 def test_an_exported_graph_whose_node_was_changed_no_longer_matches_its_config():
     """Our config in the metadata names the cell; a node edited to compute another (the GRU's
     linear_before_reset dropped: the textbook candidate) is refused rather than read by the config."""
