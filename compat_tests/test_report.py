@@ -430,14 +430,10 @@ def test_a_time_limit_stops_worker_processes_too(tmp_path):
 def test_render_writes_the_report_of_the_run_not_of_the_renderer(tmp_path, tiny_report):
     """A run rendered on another machine (a GPU run's results on a laptop with matplotlib) keeps the
     environment of the machine that ran it."""
-    _, out, report = tiny_report
-    copy = tmp_path / "run"
-    copy.mkdir()
-    for name in ("run.json", RESULTS):
-        (copy / name).write_bytes((out / name).read_bytes())
+    _, _, report = tiny_report
+    copy = _copied_run(tiny_report, tmp_path, lambda plan: plan.update(environment={
+        **plan["environment"], "cpu": "the machine that ran it", "cudnn": {"device": "GPU 7"}}))
     plan = json.loads((copy / "run.json").read_text())
-    plan["environment"] = {**plan["environment"], "cpu": "the machine that ran it", "cudnn": {"device": "GPU 7"}}
-    (copy / "run.json").write_text(json.dumps(plan))
     assert cli.main(["render", str(copy)]) == 0
     rendered = json.loads((copy / "report.json").read_text())
     _validate(rendered)
@@ -498,11 +494,7 @@ def test_resume_refuses_a_run_that_another_policy_judged(tmp_path, tiny_report, 
 
 
 def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path, tiny_report, kill_before_replacing):
-    _, out, _ = tiny_report
-    copy = tmp_path / "run"
-    copy.mkdir()
-    for name in ("run.json", RESULTS):
-        (copy / name).write_bytes((out / name).read_bytes())
+    copy = _copied_run(tiny_report, tmp_path)
     assert cli.main(["render", str(copy)]) == 0
     before = {p.name: p.read_bytes() for p in copy.iterdir()}
     plan = json.loads((copy / "run.json").read_text())
@@ -575,11 +567,7 @@ def test_render_and_resume_refuse_a_run_folder_another_version_or_a_hand_wrote(t
                                                                               target, damage, match):
     """``render`` (and ``--resume``, which reads the same records) names the file and the line instead of
     failing with a KeyError deep in the report's aggregation."""
-    _, out, _ = tiny_report
-    copy = tmp_path / "run"
-    copy.mkdir()
-    for name in ("run.json", RESULTS):
-        (copy / name).write_text((out / name).read_text())
+    copy = _copied_run(tiny_report, tmp_path)
     damaged = damage((copy / target).read_text())
     (copy / target).write_text(damaged if target != RESULTS else damaged.rstrip("\n") + "\n")  # whole lines
     assert cli.main(["render", str(copy)]) == 2

@@ -132,7 +132,7 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
             inits[t.name] = numpy_helper.to_array(t)
         except (KeyError, ValueError, TypeError) as exc:  # an unknown data_type, data of the wrong length
             raise ValueError(f"initializer {t.name!r} cannot be read: {type(exc).__name__}: {exc}") from None
-    nodes = [n for n in proto.graph.node if n.op_type in ("GRU", "LSTM", "RNN") and n.domain in _DEFAULT_DOMAIN]
+    nodes = [n for n in proto.graph.node if n.op_type in _RECURRENT_OPS and n.domain in _DEFAULT_DOMAIN]
     if not nodes:
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node")
     paths = _stack_paths(proto.graph, nodes)
@@ -153,9 +153,19 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
     return model, weights, biases
 
 
+_RECURRENT_OPS = ("GRU", "LSTM", "RNN")
+
+
 def _name(node) -> str:
     """A node's name, or for a nameless one its op and first output: ``(GRU -> 'Y0')``."""
     return node.name or f"({node.op_type} -> {node.output[0] if node.output else ''!r})"
+
+
+def _attributes(node) -> dict:
+    """A node's attributes, name -> Python value."""
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 # The ops that only move a tensor's elements (or, as Dropout at inference, pass it on): what may lie
@@ -293,20 +303,22 @@ def _constant(node) -> np.ndarray:
                      f"(attributes {[a.name for a in node.attribute]})")
 
 
-def _operands(graph, op, inits: dict[str, np.ndarray]) -> list:
-    """A layout op's inputs after the first, as the replay reads them (see ``_COMPUTED``). An initializer that
-    is also a graph input is only a default a caller may override, so it is fed at run time."""
+def _file_values(graph, inits: dict[str, np.ndarray]):
+    """``value(name)``: a layout op's input after the first as the replay reads it (see ``_COMPUTED``). An
+    initializer that is also a graph input is only a default a caller may override, so it is fed at run time."""
     fed = {i.name for i in graph.input}
     constants = {n.output[0]: n for n in graph.node
                  if n.op_type == "Constant" and n.domain in _DEFAULT_DOMAIN and n.output}
-    return [None if not name else _COMPUTED if name in fed else inits[name] if name in inits
-            else _constant(constants[name]) if name in constants else _COMPUTED for name in op.input[1:]]
+
+    def value(name: str):
+        return None if not name else _COMPUTED if name in fed else inits[name] if name in inits \
+            else _constant(constants[name]) if name in constants else _COMPUTED
+
+    return value
 
 
 def _batch_major(node) -> bool:
-    from onnx import helper
-
-    return bool({a.name: helper.get_attribute_value(a) for a in node.attribute}.get("layout", 0))
+    return bool(_attributes(node).get("layout", 0))
 
 
 def _stack_paths(graph, nodes: list) -> list[list]:
@@ -358,11 +370,11 @@ def _fixed_sizes(proto) -> dict[str, tuple[int, int]]:
         inferred = onnx.shape_inference.infer_shapes(stripped)
     except Exception:  # noqa: BLE001 - onnx raises several kinds; a graph it cannot infer fixes no size
         return {}
+    infos = {v.name: v for v in [*inferred.graph.value_info, *inferred.graph.output]}
     sizes = {}
     for node in inferred.graph.node:
-        if node.op_type in ("GRU", "LSTM", "RNN") and node.output:
-            info = next((v for v in [*inferred.graph.value_info, *inferred.graph.output]
-                         if v.name == node.output[0]), None)
+        if node.op_type in _RECURRENT_OPS and node.output:
+            info = infos.get(node.output[0])
             dims = [d.dim_value for d in info.type.tensor_type.shape.dim] if info is not None else []
             if len(dims) == 4:
                 sizes[node.output[0]] = (dims[1], dims[0]) if _batch_major(node) else (dims[0], dims[2])
@@ -376,6 +388,7 @@ def _check_stack(proto, nodes: list, paths: list[list], inits: dict[str, np.ndar
     for a size it leaves free, at each of ``_REPLAY_T`` or ``_REPLAY_B``. A layout op whose shape or axes are
     fed or computed at run time cannot be replayed, and is refused."""
     fixed = _fixed_sizes(proto) if paths else {}
+    value = _file_values(proto.graph, inits)
     for previous, node, path in zip(nodes, nodes[1:], paths):
         T, B = fixed.get(previous.output[0], (0, 0))
         sizes = [(t, b) for t in ((T,) if T else _REPLAY_T) for b in ((B,) if B else _REPLAY_B)]
@@ -383,24 +396,24 @@ def _check_stack(proto, nodes: list, paths: list[list], inits: dict[str, np.ndar
             raise ValueError(f"the layout ops from {_name(previous)} to {_name(node)} cannot be checked: the sizes the "
                              f"graph fixes (T={T or 'free'}, B={B or 'free'}, D={D}, H={H}) are too many elements to "
                              f"replay them at; export with T and B free")
-        operands = [_operands(proto.graph, op, inits) for op in path]
+        given = [(_attributes(op), [value(name) for name in op.input[1:]]) for op in path]
         for k, (t, b) in enumerate(sizes):
-            _replay(previous, node, path, operands, t, b, D, H, strict=k == 0)
+            _replay(previous, node, path, given, t, b, D, H, strict=k == 0)
 
 
-def _replay(previous, node, path: list, operands: list[list], T: int, B: int, D: int, H: int, strict: bool) -> None:
+def _replay(previous, node, path: list, given: list[tuple[dict, list]], T: int, B: int, D: int, H: int,
+            strict: bool) -> None:
     """Run the layout ops ``path`` on ``previous``'s ``Y`` at sizes ``T, B, D, H``, each element labelled with
     its (time, batch, direction, hidden) index, and check that ``node`` reads ``[T, B, D*H]`` (``[B, T, D*H]``
     for ``layout=1``) with the directions side by side, as cuDNN concatenates them. Not ``strict``: a
     layout op that fails, or an ``X`` the node would refuse (not ``[*, *, D*H]``), passes, since the graph
-    then fails at these sizes rather than computing something else."""
-    from onnx import helper
-
+    then fails at these sizes rather than computing something else. ``given``: each op's attributes and its
+    inputs after the first."""
     labels = np.arange(T * B * D * H, dtype=np.int32).reshape(T, B, D, H)  # at most _REPLAY_LIMIT
     got = labels.transpose((1, 0, 2, 3) if _batch_major(previous) else (0, 2, 1, 3))
-    for op, given in zip(path, operands):
+    for op, (attrs, operands) in zip(path, given):
         try:
-            got = _LAYOUT_OPS[op.op_type]({a.name: helper.get_attribute_value(a) for a in op.attribute}, [got, *given])
+            got = _LAYOUT_OPS[op.op_type](attrs, [got, *operands])
         except (ValueError, TypeError, OverflowError) as exc:
             if not strict:
                 return
@@ -440,10 +453,8 @@ def _node_kind(node, layer: dict[str, np.ndarray]) -> tuple[str, str]:
     """``(rnn_mode, direction)`` that one recurrent node computes; a node that computes something no cuDNN
     mode does (cell clipping, coupled gates, peepholes, other activations, a reverse-only direction) is a
     ValueError naming the node and what it carries."""
-    from onnx import helper
-
     name = _name(node)
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = _attributes(node)
     foreign = sorted(set(attrs) - _KNOWN) + [k for k, v in _NEUTRAL.items() if attrs.get(k, v) != v]
     if foreign:
         shown = (f"{k}={attrs[k]:g}" if isinstance(attrs[k], float) else f"{k}={attrs[k]!r}" for k in foreign)

@@ -55,7 +55,8 @@ def check_resumable(out: Path, units: list[Unit]) -> None:
         raise ValueError(f"--resume: {what} {len(before)} units; this command plans {len(ids)} ({new} not in that "
                          f"run, {gone} of that run's not in this one): resume with the --grid, --seed and --backends "
                          f"of that run (and the same backends available), or use another --out")
-    if path.is_file() and plan.get("policy", policy_summary()) != policy_summary():
+    current = policy_summary()
+    if path.is_file() and plan.get("policy", current) != current:
         raise ValueError(f"--resume: the tolerance policy changed since the run in {out} began (another version of "
                          f"rnn-compat, or an edited compat_tests/tolerances.py or known_divergences.py), so its "
                          f"records and this run's would be judged by two policies: start a new run in another --out")
