@@ -1384,7 +1384,8 @@ def test_a_shape_a_caller_may_feed_and_a_foreign_domain_op_are_not_layout_ops_of
     fed = _bidirectional_stack(_EXPORTED_LINK)[0]
     fed.graph.input.append(helper.make_tensor_value_info("y_shape", TensorProto.INT64, [3]))
     with pytest.raises(ValueError, match=re.escape("Reshape node link1 between recurrent nodes layer0 and layer1: "
-                                                   "its shape (input 1) is fed or computed at run time")):
+                                                   "its shape (input 1) is fed at run time (graph input 'y_shape'), "
+                                                   "so what the op does to the layer's output cannot be told")):
         onnx_model.import_model(fed)
     foreign = _bidirectional_stack(_EXPORTED_LINK)[0]
     next(n for n in foreign.graph.node if n.name == "link0").domain = "com.example"
@@ -1436,22 +1437,150 @@ def test_sizes_too_large_to_replay_are_refused_before_any_is_allocated():
         onnx_model.import_model(proto)
 
 
-def test_a_reshape_whose_shape_is_computed_at_run_time_is_refused():
-    """What a Reshape does to the layer's output depends on its shape; one computed from other tensors at run
-    time (here ``Shape`` of the input, sliced) cannot be replayed from the file, so the stack is refused
-    rather than trusted, even though this one happens to compute the stack (checked)."""
+def _shape_of(tensor: str, out: str, start: int, end: int) -> list[tuple]:
+    """Link ops computing ``out``: the dims ``[start, end)`` of ``tensor`` (Shape, then Slice)."""
+    return [("Shape", [tensor], f"{out}_all", {}), ("Slice", [f"{out}_all", f"at{start}", f"at{end}"], out, {})]
+
+
+_AT = {f"at{k}": [k] for k in range(5)}
+_DYNAMO_LINK = [  # what PyTorch's dynamo exporter writes with dynamic axes: [T, B] of Yt0, then D*H by Mul
+    _EXPORTED_LINK[0], *_shape_of("Yt0", "tb", 0, 2), *_shape_of("Yt0", "d", 2, 3), *_shape_of("Yt0", "h", 3, 4),
+    ("Mul", ["d", "h"], "dh", {}), ("Concat", ["tb", "dh"], "computed", {"axis": 0}),
+    ("Reshape", ["Yt0", "computed"], "layer0_output", {})]
+SHAPE_KEEPS = {  # links whose Reshape's shape shape arithmetic computes, their constants: each the stack
+    "dynamo-exporter": (_DYNAMO_LINK, _AT),
+    "sliced-and-minus-one": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "tb", 0, 2),
+                              ("Concat", ["tb", "minus_one"], "computed", {"axis": 0}),
+                              ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {**_AT, "minus_one": [-1]}),
+    "shapes-with-start-and-end": ([_EXPORTED_LINK[0], ("Shape", ["Yt0"], "tb", {"start": 0, "end": -2}),
+                                   ("Shape", ["Yt0"], "d", {"start": 2, "end": 3}), ("Shape", ["Yt0"], "h", {"start": -1}),
+                                   ("Mul", ["d", "h"], "dh", {}), ("Concat", ["tb", "dh"], "computed", {"axis": 0}),
+                                   ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {}),
+    "gathered-cast-unsqueezed-from-y": ([("Shape", ["Y0"], "y_dims", {}),
+                                         ("Gather", ["y_dims", "zero"], "t", {"axis": 0}),
+                                         ("Gather", ["y_dims", "two"], "b", {"axis": 0}),
+                                         ("Cast", ["t"], "t32", {"to": 6}), ("Cast", ["t32"], "t64", {"to": 7}),
+                                         ("Unsqueeze", ["t64", "front"], "t1", {}), ("Unsqueeze", ["b", "front"], "b1", {}),
+                                         ("Sub", ["dh_plus_one", "one"], "dh", {}),
+                                         ("Concat", ["t1", "b1", "dh"], "computed", {"axis": 0}), _EXPORTED_LINK[0],
+                                         ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                                        {"zero": 0, "two": 2, "front": [0], "one": [1], "dh_plus_one": [9]}),
+}
+
+
+@pytest.mark.parametrize("case_name", SHAPE_KEEPS)
+def test_a_reshape_whose_shape_arithmetic_computes_the_stack_loads(case_name):
+    """A Reshape's shape computed at run time from the shapes of the link's own tensors (``Shape``, then
+    Slice, Gather, Cast, Unsqueeze, Sub, Mul, Concat), as PyTorch's dynamo exporter writes with dynamic
+    axes, is evaluated at each size the replay runs at: these run in onnxruntime to the stack's output bit
+    for bit (checked), and load as the stack."""
     pytest.importorskip("onnxruntime")
     from compat_tests.interop import onnx_model
 
-    link = [_EXPORTED_LINK[0], ("Shape", ["Yt0"], "shape0", {}), ("Slice", ["shape0", "zero", "two"], "tb", {}),
-            ("Concat", ["tb", "minus_one"], "computed", {"axis": 0}),
-            ("Reshape", ["Yt0", "computed"], "layer0_output", {})]
+    link, constants = SHAPE_KEEPS[case_name]
     plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK)
-    variant = _bidirectional_stack(link, {"zero": [0], "two": [2], "minus_one": [-1]})[0]
+    variant = _bidirectional_stack(link, constants)[0]
     assert _onnxruntime(variant, case.x).tobytes() == _onnxruntime(plain, case.x).tobytes()
-    with pytest.raises(ValueError, match=re.escape("Reshape node link4 between recurrent nodes layer0 and layer1: "
-                                                   "its shape (input 1) is fed or computed at run time")):
+    model, weights, biases = onnx_model.import_model(variant)
+    assert repr(model) == repr(cfg.model())
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+
+
+SHAPE_BREAKS = {  # shape arithmetic that computes something other than the stack, constants, the case's T
+    # and B, the refusal
+    "computed-without-the-transpose": ([*_shape_of("Y0", "t", 0, 1), *_shape_of("Y0", "b", 2, 3),
+                                        ("Concat", ["t", "b", "minus_one"], "computed", {"axis": 0}),
+                                        ("Reshape", ["Y0", "computed"], "layer0_output", {})],
+                                       {**_AT, "minus_one": [-1]}, (5, 2),
+                                       "rearranged by Reshape into [3, 2, 8] (replayed at T=3, B=2, D=2, H=4), not as "
+                                       "a stack's next"),
+    "time-and-batch-read-swapped": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "t", 0, 1), *_shape_of("Yt0", "b", 1, 2),
+                                     ("Concat", ["b", "t", "minus_one"], "computed", {"axis": 0}),
+                                     ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                                    {**_AT, "minus_one": [-1]}, (5, 2),
+                                    "rearranged by Transpose, Reshape into [2, 3, 8] (replayed at T=3, B=2"),
+    "right-only-at-some-sizes": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "t", 0, 1), ("Sub", ["t", "at1"], "t_less", {}),
+                                  ("Concat", ["minus_one", "t_less", "dh"], "computed", {"axis": 0}),
+                                  ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                                 {**_AT, "minus_one": [-1], "dh": [8]}, (4, 6),
+                                 "rearranged by Transpose, Reshape into [9, 2, 8] (replayed at T=3, B=6"),
+}
+
+
+@pytest.mark.parametrize("case_name", SHAPE_BREAKS)
+def test_a_reshape_whose_shape_arithmetic_moves_elements_out_of_place_is_refused(case_name):
+    """Shape arithmetic is replayed, not trusted: a shape computed without the Transpose (directions
+    interleaved), with time and batch read from each other's axes, or right at T=3, B=2 alone, runs in
+    onnxruntime to something other than the stack (checked), and is refused at the replay's sizes."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    link, constants, sizes, match = SHAPE_BREAKS[case_name]
+    plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK, sizes=sizes)
+    variant = _bidirectional_stack(link, constants, sizes=sizes)[0]
+    want, got = _onnxruntime(plain, case.x), _onnxruntime(variant, case.x)
+    assert got.shape != want.shape or error_stats(got, want.astype(np.float64)).max_abs > 1e-3, \
+        "the variant computes what the stack does: not a test of the importer"
+    with pytest.raises(ValueError, match=re.escape(match)):
         onnx_model.import_model(variant)
+
+
+_UNTOLD = "so what the op does to the layer's output cannot be told from the file"
+SHAPE_UNKNOWNS = {  # a Reshape's shape that the replay cannot evaluate, constants, the refusal after "its shape (input 1) "
+    "shape-of-the-graph-input": ([_EXPORTED_LINK[0], *_shape_of("X", "tb", 0, 2),
+                                  ("Concat", ["tb", "minus_one"], "computed", {"axis": 0}),
+                                  ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {**_AT, "minus_one": [-1]},
+                                 "is computed at run time from the shape of 'X', which is not a tensor of the link "
+                                 f"(the Y before it or a layout op's output), {_UNTOLD}"),
+    "computed-from-data": ([_EXPORTED_LINK[0], ("ReduceMax", ["Yt0"], "peak", {"keepdims": 0}),
+                            ("Cast", ["peak"], "n", {"to": 7}), ("Unsqueeze", ["n", "at0"], "n1", {}),
+                            ("Concat", ["minus_one", "n1", "dh"], "computed", {"axis": 0}),
+                            ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                           {**_AT, "minus_one": [-1], "dh": [8]},
+                           "is computed at run time by ReduceMax node link1, which is not shape arithmetic"),
+    "a-fed-value-through-arithmetic": ([_EXPORTED_LINK[0], ("Concat", ["X_sizes"], "computed", {"axis": 0}),
+                                        ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {},
+                                       f"is fed at run time (graph input 'X_sizes'), {_UNTOLD}"),
+    "cast-to-float": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "tb", 0, 2), ("Cast", ["tb"], "f", {"to": 1}),
+                       ("Concat", ["f", "minus_one"], "computed", {"axis": 0}),
+                       ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {**_AT, "minus_one": [-1]},
+                      "is computed by Cast node link3, which fails: it casts to type 1, not int32 or int64"),
+    "float-constants": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "tb", 0, 2), ("Mul", ["tb", "halves"], "f", {}),
+                         ("Concat", ["f", "minus_one"], "computed", {"axis": 0}),
+                         ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                        {**_AT, "minus_one": [-1], "halves": [0.5]},
+                        f"is computed by Mul node link3 from float32 values, not from the integers of shape "
+                        f"arithmetic, {_UNTOLD}"),
+    "too-many-values": ([_EXPORTED_LINK[0], ("Concat", ["many", "many"], "computed", {"axis": 0}),
+                         ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {"many": list(range(600))},
+                        f"is computed by Concat node link1 as 1200 values of int64, not as the few integers of shape "
+                        f"arithmetic, {_UNTOLD}"),
+    "too-deep": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "s0", 0, 3),
+                  *[("Identity", [f"s{k}"], f"s{k + 1}", {}) for k in range(70)],
+                  ("Concat", ["s70", "minus_one"], "computed", {"axis": 0}),
+                  ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {**_AT, "minus_one": [-1]},
+                 f"is computed at run time by more than 64 chained ops, {_UNTOLD}"),
+}
+
+
+@pytest.mark.parametrize("case_name", SHAPE_UNKNOWNS)
+def test_a_reshape_whose_shape_is_not_shape_arithmetic_is_refused(case_name):
+    """A shape computed from anything but the link's own tensors' shapes by the few integer ops of shape
+    arithmetic (from the graph's input, from data, from a value fed at run time, through or from floats, as
+    more than a few values, or through an endless chain) cannot be told from the file, and is refused naming
+    why."""
+    from onnx import TensorProto, helper
+
+    from compat_tests.interop import onnx_model
+
+    link, constants, match = SHAPE_UNKNOWNS[case_name]
+    proto = _bidirectional_stack(link, constants)[0]
+    if case_name == "a-fed-value-through-arithmetic":
+        proto.graph.input.append(helper.make_tensor_value_info("X_sizes", TensorProto.INT64, [3]))
+    reshape = next(n.name for n in proto.graph.node if n.output[0] == "layer0_output")
+    with pytest.raises(ValueError, match=re.escape(f"Reshape node {reshape} between recurrent nodes layer0 and "
+                                                   f"layer1: its shape (input 1) {match}")):
+        onnx_model.import_model(proto)
 
 
 def test_a_layer_that_reads_a_dropout_mask_is_refused():
@@ -1554,6 +1683,88 @@ def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module():
         assert (got.rnn_mode, got.num_layers, got.num_dirs) == (mode, layers, 2 if bidirectional else 1)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, want[0] + want[1], strict=True)), \
             (mode, layers, bidirectional, batch_first, bias, opset, dynamic)
+
+
+def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_its_module():
+    """PyTorch 2.13's default exporter (``dynamo=True``, through onnxscript) writes a GRU or LSTM as ONNX
+    nodes, and with dynamic axes computes the Reshape between layers by shape arithmetic. 16 modules (GRU,
+    LSTM; uni- and bidirectional; batch_first or not; static and dynamic axes; 2 or 3 layers, with or without
+    bias in turn) each load as the module's config with the weights of its state_dict, bit for bit, and a
+    dynamic graph runs in onnxruntime at other sizes (T=7, B=3, where free) to the reference's outputs within
+    the policy."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    import itertools
+    import logging
+    import warnings
+
+    from compat_tests.interop import onnx_model
+
+    torch.manual_seed(0)
+    for k, (mode, bidirectional, batch_first, dynamic) in enumerate(
+            itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True))):
+        layers, bias = 2 + k % 2, k % 4 < 2
+        module = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[mode](3, 4, layers, bias=bias, batch_first=batch_first,
+                                                                   bidirectional=bidirectional).eval()
+        example = torch.zeros((2, 5, 3) if batch_first else (5, 2, 3))
+        dims = {0: torch.export.Dim("b"), 1: torch.export.Dim("t")} if batch_first else \
+            {0: torch.export.Dim("t"), 1: torch.export.Dim("b")}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)  # the exporter logs what it skips (torchvision ops)
+            try:
+                proto = torch.onnx.export(module, (example,), dynamo=True, verbose=False,
+                                          dynamic_shapes=(dims,) if dynamic else None).model_proto
+            finally:
+                logging.disable(logging.NOTSET)
+        label = (mode, bidirectional, batch_first, dynamic, layers, bias)
+        got, weights, biases = onnx_model.import_model(proto)
+        assert (got.rnn_mode, got.num_layers, got.num_dirs) == (mode, layers, 2 if bidirectional else 1), label
+        want = torch_format.from_state_dict(got, {k: v.detach().numpy() for k, v in module.state_dict().items()})
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, want[0] + want[1], strict=True)), label
+        if dynamic:  # at T=7, B=3 where the exporter left them free (it fixes a batch-first T)
+            fixed = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim][:2]
+            T, B = (fixed[::-1] if batch_first else fixed)
+            cfg = RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, seq_len=T or 7, batch=B or 3,
+                            direction=got.direction, dtype="float32", initial_state=False)
+            case = make_case(cfg)._replace(weights=weights, biases=biases)
+            x = case.x.transpose(1, 0, 2).copy() if batch_first else case.x
+            import onnxruntime
+
+            session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+            y = session.run(None, {session.get_inputs()[0].name: x})[0]
+            expected = run_reference(cfg, case)
+            y = y.transpose(1, 0, 2) if batch_first else y
+            assert_agree_within_policy(cfg, case, Outputs(y, expected.output_h, expected.output_c), expected,
+                                       peer="onnxruntime")
+
+
+def test_an_rnn_that_pytorchs_dynamo_exporter_unrolls_is_refused_with_advice():
+    """PyTorch's dynamo exporter writes ``nn.RNN`` as MatMul, Add and Tanh per step, no RNN node: the refusal
+    says so and how to export one that loads (the TorchScript exporter writes RNN nodes; checked)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    import logging
+    import warnings
+
+    import onnx
+
+    from compat_tests.interop import onnx_model
+
+    module, example = torch.nn.RNN(3, 4, 2).eval(), torch.zeros(5, 2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            unrolled = torch.onnx.export(module, (example,), dynamo=True, verbose=False).model_proto
+        finally:
+            logging.disable(logging.NOTSET)
+        stream = io.BytesIO()
+        torch.onnx.export(module, (example,), stream, dynamo=False)
+    with pytest.raises(ValueError, match=re.escape("the ONNX graph has no GRU, LSTM or RNN node: it computes with "
+                                                   "MatMul or Gemm, perhaps a recurrence unrolled into steps")):
+        onnx_model.import_model(unrolled)
+    assert onnx_model.import_model(onnx.load_from_string(stream.getvalue()))[0].rnn_mode == "tanh"
 
 
 def test_an_exported_graph_whose_node_was_changed_no_longer_matches_its_config():
