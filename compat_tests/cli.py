@@ -62,9 +62,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     peers, status = _backends(args.backends)
     if not peers:
         raise ValueError("no requested backend is available: " + "; ".join(f"{b['name']}: {b['detail']}" for b in status))
-    grid_name = args.grid if args.grid in GRIDS else Path(args.grid).stem
+    # a grid file is labelled by its name, or where that is a built-in grid's (a file named 'quick') by its path
+    file_name = Path(args.grid).name
+    grid_name = args.grid if args.grid in GRIDS or file_name in GRIDS else file_name
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{grid_name}-{stamp}"
+    folder = args.grid if args.grid in GRIDS else Path(args.grid).stem
+    out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{folder}-{stamp}"
     if (out / RESULTS).exists() and not args.resume:
         raise ValueError(f"{out / RESULTS} exists: pass --resume to continue that run, or another --out")
     units, skipped = plan(specs, peers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,15 +64,22 @@ def test_check_reports_a_peer_that_raises_as_a_failure_not_a_bad_argument(monkey
             in capsys.readouterr().out)
 
 
-def test_a_report_of_a_grid_file_is_named_after_it(tmp_path, monkeypatch):
-    """Its default folder is under reports/_scratch, named by the file's stem, whatever its suffix."""
-    grid = tmp_path / "grids" / "my_grid"
+@pytest.mark.parametrize("name, label", [("my_grid", "my_grid"), ("default.json", "default.json"),
+                                         ("quick", "grids/quick")])
+def test_a_report_of_a_grid_file_is_named_after_it(tmp_path, monkeypatch, name, label):
+    """Its default folder is under reports/_scratch, named by the file's stem, whatever its suffix; the report
+    calls the grid by the file's name, or where that is a built-in grid's, by its path, so that no report of
+    a file reads as one of a built-in grid."""
+    grid = tmp_path / "grids" / name
     grid.parent.mkdir()
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "dtype": "float32", "seq_len": 2}}]))
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--jobs", "1", "--no-progress"]) == 0
+    assert cli.main(["report", "--grid", f"grids/{name}", "--backends", "reference", "--jobs", "1",
+                     "--no-progress"]) == 0
     [run] = (tmp_path / "reports" / "_scratch").iterdir()
-    assert run.name.startswith("my_grid-") and json.loads((run / "report.json").read_text())["grid"] == "my_grid"
+    assert run.name.startswith(f"{Path(name).stem}-")
+    assert json.loads((run / "report.json").read_text())["grid"] == label
+    assert label in (run / "report.md").read_text()
     assert list(grid.parent.iterdir()) == [grid]
 
 
