@@ -1334,6 +1334,13 @@ def test_layout_ops_right_only_at_some_sizes_are_refused(case_name):
         onnx_model.import_model(variant)
 
 
+def _tensor_of(value: float):
+    """A one-element float32 TensorProto (a ConstantOfShape's value)."""
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.array([value], np.float32))
+
+
 def _tensor(data_type: int, external: bool = False):
     """A 3-element int64-sized TensorProto of ``data_type``, its data in the file or, ``external``, in another."""
     from onnx import TensorProto
@@ -1581,6 +1588,85 @@ def test_a_reshape_whose_shape_is_not_shape_arithmetic_is_refused(case_name):
     with pytest.raises(ValueError, match=re.escape(f"Reshape node {reshape} between recurrent nodes layer0 and "
                                                    f"layer1: its shape (input 1) {match}")):
         onnx_model.import_model(proto)
+
+
+def _start_from(slot: int, source: list[tuple], constants: dict[str, np.ndarray]):
+    """The 2-layer GRU of ``_foreign_onnx`` (T=5, B=2, H=4) whose second node reads input ``slot``
+    (4 sequence_lens, 5 initial_h) from ``start``, computed by ``source`` (``(op, inputs, attributes)`` each,
+    output ``s0``, ``s1``, ...; the last is ``start``) over ``constants``; with its config and case."""
+    from onnx import helper, numpy_helper
+
+    cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=4, seq_len=5, batch=2))
+    proto = _foreign_onnx(cfg, case)
+    names = [f"s{k}" for k in range(len(source) - 1)] + ["start"]
+    at = [n.name for n in proto.graph.node].index("rnn1")
+    for k, (op, inputs, attrs) in enumerate(source):
+        proto.graph.node.insert(at + k, helper.make_node(op, inputs, [names[k]], name=f"start{k}", **attrs))
+    proto.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+    rnn1 = next(n for n in proto.graph.node if n.name == "rnn1")
+    rnn1.input.extend([""] * (slot + 1 - len(rnn1.input)))
+    rnn1.input[slot] = "start"
+    return proto, cfg, case
+
+
+_ZEROS = np.zeros((1, 2, 4), np.float32)
+_SHAPE = np.array([1, 2, 4], np.int64)
+STARTS_REFUSED = {  # slot, source ops, constants, what the refusal says after "node rnn1 reads its "
+    "a-nonzero-initial-state": (5, [("Identity", ["h"], {})], {"h": _ZEROS + 0.5},
+                                "initial_h from initializer 'h', which is not all zeros"),
+    "constant-of-shape-of-another-value": (5, [("ConstantOfShape", ["shape"], {"value": _tensor_of(0.5)})],
+                                           {"shape": _SHAPE}, "initial_h from ConstantOfShape node start0, whose "
+                                                              "value is not zero"),
+    "a-state-computed-from-zeros": (5, [("Sigmoid", ["zeros"], {})], {"zeros": _ZEROS},
+                                    "initial_h from Sigmoid node start0"),
+    "fixed-sequence-lengths": (4, [("Identity", ["lengths"], {})], {"lengths": np.array([3, 5], np.int32)},
+                               "sequence_lens from initializer 'lengths', fixed in the file"),
+}
+
+
+@pytest.mark.parametrize("case_name", STARTS_REFUSED)
+def test_a_node_that_starts_from_what_the_file_fixes_is_refused(case_name):
+    """A layer whose initial state the file fixes to something other than zeros, or whose sequence lengths
+    it fixes, runs in onnxruntime to something other than the stack (checked); the model read from the
+    weights would start from the caller's states and lengths, so the file is refused."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    slot, source, constants, match = STARTS_REFUSED[case_name]
+    plain = _foreign_onnx(*_no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=4, seq_len=5,
+                                                       batch=2)))
+    variant, cfg, case = _start_from(slot, source, constants)
+    want, got = _onnxruntime(plain, case.x), _onnxruntime(variant, case.x)
+    assert error_stats(got, want.astype(np.float64)).max_abs > 1e-3, \
+        "the variant computes what the stack does: not a test of the importer"
+    with pytest.raises(ValueError, match=re.escape(f"node rnn1 reads its {match}: the model read from its weights "
+                                                   f"starts from the caller's")):
+        onnx_model.import_model(variant)
+
+
+STARTS_KEPT = {  # zeros written out as exporters write them, and a state the caller feeds
+    "expanded-zero": (5, [("Expand", ["zero", "shape"], {})], {"zero": np.zeros(1, np.float32), "shape": _SHAPE}),
+    "constant-of-shape-zero-sliced": (5, [("ConstantOfShape", ["shape2"], {"value": _tensor_of(0.0)}),
+                                          ("Slice", ["s0", "one", "two"], {})],
+                                      {"shape2": np.array([2, 2, 4], np.int64), "one": np.array([1], np.int64),
+                                       "two": np.array([2], np.int64)}),
+    "negative-zeros": (5, [("Identity", ["h"], {})], {"h": -_ZEROS}),
+}
+
+
+@pytest.mark.parametrize("case_name", STARTS_KEPT)
+def test_a_node_that_starts_from_zeros_the_file_writes_out_loads(case_name):
+    """The control: zero states written out (Expand of a zero, a sliced ConstantOfShape of zero, -0.0) run in
+    onnxruntime to the stack's output bit for bit (checked), and load as the stack."""
+    pytest.importorskip("onnxruntime")
+    from compat_tests.interop import onnx_model
+
+    slot, source, constants = STARTS_KEPT[case_name]
+    variant, cfg, case = _start_from(slot, source, constants)
+    plain = _foreign_onnx(cfg, case)
+    assert _onnxruntime(variant, case.x).tobytes() == _onnxruntime(plain, case.x).tobytes()
+    model, weights, biases = onnx_model.import_model(variant)
+    assert repr(model) == repr(cfg.model())
 
 
 def test_a_layer_that_reads_a_dropout_mask_is_refused():

@@ -19,7 +19,8 @@ from reference import checkpoint
 from reference.formats.files import replacing
 from reference.formats import onnx as onnx_weights
 
-from compat_tests.interop.onnx_stack import DEFAULT_DOMAIN, RECURRENT_OPS, attributes, check_stack, node_name, stack_paths
+from compat_tests.interop.onnx_stack import (DEFAULT_DOMAIN, RECURRENT_OPS, attributes, check_stack, check_starts,
+                                              node_name, stack_paths)
 
 OPSET = 22
 IR_VERSION = 10
@@ -156,6 +157,7 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
                              f"{model.direction} {model.rnn_mode!r} RNN")
     weights, biases = onnx_weights.from_onnx(model, layers)
     check_stack(proto, nodes, paths, inits, model.num_dirs, model.num_units)
+    check_starts(proto.graph, nodes, inits)
     return model, weights, biases
 
 

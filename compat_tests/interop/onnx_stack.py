@@ -477,3 +477,64 @@ def _replay(previous, node, path: list, given: list[tuple[dict, list]], value, T
                      f"recurrent nodes are not one stack")
 
 
+
+
+# What a recurrent node may start from: its initial_h, initial_c and sequence_lens come from the caller (a
+# graph input, moved by these ops only) or, for the states, are zeros the file writes out (as the exporters
+# do: Expand or ConstantOfShape of a zero, sliced per layer). A file that fixes other values computes the
+# stack from a start the model read from its weights does not have.
+_MOVES = ("Slice", "Gather", "Expand", "Tile", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Cast",
+          "Flatten", "Concat", "Split")
+_START_INPUTS = {4: "sequence_lens", 5: "initial_h", 6: "initial_c"}
+
+
+def check_starts(graph, nodes: list, inits: dict[str, np.ndarray]) -> None:
+    """Each of ``nodes`` must start from the caller's states and lengths or from zero states: an initial state
+    or sequence lengths the file fixes otherwise (an initializer, a ConstantOfShape of another value, a state
+    computed from the data) are refused naming the node, the input and its source."""
+    fed = {i.name for i in graph.input}
+    producers = {out: n for n in graph.node for out in n.output if out}
+    constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.domain in DEFAULT_DOMAIN}
+
+    def source(name: str, state: bool, depth: int = 0) -> str | None:
+        """Why ``name`` is no start the caller gives (None where it is)."""
+        if name in fed:
+            return None
+        if name in inits or name in constants:
+            value = inits[name] if name in inits else _constant(constants[name])
+            return None if state and value.size and not np.any(value) else \
+                f"{'initializer' if name in inits else 'Constant'} {name!r}, " \
+                f"{'which is not all zeros' if state else 'fixed in the file'}"
+        node = producers.get(name)
+        if node is None:
+            return f"{name!r}, which no node of the graph computes"
+        if depth > _SHAPE_DEPTH:
+            return f"{name!r} through more than {_SHAPE_DEPTH} ops"
+        if node.domain not in DEFAULT_DOMAIN:
+            return f"{node.op_type} node {node_name(node)} of domain {node.domain!r}"
+        if state and node.op_type == "ConstantOfShape":
+            value = attributes(node).get("value")
+            return None if value is None or not np.any(_tensor_value(value)) else \
+                f"ConstantOfShape node {node_name(node)}, whose value is not zero"
+        if node.op_type not in _MOVES:
+            return f"{node.op_type} node {node_name(node)}"
+        moved = node.input if node.op_type == "Concat" else node.input[:1]
+        return next((why for why in (source(i, state, depth + 1) for i in moved if i) if why), None)
+
+    for node in nodes:
+        for k, slot in _START_INPUTS.items():
+            name = node.input[k] if k < len(node.input) else ""
+            why = source(name, slot != "sequence_lens") if name else None
+            if why:
+                raise ValueError(f"node {node_name(node)} reads its {slot} from {why}: the model read from its weights "
+                                 f"starts from the caller's {'states or zeros' if slot != 'sequence_lens' else 'lengths'}"
+                                 f" and would silently disagree with the file; make it a graph input")
+
+
+def _tensor_value(t) -> np.ndarray:
+    from onnx import numpy_helper
+
+    try:
+        return numpy_helper.to_array(t)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValueError(f"a ConstantOfShape value cannot be read: {exc}") from None
