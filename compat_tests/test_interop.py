@@ -1593,8 +1593,9 @@ def test_a_reshape_whose_shape_is_not_shape_arithmetic_is_refused(case_name):
 def _start_from(slot: int, source: list[tuple], constants: dict[str, np.ndarray]):
     """The 2-layer GRU of ``_foreign_onnx`` (T=5, B=2, H=4) whose second node reads input ``slot``
     (4 sequence_lens, 5 initial_h) from ``start``, computed by ``source`` (``(op, inputs, attributes)`` each,
-    output ``s0``, ``s1``, ...; the last is ``start``) over ``constants``; with its config and case."""
-    from onnx import helper, numpy_helper
+    output ``s0``, ``s1``, ...; the last is ``start``) over ``constants`` (those named ``*_default`` also graph
+    inputs, defaults a caller may override); with its config and case."""
+    from onnx import TensorProto, helper, numpy_helper
 
     cfg, case = _no_initial_state(RNNConfig("gru", num_layers=2, num_units=4, input_size=4, seq_len=5, batch=2))
     proto = _foreign_onnx(cfg, case)
@@ -1603,6 +1604,8 @@ def _start_from(slot: int, source: list[tuple], constants: dict[str, np.ndarray]
     for k, (op, inputs, attrs) in enumerate(source):
         proto.graph.node.insert(at + k, helper.make_node(op, inputs, [names[k]], name=f"start{k}", **attrs))
     proto.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+    proto.graph.input.extend(helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                             for k, v in constants.items() if k.endswith("_default"))  # a caller may override it
     rnn1 = next(n for n in proto.graph.node if n.name == "rnn1")
     rnn1.input.extend([""] * (slot + 1 - len(rnn1.input)))
     rnn1.input[slot] = "start"
@@ -1617,6 +1620,8 @@ STARTS_REFUSED = {  # slot, source ops, constants, what the refusal says after "
     "constant-of-shape-of-another-value": (5, [("ConstantOfShape", ["shape"], {"value": _tensor_of(0.5)})],
                                            {"shape": _SHAPE}, "initial_h from ConstantOfShape node start0, whose "
                                                               "value is not zero"),
+    "a-nonzero-default-of-a-graph-input": (5, [("Identity", ["h_default"], {})], {"h_default": _ZEROS + 0.5},
+                                           "initial_h from initializer 'h_default', which is not all zeros"),
     "a-state-computed-from-zeros": (5, [("Sigmoid", ["zeros"], {})], {"zeros": _ZEROS},
                                     "initial_h from Sigmoid node start0"),
     "fixed-sequence-lengths": (4, [("Identity", ["lengths"], {})], {"lengths": np.array([3, 5], np.int32)},

@@ -498,7 +498,7 @@ def check_starts(graph, nodes: list, inits: dict[str, np.ndarray]) -> None:
 
     def source(name: str, state: bool, depth: int = 0) -> str | None:
         """Why ``name`` is no start the caller gives (None where it is)."""
-        if name in fed:
+        if name in fed and name not in inits:  # an initializer that is also an input: a default, held as one
             return None
         if name in inits or name in constants:
             value = inits[name] if name in inits else _constant(constants[name])
