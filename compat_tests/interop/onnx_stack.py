@@ -3,7 +3,8 @@ the node before through layout ops alone, and those ops, replayed in NumPy on a 
 their (time, batch, direction, hidden) index, must hand it ``[T, B, D*H]`` (``[B, T, D*H]`` for
 ``layout=1``) with every element in place. A layout op's shape or axes may be file constants or **shape
 arithmetic**: ``Shape`` of the link's own tensors, then integer ops on it (``_SHAPE_OPS``), as PyTorch's
-dynamo exporter writes with dynamic axes; the replay evaluates it at the sizes it replays at. Needs ``onnx``.
+dynamo exporter writes with dynamic axes; the replay evaluates it at the sizes it replays at. And whether
+each node starts from what the caller gives (:func:`check_starts`). Needs ``onnx``.
 """
 
 from __future__ import annotations
