@@ -1510,15 +1510,32 @@ SHAPE_BREAKS = {  # shape arithmetic that computes something other than the stac
                                   ("Concat", ["minus_one", "t_less", "dh"], "computed", {"axis": 0}),
                                   ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
                                  {**_AT, "minus_one": [-1], "dh": [8]}, (4, 6),
-                                 "rearranged by Transpose, Reshape into [9, 2, 8] (replayed at T=3, B=6"),
+                                 "is computed by Sub node link3, which adds to or subtracts from a size"),
+    # T + (T-1)(T-3)(T-4) is T at every T the check replays (3, 1, 4), and 4 at T=2: a helper's audit
+    "a-polynomial-right-at-every-size-replayed": (
+        [_EXPORTED_LINK[0], *_shape_of("Yt0", "t", 0, 1), *_shape_of("Yt0", "b", 1, 2),
+         ("Sub", ["t", "at1"], "t1", {}), ("Sub", ["t", "at3"], "t3", {}), ("Sub", ["t", "at4"], "t4", {}),
+         ("Mul", ["t1", "t3"], "p2", {}), ("Mul", ["p2", "t4"], "p3", {}), ("Add", ["t", "p3"], "tt", {}),
+         ("Concat", ["tt", "minus_one", "dh"], "s1", {"axis": 0}), ("Reshape", ["Yt0", "s1"], "r1", {}),
+         ("Transpose", ["r1"], "t_1", {"perm": [1, 0, 2]}), ("Concat", ["b", "t", "dh"], "s2", {"axis": 0}),
+         ("Reshape", ["t_1", "s2"], "r2", {}), ("Transpose", ["r2"], "layer0_output", {"perm": [1, 0, 2]})],
+        {**_AT, "minus_one": [-1], "dh": [8]}, (2, 2), "which adds to or subtracts from a size: such arithmetic can "
+                                                      "be right at the sizes the check replays and wrong at others"),
+    "a-size-as-an-index": ([_EXPORTED_LINK[0], ("Shape", ["Yt0"], "dims", {}), *_shape_of("Yt0", "t", 0, 1),
+                            ("Gather", ["dims", "t"], "picked", {"axis": 0}),
+                            ("Concat", ["picked", "minus_one", "dh"], "computed", {"axis": 0}),
+                            ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                           {**_AT, "minus_one": [-1], "dh": [8]}, (3, 4),
+                           "is computed by Gather node link4, whose indices, bounds, axes or shape derive from a size"),
 }
 
 
 @pytest.mark.parametrize("case_name", SHAPE_BREAKS)
 def test_a_reshape_whose_shape_arithmetic_moves_elements_out_of_place_is_refused(case_name):
     """Shape arithmetic is replayed, not trusted: a shape computed without the Transpose (directions
-    interleaved), with time and batch read from each other's axes, or right at T=3, B=2 alone, runs in
-    onnxruntime to something other than the stack (checked), and is refused at the replay's sizes."""
+    interleaved), or with time and batch read from each other's axes, runs in onnxruntime to something other
+    than the stack (checked), and is refused at the replay's sizes; one that adds to a size, or indexes by
+    one, which can be right at every size replayed and wrong at others (checked), is refused as such."""
     pytest.importorskip("onnxruntime")
     from compat_tests.interop import onnx_model
 
@@ -1560,8 +1577,16 @@ SHAPE_UNKNOWNS = {  # a Reshape's shape that the replay cannot evaluate, constan
                         f"arithmetic, {_UNTOLD}"),
     "too-many-values": ([_EXPORTED_LINK[0], ("Concat", ["many", "many"], "computed", {"axis": 0}),
                          ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {"many": list(range(600))},
-                        f"is computed by Concat node link1 as 1200 values of int64, not as the few integers of shape "
-                        f"arithmetic, {_UNTOLD}"),
+                        "is computed by Concat node link1, which fails: it would make 1200 values, more than the "
+                        "1024 of shape arithmetic"),
+    "too-many-values-read": ([_EXPORTED_LINK[0], ("Identity", ["many"], "computed", {}),
+                              ("Reshape", ["Yt0", "computed"], "layer0_output", {})], {"many": list(range(2000))},
+                             f"is computed by Identity node link1 from 2000 values, not from the few integers of shape "
+                             f"arithmetic, {_UNTOLD}"),
+    "a-broadcast-too-large": ([_EXPORTED_LINK[0], ("Mul", ["column", "row"], "computed", {}),
+                               ("Reshape", ["Yt0", "computed"], "layer0_output", {})],
+                              {"column": [[k] for k in range(1000)], "row": [list(range(1000))]},
+                              "is computed by Mul node link1, which fails: it would make 1000000 values"),
     "too-deep": ([_EXPORTED_LINK[0], *_shape_of("Yt0", "s0", 0, 3),
                   *[("Identity", [f"s{k}"], f"s{k + 1}", {}) for k in range(70)],
                   ("Concat", ["s70", "minus_one"], "computed", {"axis": 0}),
@@ -1828,6 +1853,83 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
             y = y.transpose(1, 0, 2) if batch_first else y
             assert_agree_within_policy(cfg, case, Outputs(y, expected.output_h, expected.output_c), expected,
                                        peer="onnxruntime")
+
+
+def test_sizes_a_stack_fixes_hold_for_every_layer_after():
+    """Two chained 2-layer modules exported with only B dynamic: onnx's shape inference loses T=5 behind the
+    first module's computed Reshape, though the graph fixes it (onnxruntime refuses another T). The check
+    carries the sizes a layer's output fixes to the layers after it, so the 4-layer stack loads, and runs in
+    onnxruntime at another batch to the reference's outputs (a helper's audit found it refused)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    import logging
+    import warnings
+
+    import onnxruntime
+
+    from compat_tests.interop import onnx_model
+
+    class Chained(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.GRU(3, 4, 2, bidirectional=True)
+            self.b = torch.nn.GRU(8, 4, 2, bidirectional=True)
+
+        def forward(self, x):
+            return self.b(self.a(x)[0])[0]
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            proto = torch.onnx.export(Chained().eval(), (torch.zeros(5, 2, 3),), dynamo=True, verbose=False,
+                                      dynamic_shapes=({1: torch.export.Dim("b")},)).model_proto
+        finally:
+            logging.disable(logging.NOTSET)
+    model, weights, biases = onnx_model.import_model(proto)
+    assert (model.rnn_mode, model.num_layers, model.num_dirs) == ("gru", 4, 2)
+    cfg = RNNConfig("gru", num_layers=4, num_units=4, input_size=3, direction="bidirectional", seq_len=5, batch=3,
+                    dtype="float32", initial_state=False)
+    case = make_case(cfg)._replace(weights=weights, biases=biases)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = run_reference(cfg, case)
+    y = session.run(None, {session.get_inputs()[0].name: case.x})[0]
+    assert_agree_within_policy(cfg, case, Outputs(y, expected.output_h, None), expected, peer="onnxruntime")
+
+
+def test_an_initializer_a_caller_may_override_fixes_no_size():
+    """An initializer that is also a graph input is a default: here the shape of a Reshape ahead of the stack,
+    which would fix T=5, B=2 and so let a Reshape between the layers write those sizes out. Fed another
+    shape, onnxruntime runs the graph to something other than the stack (checked), so it is refused
+    (a helper's audit found it accepted)."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    from compat_tests.interop import onnx_model
+
+    def reshaped_ahead(proto):
+        graph = proto.graph
+        next(n for n in graph.node if n.op_type == "GRU").input[0] = "X_r"
+        graph.node.insert(0, helper.make_node("Reshape", ["X", "x_shape"], ["X_r"], name="ahead"))
+        graph.initializer.append(numpy_helper.from_array(np.array([5, 2, 3], np.int64), "x_shape"))
+        graph.input.append(helper.make_tensor_value_info("x_shape", TensorProto.INT64, [3]))
+        return proto
+
+    variant = reshaped_ahead(_bidirectional_stack([_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})],
+                                                  {"sizes": [5, 2, 8]})[0])
+    plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK, sizes=(2, 5))
+    plain = reshaped_ahead(plain)
+
+    def run(proto):
+        session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"X": case.x, "x_shape": np.array(case.x.shape, np.int64)})[0]
+
+    want, got = run(plain), run(variant)
+    assert got.shape != want.shape or error_stats(got, want.astype(np.float64)).max_abs > 1e-3
+    with pytest.raises(ValueError, match=re.escape("shape [5, 2, 8] does not hold the 48 elements of [3, 2, 2, 4]")):
+        onnx_model.import_model(variant)
 
 
 def test_an_rnn_that_pytorchs_dynamo_exporter_unrolls_is_refused_with_advice():

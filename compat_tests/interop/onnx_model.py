@@ -140,8 +140,9 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
         unrolled = {"MatMul", "Gemm"} & {n.op_type for n in proto.graph.node}
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node" + (
             ": it computes with MatMul or Gemm, perhaps a recurrence unrolled into steps, which cannot be read as "
-            "a cuDNN model (PyTorch's dynamo exporter writes nn.RNN so; export it with "
-            "torch.onnx.export(..., dynamo=False), which writes an RNN node)" if unrolled else ""))
+            "a cuDNN model (PyTorch's dynamo exporter writes nn.RNN so, and Keras 3's ONNX export every recurrent "
+            "layer; export nn.RNN with torch.onnx.export(..., dynamo=False), which writes an RNN node)"
+            if unrolled else ""))
     paths = stack_paths(proto.graph, nodes)
     layers = [_node_weights(n, inits) for n in nodes]
     kinds = [_node_kind(n, layer) for n, layer in zip(nodes, layers)]

@@ -257,6 +257,7 @@ def _gather(attrs: dict, operands: list) -> np.ndarray:
     n = a.shape[axis]
     if indices.size and not (-n <= indices.min() and indices.max() < n):
         raise ValueError(f"indices {indices.tolist()} are out of range for {n} elements")
+    _at_most(indices.size * (a.size // n) if n else 0)
     return np.asarray(np.take(a, indices.astype(np.int64), axis=axis))  # a 0-d index gives a scalar
 
 
@@ -266,7 +267,14 @@ def _concat(attrs: dict, operands: list) -> np.ndarray:
     axis = _int(attrs, "axis", 0)
     if not -operands[0].ndim <= axis < operands[0].ndim:
         raise ValueError(f"axis {axis} is not an axis of its inputs")
+    _at_most(sum(a.size for a in operands))
     return np.concatenate(operands, axis=axis)
+
+
+def _at_most(size: int) -> None:
+    """Refuse, before it is made, a result of more values than shape arithmetic ever needs."""
+    if size > _SHAPE_VALUES:
+        raise ValueError(f"it would make {size} values, more than the {_SHAPE_VALUES} of shape arithmetic")
 
 
 def _elementwise(ufunc):
@@ -276,6 +284,7 @@ def _elementwise(ufunc):
         a, b = _operand(operands, 0, "A"), _operand(operands, 1, "B")
         if a is None or b is None or a.dtype != b.dtype:
             raise ValueError("it needs two inputs of one type")
+        _at_most(int(np.prod(np.broadcast_shapes(a.shape, b.shape))))
         result = np.asarray(ufunc(a.astype(object), b.astype(object)))
         return _integers(result.astype(object), a.dtype)
 
@@ -307,8 +316,15 @@ _SHAPE_OPS = {**{k: v for k, v in _LAYOUT_OPS.items() if k != "Dropout"}, "Slice
 def _shape_arithmetic(value, shapes: dict[str, tuple[int, ...]]):
     """``evaluate(item)``: a layout op's input after the first at the sizes the replay runs at. ``item`` is
     what ``value`` (see :func:`_file_values`) gave; a :class:`_RunTime` one is computed from ``shapes`` (the
-    link's tensors replayed so far) by shape arithmetic, else is an :class:`_Unknown` saying why not."""
+    link's tensors replayed so far) by shape arithmetic, else is an :class:`_Unknown` saying why not.
+
+    A value that derives from a Shape is a size: sizes may be multiplied and moved (sliced, gathered,
+    concatenated) by constants, never added to or subtracted from, nor used as indices, bounds, axes or a
+    shape. So every size the arithmetic computes is a product of dims (T, B, D, H) times a constant, which
+    the replay at several T and B pins down: ``T + (T-1)(T-3)(T-4)`` equals T at every T replayed, and not
+    at T=2."""
     done: dict[str, np.ndarray] = {}
+    sized: set[str] = set()  # the computed values that derive from a Shape
 
     def computed(name: str, node, depth: int) -> np.ndarray:
         if name in done:
@@ -335,6 +351,17 @@ def _shape_arithmetic(value, shapes: dict[str, tuple[int, ...]]):
         if floats:
             raise ValueError(f"is computed by {op} from {floats[0]} values, not from the integers of shape "
                              f"arithmetic, {_UNTOLD}")
+        many = max((a.size for a in operands if a is not None), default=0)
+        if many > _SHAPE_VALUES:
+            raise ValueError(f"is computed by {op} from {many} values, not from the few integers of shape "
+                             f"arithmetic, {_UNTOLD}")
+        from_sizes = [i in sized for i in node.input]
+        if node.op_type in ("Add", "Sub") and any(from_sizes):
+            raise ValueError(f"is computed by {op}, which adds to or subtracts from a size: such arithmetic can be "
+                             f"right at the sizes the check replays and wrong at others, {_UNTOLD}")
+        if node.op_type not in ("Mul", "Concat") and any(from_sizes[1:]):
+            raise ValueError(f"is computed by {op}, whose indices, bounds, axes or shape derive from a size: such "
+                             f"arithmetic can be right at the sizes the check replays and wrong at others, {_UNTOLD}")
         try:
             if node.op_type == "Shape":
                 result = _shape(attributes(node), shapes[node.input[0]])
@@ -346,6 +373,8 @@ def _shape_arithmetic(value, shapes: dict[str, tuple[int, ...]]):
             raise ValueError(f"is computed by {op} as {result.size} values of {result.dtype}, not as the few "
                              f"integers of shape arithmetic, {_UNTOLD}")
         done[name] = result
+        if node.op_type == "Shape" or any(from_sizes):
+            sized.add(name)
         return result
 
     def arrays(item, depth: int) -> np.ndarray | None:
@@ -401,12 +430,17 @@ _REPLAY_LIMIT = 2**25  # elements of Y to replay at (128 MiB of int32 labels)
 def _fixed_sizes(proto) -> dict[str, tuple[int, int]]:
     """``(T, B)`` (0 where free) of each recurrent node's ``Y`` as the graph fixes them: onnx's shape inference
     from the graph's input shapes alone, which onnxruntime enforces, not the ``value_info`` and output shapes
-    a file may declare, which it does not."""
+    a file may declare, which it does not, nor the default of an initializer that is also an input, which a
+    caller may override."""
     import onnx
 
     stripped = onnx.ModelProto()
     stripped.CopyFrom(proto)
     del stripped.graph.value_info[:]
+    fed = {i.name for i in stripped.graph.input}  # an initializer that is also an input is a default, not a size
+    kept = [t for t in stripped.graph.initializer if t.name not in fed]
+    del stripped.graph.initializer[:]
+    stripped.graph.initializer.extend(kept)
     for output in stripped.graph.output:
         output.type.tensor_type.ClearField("shape")
     try:
@@ -433,8 +467,11 @@ def check_stack(proto, nodes: list, paths: list[list], inits: dict[str, np.ndarr
     arithmetic, cannot be replayed, and is refused."""
     fixed = _fixed_sizes(proto) if paths else {}
     value = _file_values(proto.graph, inits)
+    T, B = 0, 0
     for previous, node, path in zip(nodes, nodes[1:], paths):
-        T, B = fixed.get(previous.output[0], (0, 0))
+        # a size fixed for a layer's Y holds for every layer after it: each link checked hands the next node
+        # [T, B, D*H] (shape inference loses a size behind a Reshape whose shape is computed)
+        T, B = (known or carried for known, carried in zip(fixed.get(previous.output[0], (0, 0)), (T, B)))
         sizes = [(t, b) for t in ((T,) if T else _REPLAY_T) for b in ((B,) if B else _REPLAY_B)]
         if max(t * b for t, b in sizes) * D * H > _REPLAY_LIMIT:
             raise ValueError(f"the layout ops from {node_name(previous)} to {node_name(node)} cannot be checked: the sizes the "
