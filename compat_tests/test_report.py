@@ -763,7 +763,7 @@ def test_resume_refuses_a_plan_other_than_the_runs(tmp_path, capsys):
     other.write_text(json.dumps([{"study": "compat", "config": {**SMALL_GRU, "mode": "lstm"}}]))
     for argv in (["--grid", str(other), "--backends", "reference"], ["--grid", str(first), "--backends", "reference,torch-cpu"]):
         assert cli.main(["report", *argv, "--out", str(out), "--jobs", "1", "--no-progress", "--resume"]) == 2
-        assert f"--resume: the run in {out} (grid 'grid', seed 0) planned 1 units; this command plans" \
+        assert f"--resume: the run in {out} (grid 'grid.json', seed 0) planned 1 units; this command plans" \
             in capsys.readouterr().err
     assert (out / "run.json").read_text() == plan_before and (out / RESULTS).read_text() == results_before
     (out / "run.json").unlink()  # a plan lost: the records decide
