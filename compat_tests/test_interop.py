@@ -1087,16 +1087,33 @@ def _foreign_onnx(cfg: RNNConfig, case, node_attrs: dict | None = None, peephole
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
 
 
-def _onnxruntime(proto, x: np.ndarray, optimized: bool = True) -> np.ndarray:
-    """The first output of ``proto`` on ``X = x``; not ``optimized``: every node as the ONNX spec defines it
-    (onnxruntime's graph optimizer removes a Dropout whatever its training_mode)."""
+def _onnxruntime(proto, x: np.ndarray, optimized: bool = True, extra: dict | None = None) -> np.ndarray:
+    """The first output of ``proto`` on ``x`` fed to its first input (``X`` in the graphs made here) and the
+    ``extra`` inputs; not ``optimized``: every node as the ONNX spec defines it (onnxruntime's graph optimizer
+    removes a Dropout whatever its training_mode)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     if not optimized:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {"X": x})[0]
+    return session.run(None, {session.get_inputs()[0].name: x, **(extra or {})})[0]
+
+
+def _dynamo_export(torch, module, example, **kwargs):
+    """``torch.onnx.export(module, (example,), dynamo=True, **kwargs)``'s ModelProto, the exporter quiet (it
+    warns and logs what it skips, torchvision's ops); skips the test without onnxscript, which it needs."""
+    import logging
+    import warnings
+
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            return torch.onnx.export(module, (example,), dynamo=True, verbose=False, **kwargs).model_proto
+        finally:
+            logging.disable(logging.NOTSET)
 
 
 def _no_initial_state(cfg: RNNConfig, bias: bool = True):
@@ -1809,10 +1826,8 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
     dynamic graph runs in onnxruntime at other sizes (T=7, B=3, where free) to the reference's outputs within
     the policy."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    pytest.importorskip("onnxruntime")
     import itertools
-    import logging
-    import warnings
 
     from compat_tests.interop import onnx_model
 
@@ -1825,14 +1840,7 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
         example = torch.zeros((2, 5, 3) if batch_first else (5, 2, 3))
         dims = {0: torch.export.Dim("b"), 1: torch.export.Dim("t")} if batch_first else \
             {0: torch.export.Dim("t"), 1: torch.export.Dim("b")}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.disable(logging.WARNING)  # the exporter logs what it skips (torchvision ops)
-            try:
-                proto = torch.onnx.export(module, (example,), dynamo=True, verbose=False,
-                                          dynamic_shapes=(dims,) if dynamic else None).model_proto
-            finally:
-                logging.disable(logging.NOTSET)
+        proto = _dynamo_export(torch, module, example, dynamic_shapes=(dims,) if dynamic else None)
         label = (mode, bidirectional, batch_first, dynamic, layers, bias)
         got, weights, biases = onnx_model.import_model(proto)
         assert (got.rnn_mode, got.num_layers, got.num_dirs) == (mode, layers, 2 if bidirectional else 1), label
@@ -1844,11 +1852,7 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
             cfg = RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, seq_len=T or 7, batch=B or 3,
                             direction=got.direction, dtype="float32", initial_state=False)
             case = make_case(cfg)._replace(weights=weights, biases=biases)
-            x = case.x.transpose(1, 0, 2).copy() if batch_first else case.x
-            import onnxruntime
-
-            session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-            y = session.run(None, {session.get_inputs()[0].name: x})[0]
+            y = _onnxruntime(proto, case.x.transpose(1, 0, 2).copy() if batch_first else case.x)
             expected = run_reference(cfg, case)
             y = y.transpose(1, 0, 2) if batch_first else y
             assert_agree_within_policy(cfg, case, Outputs(y, expected.output_h, expected.output_c), expected,
@@ -1861,12 +1865,7 @@ def test_sizes_a_stack_fixes_hold_for_every_layer_after():
     carries the sizes a layer's output fixes to the layers after it, so the 4-layer stack loads, and runs in
     onnxruntime at another batch to the reference's outputs (a helper's audit found it refused)."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
-    import logging
-    import warnings
-
-    import onnxruntime
-
+    pytest.importorskip("onnxruntime")
     from compat_tests.interop import onnx_model
 
     class Chained(torch.nn.Module):
@@ -1879,22 +1878,14 @@ def test_sizes_a_stack_fixes_hold_for_every_layer_after():
             return self.b(self.a(x)[0])[0]
 
     torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            proto = torch.onnx.export(Chained().eval(), (torch.zeros(5, 2, 3),), dynamo=True, verbose=False,
-                                      dynamic_shapes=({1: torch.export.Dim("b")},)).model_proto
-        finally:
-            logging.disable(logging.NOTSET)
+    proto = _dynamo_export(torch, Chained().eval(), torch.zeros(5, 2, 3), dynamic_shapes=({1: torch.export.Dim("b")},))
     model, weights, biases = onnx_model.import_model(proto)
     assert (model.rnn_mode, model.num_layers, model.num_dirs) == ("gru", 4, 2)
     cfg = RNNConfig("gru", num_layers=4, num_units=4, input_size=3, direction="bidirectional", seq_len=5, batch=3,
                     dtype="float32", initial_state=False)
     case = make_case(cfg)._replace(weights=weights, biases=biases)
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = run_reference(cfg, case)
-    y = session.run(None, {session.get_inputs()[0].name: case.x})[0]
+    y = _onnxruntime(proto, case.x)
     assert_agree_within_policy(cfg, case, Outputs(y, expected.output_h, None), expected, peer="onnxruntime")
 
 
@@ -1904,7 +1895,6 @@ def test_an_initializer_a_caller_may_override_fixes_no_size():
     shape, onnxruntime runs the graph to something other than the stack (checked), so it is refused
     (a helper's audit found it accepted)."""
     pytest.importorskip("onnxruntime")
-    import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
     from compat_tests.interop import onnx_model
@@ -1922,11 +1912,8 @@ def test_an_initializer_a_caller_may_override_fixes_no_size():
     plain, cfg, case = _bidirectional_stack(_EXPORTED_LINK, sizes=(2, 5))
     plain = reshaped_ahead(plain)
 
-    def run(proto):
-        session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-        return session.run(None, {"X": case.x, "x_shape": np.array(case.x.shape, np.int64)})[0]
-
-    want, got = run(plain), run(variant)
+    fed = {"x_shape": np.array(case.x.shape, np.int64)}
+    want, got = _onnxruntime(plain, case.x, extra=fed), _onnxruntime(variant, case.x, extra=fed)
     assert got.shape != want.shape or error_stats(got, want.astype(np.float64)).max_abs > 1e-3
     with pytest.raises(ValueError, match=re.escape("shape [5, 2, 8] does not hold the 48 elements of [3, 2, 2, 4]")):
         onnx_model.import_model(variant)
@@ -1936,8 +1923,6 @@ def test_an_rnn_that_pytorchs_dynamo_exporter_unrolls_is_refused_with_advice():
     """PyTorch's dynamo exporter writes ``nn.RNN`` as MatMul, Add and Tanh per step, no RNN node: the refusal
     says so and how to export one that loads (the TorchScript exporter writes RNN nodes; checked)."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
-    import logging
     import warnings
 
     import onnx
@@ -1945,14 +1930,10 @@ def test_an_rnn_that_pytorchs_dynamo_exporter_unrolls_is_refused_with_advice():
     from compat_tests.interop import onnx_model
 
     module, example = torch.nn.RNN(3, 4, 2).eval(), torch.zeros(5, 2, 3)
+    unrolled = _dynamo_export(torch, module, example)
+    stream = io.BytesIO()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            unrolled = torch.onnx.export(module, (example,), dynamo=True, verbose=False).model_proto
-        finally:
-            logging.disable(logging.NOTSET)
-        stream = io.BytesIO()
+        warnings.simplefilter("ignore")  # the TorchScript exporter announces its deprecation
         torch.onnx.export(module, (example,), stream, dynamo=False)
     with pytest.raises(ValueError, match=re.escape("the ONNX graph has no GRU, LSTM or RNN node: it computes with "
                                                    "MatMul or Gemm, perhaps a recurrence unrolled into steps")):

@@ -285,8 +285,7 @@ def _elementwise(ufunc):
         if a is None or b is None or a.dtype != b.dtype:
             raise ValueError("it needs two inputs of one type")
         _at_most(int(np.prod(np.broadcast_shapes(a.shape, b.shape))))
-        result = np.asarray(ufunc(a.astype(object), b.astype(object)))
-        return _integers(result.astype(object), a.dtype)
+        return _integers(ufunc(a.astype(object), b.astype(object)), a.dtype)
 
     return op
 
@@ -297,11 +296,12 @@ def _cast(attrs: dict, operands: list) -> np.ndarray:
     dtype = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}.get(_int(attrs, "to", 0))
     if dtype is None:
         raise ValueError(f"it casts to type {attrs.get('to')!r}, not int32 or int64")
-    return _integers(operands[0].astype(object), dtype)
+    return _integers(operands[0], dtype)
 
 
 def _integers(values: np.ndarray, dtype) -> np.ndarray:
-    """``values`` (Python ints) as ``dtype``, refusing a value out of its range rather than wrapping it."""
+    """``values`` (integers, compared as Python ints) as ``dtype``, refusing a value out of its range rather
+    than wrapping it."""
     info, values = np.iinfo(dtype), np.asarray(values, dtype=object)
     if values.size and not (info.min <= values.min() and values.max() <= info.max):
         raise ValueError(f"values {values.tolist()} overflow {np.dtype(dtype).name}")
@@ -369,10 +369,7 @@ def _shape_arithmetic(value, shapes: dict[str, tuple[int, ...]]):
                 result = _SHAPE_OPS[node.op_type](attributes(node), operands)
         except (ValueError, TypeError, OverflowError, IndexError) as exc:
             raise ValueError(f"is computed by {op}, which fails: {exc}") from None
-        if not np.issubdtype(result.dtype, np.integer) or result.size > _SHAPE_VALUES:
-            raise ValueError(f"is computed by {op} as {result.size} values of {result.dtype}, not as the few "
-                             f"integers of shape arithmetic, {_UNTOLD}")
-        done[name] = result
+        done[name] = result  # integers (from integers), no more values than _at_most lets an op make
         if node.op_type == "Shape" or any(from_sizes):
             sized.add(name)
         return result
@@ -531,28 +528,26 @@ def check_starts(graph, nodes: list, inits: dict[str, np.ndarray]) -> None:
     or sequence lengths the file fixes otherwise (an initializer, a ConstantOfShape of another value, a state
     computed from the data) are refused naming the node, the input and its source."""
     fed = {i.name for i in graph.input}
-    producers = {out: n for n in graph.node for out in n.output if out}
-    constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.domain in DEFAULT_DOMAIN}
+    value = _file_values(graph, inits)
 
     def source(name: str, state: bool, depth: int = 0) -> str | None:
         """Why ``name`` is no start the caller gives (None where it is)."""
-        if name in fed and name not in inits:  # an initializer that is also an input: a default, held as one
-            return None
-        if name in inits or name in constants:
-            value = inits[name] if name in inits else _constant(constants[name])
-            return None if state and value.size and not np.any(value) else \
+        # an initializer that is also an input is a default, which runs where the caller feeds nothing
+        item = inits[name] if name in inits else value(name)
+        if not isinstance(item, _RunTime):
+            return None if state and item.size and not np.any(item) else \
                 f"{'initializer' if name in inits else 'Constant'} {name!r}, " \
                 f"{'which is not all zeros' if state else 'fixed in the file'}"
-        node = producers.get(name)
+        node = item.node
         if node is None:
-            return f"{name!r}, which no node of the graph computes"
+            return None if name in fed else f"{name!r}, which no node of the graph computes"
         if depth > _SHAPE_DEPTH:
             return f"{name!r} through more than {_SHAPE_DEPTH} ops"
         if node.domain not in DEFAULT_DOMAIN:
             return f"{node.op_type} node {node_name(node)} of domain {node.domain!r}"
         if state and node.op_type == "ConstantOfShape":
-            value = attributes(node).get("value")
-            return None if value is None or not np.any(_tensor_value(value)) else \
+            filled = attributes(node).get("value")
+            return None if filled is None or not np.any(_tensor_value(filled)) else \
                 f"ConstantOfShape node {node_name(node)}, whose value is not zero"
         if node.op_type not in _MOVES:
             return f"{node.op_type} node {node_name(node)}"
