@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test report clean
+.PHONY: test report test-cudnn-host clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,17 @@ $(VENV)/.report: pyproject.toml $(VENV)/.test
 # The suite on CPU with the bounded, derandomized Hypothesis profile; both cores.
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=ci
+
+# cuDNN's host side on a CPU, no GPU needed: the ctypes declarations against cuDNN's headers, the descriptors
+# the backend builds, statuses and error strings. Installs the nvidia-cudnn-cu13 wheel (0.5 GB) without its
+# cuBLAS dependency, which nothing on the host side loads; `make test` runs these tests too once it is there.
+$(VENV)/.cudnn-host: $(VENV)/.test
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'nvidia-cudnn-cu13>=9,<10'
+	touch $@
+
+test-cudnn-host: $(VENV)/.cudnn-host
+	$(BIN)/python -m pytest -n 2 --hypothesis-profile=ci \
+		compat_tests/test_cudnn_headers.py compat_tests/test_cudnn_backend.py
 
 # The main job: every available backend against the float64 reference on the embedded default grid;
 # it prints where the report is (reports/_scratch/default-TIMESTAMP/).

@@ -1,22 +1,36 @@
 """The cuDNN backend on a machine without a GPU: availability, argument validation, and the host-side part
 of the binding (library loading, descriptors, status -> CudnnError), which cuDNN answers without a device.
 
-The host-side tests need ``libcudnn.so.9`` (the ``gpu`` extra, e.g. ``pip install -e '.[gpu]'``) and skip
-with that reason elsewhere. Everything that needs a device is in ``test_gpu.py``.
+The host-side tests need ``libcudnn.so.9`` (``make test-cudnn-host`` installs the ``nvidia-cudnn-cu13`` wheel and
+runs them; so does the ``gpu`` extra) and skip with that reason elsewhere. They hold the backend against the
+real library: the descriptor it asks for, for every config, and which configs cuDNN refuses. Everything that
+needs a device is in ``test_gpu.py``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import cudnn_backend
+import reference
 from compat_tests import fake_cuda
+from compat_tests.config import RNNConfig
+from compat_tests.peers.base import Capabilities
+from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import DESCRIPTOR_CHURN_RSS
 from cudnn_backend import _lib
+from cudnn_backend import model as backend_model
+from cudnn_backend.descriptors import DropoutDescriptor, RNNDescriptor
 
 try:
     LIB = _lib.load()
@@ -26,7 +40,8 @@ except _lib.LibraryNotFound as exc:
 if fake_cuda.is_fake(LIB):  # a dry run (gpu_run.sh on a CPU): no libcudnn to ask
     LIB, NO_LIBRARY = None, "compat_tests.fake_cuda is in place of it"
 
-needs_library = pytest.mark.skipif(LIB is None, reason=f"host-side cuDNN tests need libcudnn.so.9: {NO_LIBRARY}")
+needs_library = pytest.mark.skipif(
+    LIB is None, reason=f"host-side cuDNN tests need libcudnn.so.9 (`make test-cudnn-host` installs it): {NO_LIBRARY}")
 
 
 def test_available_never_raises_and_names_what_is_missing():
@@ -50,18 +65,44 @@ def test_bad_arguments_are_refused_before_the_gpu_is_touched(kwargs, error, matc
         cudnn_backend.CudnnGRU(**args)
 
 
+@pytest.mark.parametrize(("model", "kwargs"), [
+    (cudnn_backend.CudnnLSTM, {"num_proj": 2, "algo": "persist_dynamic"}),
+    (cudnn_backend.CudnnGRU, {"dtype": np.float64, "algo": "persist_static_small_h"}),
+])
+def test_an_algo_cudnn_refuses_for_the_config_is_refused_by_name(model, kwargs):
+    """``ALGO_LIMITS``, before the GPU is touched (whether cuDNN agrees is checked where a cuDNN loads)."""
+    with pytest.raises(ValueError, match=f"algo must be one of .* got '{kwargs['algo']}'"):
+        model(1, 4, 3, **kwargs)
+
+
 @pytest.mark.parametrize(("dims", "strides", "packed"), [
     ((1, 6, 4), (24, 4, 1), True),
     ((1, 6, 1), (6, 1, 1), True),
     ((1, 6, 1), (999, 1, 7), True),  # the stride of a size-1 dimension is never used
+    ((1, 4, 3), (99, 3, 1), True),
     ((1, 6, 4), (24, 1, 6), False),  # column-major
     ((6, 4), (5, 1), False),  # padded rows
-    ((6, 4), (4,), False),
+    ((1, 4, 3), (12, 4, 1), False),
+    ((6, 4), (4,), False),  # ranks disagree
+    ((4, 3), (12, 3, 1), False),
 ])
 def test_weight_regions_must_be_packed_row_major(dims, strides, packed):
-    from cudnn_backend.model import _is_packed
+    """``cudnnGetTensorNdDescriptor``'s answer for a weight region, judged before its offsets are trusted."""
+    assert backend_model._is_packed(dims, strides) is packed
 
-    assert _is_packed(dims, strides) is packed
+
+@pytest.mark.skipif(not hasattr(cudnn_backend.available, "__wrapped__"),
+                    reason="available() is replaced here (a dry run: compat_tests/fake_site, FAKE_CUDA_UNAVAILABLE)")
+def test_available_tells_a_missing_cupy_from_a_broken_one(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy: ModuleNotFoundError, name "cupy"
+    ok, why = cudnn_backend.available.__wrapped__()
+    assert not ok and "CuPy is not installed" in why
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text("import cuda_runtime_missing_for_this_test\n")
+    monkeypatch.delitem(sys.modules, "cupy")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ok, why = cudnn_backend.available.__wrapped__()
+    assert not ok and "CuPy is installed but does not import" in why and "cuda_runtime_missing_for_this_test" in why
 
 
 @pytest.mark.skipif(cudnn_backend.available()[0], reason="this machine has a working cuDNN")
@@ -140,11 +181,94 @@ def test_descriptors_are_released_deterministically_and_do_not_grow():
     assert not t.alive
 
 
-def test_weight_regions_must_be_packed_row_major_to_be_read_as_such():
-    """``cudnnGetTensorNdDescriptor``'s answer for a weight region, judged before its offsets are trusted."""
-    from cudnn_backend.model import _is_packed
+def _run_child(code: str, *args: str) -> subprocess.CompletedProcess:
+    """Python code in a fresh process (none of cuDNN loaded), from the repository root."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          cwd=Path(cudnn_backend.__file__).parent.parent)
 
-    assert _is_packed([1, 4, 3], [12, 3, 1]) and _is_packed([1, 4, 3], [99, 3, 1])  # a size-1 dim's stride is unused
-    assert not _is_packed([1, 4, 3], [12, 1, 4])  # column-major
-    assert not _is_packed([1, 4, 3], [12, 4, 1])  # padded rows
-    assert not _is_packed([1, 4, 3], [3, 1]) and not _is_packed([4, 3], [12, 3, 1])  # ranks disagree
+
+@pytest.mark.parametrize("shim", ["any ELF library", pytest.param("the real shim", marks=needs_library)])
+def test_a_library_without_its_sublibraries_is_an_error_not_a_crash(shim, tmp_path):
+    """``libcudnn.so.9`` copied away from its sub-libraries (the real one, or any ELF library in its place) and
+    loaded in a fresh process: an ``OSError`` naming the first sub-library missing, before anything is called.
+    The real shim's own behaviour on a call there is to print ``Invalid handle. Cannot load symbol`` and abort."""
+    import _ctypes
+
+    lonely = tmp_path / _lib.LIBRARY
+    shutil.copyfile(LIB.path if shim == "the real shim" else _ctypes.__file__, lonely)
+    child = _run_child("import sys\nfrom cudnn_backend import _lib\ntry:\n    _lib.Library(sys.argv[1])\n"
+                       "except (OSError, AttributeError) as exc:\n    print('refused:', exc)\n", str(lonely))
+    assert child.returncode == 0 and "Invalid handle" not in child.stdout + child.stderr, child
+    elsewhere = _run_child(f"import ctypes\nctypes.CDLL({_lib.SUBLIBRARIES[0]!r})").returncode == 0
+    if not elsewhere:  # a system cuDNN on the loader's path would supply them
+        assert f"refused: {lonely} loads but its sub-library {_lib.SUBLIBRARIES[0]} does not" in child.stdout, child
+
+
+def _backend_takes(cfg: RNNConfig, algo: str, math_type: str) -> bool:
+    """Whether the cuDNN backend's constructor takes this config (its checks beyond the reference's)."""
+    try:
+        backend_model.check_options(cfg.model(), math_type, algo)
+    except ValueError:
+        return False
+    return True
+
+
+def _cudnn_takes(fields: dict) -> tuple[bool, dict | str]:
+    """Whether the installed cuDNN's ``cudnnSetRNNDescriptor_v8`` takes these arguments (asked on the host),
+    with what ``cudnnGetRNNDescriptor_v8`` then reads back, or the status it refused them with."""
+    with DropoutDescriptor(LIB) as dropout, RNNDescriptor(LIB) as rnn:
+        try:
+            rnn.set(**fields, dropout=dropout)
+        except cudnn_backend.CudnnError as exc:
+            return False, exc.status
+        got = rnn.get()
+        assert got.pop("dropout") == dropout.ptr.value
+        return True, got
+
+
+@needs_library
+@given(cfg=rnn_configs(Capabilities(modes=tuple(_lib.RNN_MODE))), algo=st.sampled_from(backend_model.ALGOS),
+       math_type=st.sampled_from(backend_model.MATH_TYPES))
+def test_cudnn_takes_the_backends_descriptor_exactly_when_the_backend_takes_the_config(cfg, algo, math_type):
+    """The arguments the backend hands ``cudnnSetRNNDescriptor_v8`` for every config the reference takes, every
+    algo and math type: the installed cuDNN takes them where the backend's own checks (``ALGO_LIMITS``) do and
+    refuses them where those refuse, and holds exactly what it was given."""
+    fields = backend_model.descriptor_fields(cfg.model(), algo, math_type)
+    takes, held = _cudnn_takes(fields)
+    assert _backend_takes(cfg, algo, math_type) == takes, held
+    assert not takes or held == fields
+
+
+@needs_library
+@pytest.mark.parametrize(("mode", "change", "reference_args", "status"), [
+    ("gru", {"proj_size": 3}, {"num_proj": 3}, "CUDNN_STATUS_NOT_SUPPORTED"),  # no projection but the LSTM's
+    ("tanh", {"proj_size": 3}, {"num_proj": 3}, "CUDNN_STATUS_NOT_SUPPORTED"),
+    ("lstm", {"proj_size": 7}, {"num_proj": 7}, "CUDNN_STATUS_NOT_SUPPORTED"),  # wider than num_units
+    ("lstm", {"hidden_size": 0, "proj_size": 0}, {"num_units": 0}, "CUDNN_STATUS_BAD_PARAM"),
+    ("lstm", {"input_size": 0}, {"input_size": 0}, "CUDNN_STATUS_BAD_PARAM"),
+    ("relu", {"num_layers": 0}, {"num_layers": 0}, "CUDNN_STATUS_BAD_PARAM"),
+])
+def test_what_the_reference_refuses_cudnn_refuses(mode, change, reference_args, status):
+    args = dict(rnn_mode=mode, num_layers=2, num_units=6, input_size=4, input_mode="linear_input",
+                direction="unidirectional", dtype=np.float32, dropout=0.0, seed=0, num_proj=None)
+    fields = {**backend_model.descriptor_fields(reference.make_model(**args), "standard", "fma"), **change}
+    assert _cudnn_takes(fields) == (False, status)
+    with pytest.raises(ValueError, match=next(iter(reference_args))):
+        reference.make_model(**{**args, **reference_args})
+
+
+@needs_library
+@pytest.mark.parametrize(("change", "reference_args"), [
+    ({"input_mode": _lib.INPUT_MODE["skip_input"]}, {"input_mode": "skip_input"}),  # input_size 4 != num_units 6
+    ({"proj_size": 6}, {"num_proj": 6}),  # == num_units
+])
+def test_where_the_reference_is_stricter_than_cudnns_descriptor(change, reference_args):
+    """Two configs cuDNN's descriptor takes and the reference refuses: skip_input with input_size != num_units
+    (TensorFlow refuses it; cuDNN documents nothing for the width mismatch), and num_proj == num_units, which
+    cuDNN reads as no projection (so the reference's num_proj always means a projection matrix)."""
+    args = dict(rnn_mode="lstm", num_layers=2, num_units=6, input_size=4, input_mode="linear_input",
+                direction="unidirectional", dtype=np.float32, dropout=0.0, seed=0, num_proj=None)
+    fields = {**backend_model.descriptor_fields(reference.make_model(**args), "standard", "fma"), **change}
+    assert _cudnn_takes(fields) == (True, fields)
+    with pytest.raises(ValueError, match=next(iter(reference_args))):
+        reference.make_model(**{**args, **reference_args})

@@ -25,7 +25,7 @@ INCLUDE_DIRS = cudnn_headers.find_include_dirs(_lib.candidates())
 HEADERS = cudnn_headers.read(INCLUDE_DIRS[0]) if INCLUDE_DIRS else None
 needs_headers = pytest.mark.skipif(
     HEADERS is None, reason="no cuDNN headers (cudnn_version.h) beside any libcudnn.so.9 candidate or in "
-                            "/usr/include; the gpu extra installs them (pip install -e '.[gpu]')")
+                            "/usr/include; `make test-cudnn-host` installs them (so does the gpu extra)")
 
 # Every enum value the backend hands cuDNN, with the header's name for it.
 ENUM_VALUES = [

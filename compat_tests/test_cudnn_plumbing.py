@@ -42,8 +42,8 @@ def _calls(lib, name):
     return [c for c in lib.compute if c.name == name]
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-@pytest.mark.parametrize("algo", ["standard", "persist_dynamic"])
+@pytest.mark.parametrize(("algo", "name"), [("standard", name) for name in CONFIGS] + [
+    ("persist_dynamic", name) for name, cfg in CONFIGS.items() if cfg.num_proj is None])  # ALGO_LIMITS
 def test_every_path_runs_through_the_declared_signatures(fake, name, algo):
     cfg = CONFIGS[name]
     case = make_case(cfg)

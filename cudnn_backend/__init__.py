@@ -23,8 +23,12 @@ def available() -> tuple[bool, str]:
     cupy = lib = None
     try:
         import cupy
-    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-        missing.append(f"CuPy is not installed ({type(exc).__name__}: {exc}); install the 'gpu' extra")
+    except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "cupy":
+            missing.append("CuPy is not installed; install the 'gpu' extra (cupy-cuda13x)")
+        else:  # a dependency of CuPy's missing, or a broken CUDA install raising at import
+            why = " ".join(str(exc).split())  # CuPy's own import error is a banner of many lines
+            missing.append(f"CuPy is installed but does not import ({type(exc).__name__}: {why})")
     try:
         lib = _lib.load()
     except Exception as exc:

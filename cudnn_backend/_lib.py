@@ -2,8 +2,9 @@
 
 Loading order: the ``nvidia.cudnn`` package (the ``nvidia-cudnn-cu13`` wheel), then every ``sys.path``
 entry's ``nvidia/cudnn/lib``, then the system's loader. The shim ``libcudnn.so.9`` forwards to sub-libraries
-it opens itself on first use, so loading is followed by ``cudnnAdvVersionCheck`` (the RNN library) and
-``cudnnOpsVersionCheck`` as an early health check. Every function gets full ``argtypes``/``restype``
+it opens itself on first use and aborts the process when one does not load, so those the backend calls
+into are loaded first (a missing one is an ``OSError``), then ``cudnnAdvVersionCheck`` (the RNN library) and
+``cudnnOpsVersionCheck`` run as an early health check. Every function gets full ``argtypes``/``restype``
 (without them ctypes would pass a Python float as a C double where cuDNN wants a float, and truncate
 ``size_t`` to ``int``). Nothing here needs a GPU.
 """
@@ -20,6 +21,8 @@ from pathlib import Path
 
 LIBRARY = "libcudnn.so.9"
 CUBLASLT = "libcublasLt.so.13"
+# The sub-libraries the backend's functions live in (handles, versions and errors; tensors and dropout; RNNs).
+SUBLIBRARIES = ("libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcudnn_adv.so.9")
 
 # ---- enums (cuDNN 9 headers, cudnn_graph.h / cudnn_ops.h / cudnn_adv.h) ---------------------------------
 DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2}  # cudnnDataType_t FLOAT, DOUBLE, HALF
@@ -130,12 +133,31 @@ def _preload_cublaslt() -> None:
             return
 
 
+def _load_sublibraries(path: str) -> None:
+    """Load every sub-library the backend calls into, as the shim at ``path`` would find it (beside itself,
+    then through the loader), so that a missing one is an ``OSError`` here: the shim itself, on the first call
+    whose sub-library does not load, prints ``Invalid handle. Cannot load symbol`` and aborts the process."""
+    folder = Path(path).parent if os.sep in path else None
+    for name in SUBLIBRARIES:
+        tried = []
+        for candidate in ([str(folder / name)] if folder else []) + [name]:
+            try:
+                ctypes.CDLL(candidate)
+                break
+            except OSError as exc:
+                tried.append(str(exc))
+        else:
+            raise OSError(f"{path} loads but its sub-library {name} does not ({'; '.join(tried)}): "
+                          f"the cuDNN install is incomplete")
+
+
 class Library:
     """``libcudnn.so.9`` with every function declared; ``call(name, *args)`` raises :class:`CudnnError`."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.cdll = ctypes.CDLL(path)
+        _load_sublibraries(path)  # before the first call into the shim
         get_version = self.cdll.cudnnGetVersion
         get_version.argtypes, get_version.restype = [], c_size_t
         self.version = int(get_version())
@@ -182,8 +204,8 @@ def load() -> Library:
             return Library(path)
         except (OSError, AttributeError, CudnnError) as exc:  # not loadable, too old, a sub-library missing
             failures.append(f"{path}: {exc}")
-    raise LibraryNotFound(f"{LIBRARY} not found (no nvidia/cudnn/lib on sys.path, none from the system loader"
-                          + (f"; {'; '.join(failures)}" if failures else "") + ")")
+    raise LibraryNotFound(f"no usable {LIBRARY} (tried the nvidia/cudnn/lib folders on sys.path and the system "
+                          f"loader: {'; '.join(failures) or 'none there'})")
 
 
 def ints(values) -> ctypes.Array:

@@ -92,6 +92,8 @@ class RNNDataDescriptor(Owned):
 
 class RNNDescriptor(Owned):
     _create, _destroy = "cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor"
+    FIELDS = ("algo", "mode", "bias_mode", "direction", "input_mode", "data_type", "math_prec", "math_type",
+              "input_size", "hidden_size", "proj_size", "num_layers")  # then the dropout descriptor, aux_flags
 
     def set(self, *, algo: int, mode: int, bias_mode: int, direction: int, input_mode: int, data_type: int,
             math_prec: int, math_type: int, input_size: int, hidden_size: int, proj_size: int, num_layers: int,
@@ -100,6 +102,14 @@ class RNNDescriptor(Owned):
         self.lib.call("cudnnSetRNNDescriptor_v8", self.ptr, algo, mode, bias_mode, direction, input_mode, data_type,
                       math_prec, math_type, input_size, hidden_size, proj_size, num_layers, dropout.ptr, aux_flags)
         return self
+
+    def get(self) -> dict[str, int]:
+        """What cuDNN holds, by :meth:`set`'s argument names (``dropout``: the descriptor's address)."""
+        fields = [c_int() for _ in self.FIELDS]
+        dropout, aux_flags = c_void_p(), ctypes.c_uint32()
+        self.lib.call("cudnnGetRNNDescriptor_v8", self.ptr, *map(byref, fields), byref(dropout), byref(aux_flags))
+        return {**{name: f.value for name, f in zip(self.FIELDS, fields)}, "dropout": dropout.value,
+                "aux_flags": aux_flags.value}
 
 
 class DropoutDescriptor(Owned):

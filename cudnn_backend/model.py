@@ -47,6 +47,43 @@ _FILL = {"float16": ctypes.c_uint16(0), "float32": ctypes.c_float(0.0), "float64
 DEVICE_ALIGNMENT = 256
 
 
+# What cudnnSetRNNDescriptor_v8 refuses as CUDNN_STATUS_NOT_SUPPORTED, without a word of detail, whatever the
+# device (cuDNN 9.28, asked on a host): (what, whether a model has it, the algos that run it). The backend
+# refuses these first, naming the argument; test_cudnn_backend.py holds the table against the installed cuDNN.
+ALGO_LIMITS = (
+    ("a recurrent projection (num_proj)", lambda spec: spec.num_proj is not None, ("standard",)),
+    ("float64", lambda spec: spec.dtype == np.float64, ("standard", "persist_dynamic")),
+)
+
+
+def check_options(spec, math_type: str | None, algo: str) -> tuple[str, str]:
+    """The backend's own checks of a config beyond the reference's (``spec``: the reference model of it), run
+    before anything touches a GPU: ``(math_type, algo)`` with the math type's default filled in, or a
+    ``ValueError`` naming the argument."""
+    if math_type is None:  # what cuDNN documents per data type: FMA is true FP32
+        math_type = DEFAULT_MATH_TYPE[spec.dtype.name]
+    math_type = checks.one_of("math_type", math_type, MATH_TYPES)
+    algo = checks.one_of("algo", algo, ALGOS)
+    if spec.dropout >= 1.0:
+        raise ValueError(f"dropout must be in [0, 1) for the cuDNN backend (cuDNN scales kept values by "
+                         f"1/(1-dropout)), got {spec.dropout}")
+    for what, applies, algos in ALGO_LIMITS:
+        if applies(spec) and algo not in algos:
+            raise ValueError(f"algo must be one of {algos} for {what} (cuDNN refuses the others), got {algo!r}")
+    return math_type, algo
+
+
+def descriptor_fields(spec, algo: str, math_type: str) -> dict[str, int]:
+    """``cudnnSetRNNDescriptor_v8``'s arguments for a model (``spec``: the reference model of its config), by
+    name, all but the dropout descriptor: what the backend asks cuDNN for. Needs no GPU."""
+    dtype = spec.dtype.name
+    return dict(algo=_lib.ALGO[algo], mode=_lib.RNN_MODE[spec.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
+                direction=_lib.DIRECTION[spec.direction], input_mode=_lib.INPUT_MODE[spec.input_mode],
+                data_type=_lib.DATA_TYPE[dtype], math_prec=_lib.MATH_PREC[dtype], math_type=_lib.MATH_TYPE[math_type],
+                input_size=spec.input_size, hidden_size=spec.num_units, proj_size=spec.num_proj or spec.num_units,
+                num_layers=spec.num_layers, aux_flags=_lib.PADDED_IO_ENABLED)
+
+
 class BackendUnavailable(RuntimeError):
     """The cuDNN backend cannot run here; the message says what is missing."""
 
@@ -106,13 +143,7 @@ class _CudnnModel:
                  *, math_type: str | None = None, algo: str = "standard", _num_proj: int | None = None) -> None:
         spec = reference.make_model(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction, dtype,
                                     dropout, seed, _num_proj)
-        if math_type is None:  # what cuDNN documents per data type: FMA is true FP32
-            math_type = DEFAULT_MATH_TYPE[spec.dtype.name]
-        self.math_type = checks.one_of("math_type", math_type, MATH_TYPES)
-        self.algo = checks.one_of("algo", algo, ALGOS)
-        if spec.dropout >= 1.0:
-            raise ValueError(f"dropout must be in [0, 1) for the cuDNN backend (cuDNN scales kept values by "
-                             f"1/(1-dropout)), got {spec.dropout}")
+        self.math_type, self.algo = check_options(spec, math_type, algo)
         for name in ("num_layers", "num_units", "input_size", "input_mode", "direction", "num_dirs", "dtype",
                      "dropout", "seed", "num_proj", "gates", "state_width"):
             setattr(self, name, getattr(spec, name))
@@ -135,13 +166,8 @@ class _CudnnModel:
             self._handle, self.dropout, self.seed, lambda n: cp.empty(n, dtype=cp.uint8))
         cp.cuda.get_current_stream().synchronize()  # the RNG set-up kernel, before any later stream reads it
         self._built_batch: int | None = None  # persist_dynamic: the batch size of the compiled plan
-        self._rnn = RNNDescriptor(self._lib).set(
-            algo=_lib.ALGO[self.algo], mode=_lib.RNN_MODE[self.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
-            direction=_lib.DIRECTION[self.direction], input_mode=_lib.INPUT_MODE[self.input_mode],
-            data_type=self._data_type, math_prec=_lib.MATH_PREC[self._dtype_name],
-            math_type=_lib.MATH_TYPE[self.math_type], input_size=self.input_size, hidden_size=self.num_units,
-            proj_size=self.num_proj or self.num_units, num_layers=self.num_layers, dropout=self._dropout_desc,
-            aux_flags=_lib.PADDED_IO_ENABLED)
+        self._rnn = RNNDescriptor(self._lib).set(**descriptor_fields(spec, self.algo, self.math_type),
+                                                 dropout=self._dropout_desc)
         size = c_size_t()
         self._lib.call("cudnnGetRNNWeightSpaceSize", self._handle.ptr, self._rnn.ptr, byref(size))
         self._weight_bytes = size.value
