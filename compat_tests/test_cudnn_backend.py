@@ -30,7 +30,7 @@ from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import DESCRIPTOR_CHURN_RSS
 from cudnn_backend import _lib
 from cudnn_backend import model as backend_model
-from cudnn_backend.descriptors import DropoutDescriptor, RNNDescriptor
+from cudnn_backend.descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
 
 try:
     LIB = _lib.load()
@@ -120,8 +120,6 @@ def test_the_library_is_cudnn_9_and_its_sublibraries_load():
 
 @needs_library
 def test_a_failed_call_raises_cudnn_error_with_status_name_and_detail():
-    from cudnn_backend.descriptors import DropoutDescriptor, RNNDescriptor
-
     with DropoutDescriptor(LIB) as dropout, RNNDescriptor(LIB) as rnn:
         with pytest.raises(cudnn_backend.CudnnError) as info:
             rnn.set(algo=0, mode=3, bias_mode=2, direction=0, input_mode=0, data_type=0, math_prec=0, math_type=3,
@@ -134,8 +132,6 @@ def test_a_failed_call_raises_cudnn_error_with_status_name_and_detail():
 
 @needs_library
 def test_rnn_data_descriptor_checks_lengths():
-    from cudnn_backend.descriptors import RNNDataDescriptor
-
     with RNNDataDescriptor(LIB) as d:
         d.set(0, _lib.SEQ_MAJOR_UNPACKED, 5, 3, 7, [5, 2, 3], ctypes.c_float(0.0))
         with pytest.raises(cudnn_backend.CudnnError, match="BAD_PARAM"):
@@ -145,8 +141,6 @@ def test_rnn_data_descriptor_checks_lengths():
 @needs_library
 @pytest.mark.parametrize("dims", [(2, 4, 8), (1, 1, 1), (6, 3, 5)])
 def test_tensor_descriptor_is_fully_packed(dims):
-    from cudnn_backend.descriptors import TensorDescriptor
-
     with TensorDescriptor(LIB) as t:
         dtype, got, strides = t.set(_lib.DATA_TYPE["float32"], dims).get()
     assert dtype == 0 and got == dims and strides == (dims[1] * dims[2], dims[2], 1)
@@ -159,8 +153,6 @@ def _rss_bytes() -> int:
 
 @needs_library
 def test_descriptors_are_released_deterministically_and_do_not_grow():
-    from cudnn_backend.descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
-
     def churn(n):
         for _ in range(n):
             with TensorDescriptor(LIB) as t:
@@ -179,6 +171,22 @@ def test_descriptors_are_released_deterministically_and_do_not_grow():
     assert t.alive
     t.close()
     assert not t.alive
+
+
+@needs_library
+@pytest.mark.parametrize(("kind", "use"), [
+    (TensorDescriptor, lambda d: d.get()),
+    (TensorDescriptor, lambda d: d.set(0, (2, 3, 4))),
+    (RNNDataDescriptor, lambda d: d.set(0, _lib.SEQ_MAJOR_UNPACKED, 3, 2, 4, [3, 1], None)),
+    (RNNDescriptor, lambda d: d.get()),
+], ids=["tensor-get", "tensor-set", "rnn-data-set", "rnn-get"])
+def test_a_closed_descriptor_is_refused_not_used(kind, use):
+    """``close()`` leaves a NULL behind, which cuDNN refuses as a bad parameter instead of reading freed memory."""
+    descriptor = kind(LIB)
+    descriptor.close()
+    with pytest.raises(cudnn_backend.CudnnError) as info:
+        use(descriptor)
+    assert info.value.status == "CUDNN_STATUS_BAD_PARAM" and info.value.detail
 
 
 def _run_child(code: str, *args: str) -> subprocess.CompletedProcess:
@@ -239,6 +247,16 @@ def test_cudnn_takes_the_backends_descriptor_exactly_when_the_backend_takes_the_
     assert not takes or held == fields
 
 
+# A config every mode takes, to change one argument of at a time.
+_BASE = dict(num_layers=2, num_units=6, input_size=4, input_mode="linear_input", direction="unidirectional",
+             dtype=np.float32, dropout=0.0, seed=0, num_proj=None)
+
+
+def _base_fields(mode: str, **change: int) -> dict:
+    """The backend's descriptor arguments for ``_BASE`` in ``mode``, with ``change`` made to them."""
+    return {**backend_model.descriptor_fields(reference.make_model(mode, **_BASE), "standard", "fma"), **change}
+
+
 @needs_library
 @pytest.mark.parametrize(("mode", "change", "reference_args", "status"), [
     ("gru", {"proj_size": 3}, {"num_proj": 3}, "CUDNN_STATUS_NOT_SUPPORTED"),  # no projection but the LSTM's
@@ -249,12 +267,9 @@ def test_cudnn_takes_the_backends_descriptor_exactly_when_the_backend_takes_the_
     ("relu", {"num_layers": 0}, {"num_layers": 0}, "CUDNN_STATUS_BAD_PARAM"),
 ])
 def test_what_the_reference_refuses_cudnn_refuses(mode, change, reference_args, status):
-    args = dict(rnn_mode=mode, num_layers=2, num_units=6, input_size=4, input_mode="linear_input",
-                direction="unidirectional", dtype=np.float32, dropout=0.0, seed=0, num_proj=None)
-    fields = {**backend_model.descriptor_fields(reference.make_model(**args), "standard", "fma"), **change}
-    assert _cudnn_takes(fields) == (False, status)
+    assert _cudnn_takes(_base_fields(mode, **change)) == (False, status)
     with pytest.raises(ValueError, match=next(iter(reference_args))):
-        reference.make_model(**{**args, **reference_args})
+        reference.make_model(mode, **{**_BASE, **reference_args})
 
 
 @needs_library
@@ -265,10 +280,8 @@ def test_what_the_reference_refuses_cudnn_refuses(mode, change, reference_args, 
 def test_where_the_reference_is_stricter_than_cudnns_descriptor(change, reference_args):
     """Two configs cuDNN's descriptor takes and the reference refuses: skip_input with input_size != num_units
     (TensorFlow refuses it; cuDNN documents nothing for the width mismatch), and num_proj == num_units, which
-    cuDNN reads as no projection (so the reference's num_proj always means a projection matrix)."""
-    args = dict(rnn_mode="lstm", num_layers=2, num_units=6, input_size=4, input_mode="linear_input",
-                direction="unidirectional", dtype=np.float32, dropout=0.0, seed=0, num_proj=None)
-    fields = {**backend_model.descriptor_fields(reference.make_model(**args), "standard", "fma"), **change}
+    cuDNN documents as the projection disabled (so the reference's num_proj always means a projection matrix)."""
+    fields = _base_fields("lstm", **change)
     assert _cudnn_takes(fields) == (True, fields)
     with pytest.raises(ValueError, match=next(iter(reference_args))):
-        reference.make_model(**{**args, **reference_args})
+        reference.make_model("lstm", **{**_BASE, **reference_args})
