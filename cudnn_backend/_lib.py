@@ -203,7 +203,7 @@ def load() -> Library:
         try:
             return Library(path)
         except (OSError, AttributeError, CudnnError) as exc:  # not loadable, too old, a sub-library missing
-            failures.append(f"{path}: {exc}")
+            failures.append(str(exc) if str(exc).startswith(path) else f"{path}: {exc}")
     raise LibraryNotFound(f"no usable {LIBRARY} (tried the nvidia/cudnn/lib folders on sys.path and the system "
                           f"loader: {'; '.join(failures) or 'none there'})")
 
