@@ -50,6 +50,7 @@ class Prototype:
     name: str
     restype: str
     argtypes: tuple[str, ...]  # C spellings, e.g. "const int32_t *", "cudnnHandle_t"
+    argnames: tuple[str, ...] = ()  # the parameters' names, "" where the header gives none
 
 
 @dataclass
@@ -119,16 +120,18 @@ def _uncomment(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
-def _split_declaration(arg: str) -> str:
-    """``const int32_t devSeqLengths[]`` -> ``const int32_t *``: the type without the parameter's name."""
+def _split_declaration(arg: str) -> tuple[str, str]:
+    """``const int32_t devSeqLengths[]`` -> ``("const int32_t *", "devSeqLengths")``: the type and the
+    parameter's name ("" for an unnamed one)."""
     arg = " ".join(arg.split())
     array = arg.endswith("]")
     arg = re.sub(r"\[[^\]]*\]$", "", arg).strip()
     m = re.match(r"^(.*?[\s\*])(\w+)$", arg)
-    if m and _strip(m.group(1).replace("*", " ")).strip():  # a named parameter: drop the name
-        arg = m.group(1)
+    name = ""
+    if m and _strip(m.group(1).replace("*", " ")).strip():  # a named parameter: split the name off
+        arg, name = m.group(1), m.group(2)
     arg = re.sub(r"\s*\*\s*", " *", arg.strip()).strip()
-    return arg + (" *" if array else "")
+    return arg + (" *" if array else ""), name
 
 
 _INT_LITERAL = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b")
@@ -182,11 +185,12 @@ def parse(text: str, headers: Headers) -> None:
     for m in re.finditer(r"typedef\s+(?:struct\s+)?\w+\s*\*\s*(\w+)\s*;", text):
         headers.handle_types.add(m.group(1))
     for m in re.finditer(r"([\w\s\*]+?)\s*\bCUDNNWINAPI\s+(\w+)\s*\(([^;{]*?)\)\s*;", text, flags=re.S):
-        restype = _split_declaration(m.group(1).split("\n")[-1] if "\n" in m.group(1) else m.group(1))
+        restype, _ = _split_declaration(m.group(1).split("\n")[-1] if "\n" in m.group(1) else m.group(1))
         restype = _strip(restype.replace("*", " *")).replace(" *", "*").strip() or "void"
         args = [a.strip() for a in m.group(3).split(",")]
-        argtypes = () if args in ([""], ["void"]) else tuple(_split_declaration(a) for a in args)
-        headers.prototypes[m.group(2)] = Prototype(m.group(2), restype, argtypes)
+        declared = [] if args in ([""], ["void"]) else [_split_declaration(a) for a in args]
+        headers.prototypes[m.group(2)] = Prototype(m.group(2), restype, tuple(t for t, _ in declared),
+                                                   tuple(n for _, n in declared))
 
 
 def read(include_dir: Path) -> Headers:

@@ -209,59 +209,64 @@ class FakeCudnn:
     _cudnnCreate = _cudnnCreateTensorDescriptor = _cudnnCreateRNNDescriptor = _create
     _cudnnCreateRNNDataDescriptor = _cudnnCreateDropoutDescriptor = _create
 
-    def _cudnnSetTensorNdDescriptor(self, desc, data_type, nb, dims, strides) -> None:
-        self.tensors[_value(desc)] = (list(dims)[:nb], list(strides)[:nb])
+    def _cudnnSetTensorNdDescriptor(self, tensor_desc, data_type, nb_dims, dim_a, stride_a) -> None:
+        self.tensors[_value(tensor_desc)] = (list(dim_a)[:nb_dims], list(stride_a)[:nb_dims])
 
-    def _cudnnGetTensorNdDescriptor(self, desc, max_dims, data_type, nb, dims, strides) -> None:
-        d, s = self.tensors[_value(desc)]
-        _set_out(nb, len(d))
+    def _cudnnGetTensorNdDescriptor(self, tensor_desc, nb_dims_requested, data_type, nb_dims, dim_a, stride_a) -> None:
+        d, s = self.tensors[_value(tensor_desc)]
+        _set_out(nb_dims, len(d))
         for i, (a, b) in enumerate(zip(d, s)):
-            dims[i], strides[i] = a, b
+            dim_a[i], stride_a[i] = a, b
 
-    def _cudnnSetRNNDataDescriptor(self, desc, data_type, layout, max_seq, batch, vector, lengths, fill) -> None:
+    def _cudnnSetRNNDataDescriptor(self, rnn_data_desc, data_type, layout, max_seq_length, batch_size, vector_size,
+                                   seq_length_array, padding_fill) -> None:
         dtype = _DTYPES[data_type]
-        fill_value = None if not _value(fill) else float(read(_value(fill), 1, dtype)[0])
-        self.data[_value(desc)] = DataDesc(dtype, layout, max_seq, batch, vector, list(lengths)[:batch], fill_value)
+        fill = None if not _value(padding_fill) else float(read(_value(padding_fill), 1, dtype)[0])
+        self.data[_value(rnn_data_desc)] = DataDesc(dtype, layout, max_seq_length, batch_size, vector_size,
+                                                    list(seq_length_array)[:batch_size], fill)
 
-    def _cudnnDropoutGetStatesSize(self, handle, size) -> None:
-        _set_out(size, 256)
+    def _cudnnDropoutGetStatesSize(self, handle, size_in_bytes) -> None:
+        _set_out(size_in_bytes, 256)
 
-    def _cudnnSetDropoutDescriptor(self, desc, handle, dropout, states, size, seed) -> None:
-        self.dropouts[_value(desc)] = (float(dropout), int(seed))
+    def _cudnnSetDropoutDescriptor(self, dropout_desc, handle, dropout, states, state_size_in_bytes, seed) -> None:
+        self.dropouts[_value(dropout_desc)] = (float(dropout), int(seed))
 
-    def _cudnnSetRNNDescriptor_v8(self, desc, algo, mode, bias_mode, direction, input_mode, data_type, math_prec,
-                                  math_type, input_size, hidden_size, proj_size, num_layers, dropout, aux) -> None:
-        self.rnn_settings[_value(desc)] = dict(algo=algo, bias_mode=bias_mode, math_prec=math_prec,
-                                               math_type=math_type, aux_flags=aux)
-        rate, seed = self.dropouts[_value(dropout)]
-        self.rnns[_value(desc)] = reference.make_model(
-            _MODES[mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
-            "bidirectional" if direction else "unidirectional", _DTYPES[data_type], rate, seed,
+    def _cudnnSetRNNDescriptor_v8(self, rnn_desc, algo, cell_mode, bias_mode, dir_mode, input_mode, data_type,
+                                  math_prec, math_type, input_size, hidden_size, proj_size, num_layers, dropout_desc,
+                                  aux_flags) -> None:
+        self.rnn_settings[_value(rnn_desc)] = dict(algo=algo, bias_mode=bias_mode, math_prec=math_prec,
+                                                   math_type=math_type, aux_flags=aux_flags)
+        rate, seed = self.dropouts[_value(dropout_desc)]
+        self.rnns[_value(rnn_desc)] = reference.make_model(
+            _MODES[cell_mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
+            "bidirectional" if dir_mode else "unidirectional", _DTYPES[data_type], rate, seed,
             proj_size if proj_size != hidden_size else None)
 
-    def _cudnnGetRNNWeightSpaceSize(self, handle, desc, size) -> None:
-        model = self.rnns[_value(desc)]
-        _set_out(size, model.params_size() * model.dtype.itemsize)
+    def _cudnnGetRNNWeightSpaceSize(self, handle, rnn_desc, weight_space_size) -> None:
+        model = self.rnns[_value(rnn_desc)]
+        _set_out(weight_space_size, model.params_size() * model.dtype.itemsize)
 
-    def _cudnnGetRNNWeightParams(self, handle, desc, pl, nbytes, base, lin, m_desc, m_addr, b_desc, b_addr) -> None:
-        model = self.rnns[_value(desc)]
+    def _cudnnGetRNNWeightParams(self, handle, rnn_desc, pseudo_layer, weight_space_size, weight_space, lin_layer_id,
+                                 m_desc, m_addr, b_desc, b_addr) -> None:
+        model = self.rnns[_value(rnn_desc)]
         regions = {(r.kind, r.pseudo_layer, r.lin_layer_id): r for r in model.opaque_layout()}
         for kind, tensor, addr in (("weight", m_desc, m_addr), ("bias", b_desc, b_addr)):
-            r = regions.get((kind, pl, lin))
-            _set_out(addr, None if r is None else _value(base) + r.offset * model.dtype.itemsize)
+            r = regions.get((kind, pseudo_layer, lin_layer_id))
+            _set_out(addr, None if r is None else _value(weight_space) + r.offset * model.dtype.itemsize)
             if r is not None:
                 dims = [1, *r.shape] if kind == "weight" else [1, r.shape[0], 1]
                 self.tensors[_value(tensor)] = (dims, [dims[1] * dims[2], dims[2], 1])
 
-    def _cudnnGetRNNTempSpaceSizes(self, handle, desc, mode, x_desc, work, reserve) -> None:
-        _set_out(work, 64)
-        if reserve is not None:
-            _set_out(reserve, 128)
+    def _cudnnGetRNNTempSpaceSizes(self, handle, rnn_desc, fwd_mode, x_desc, work_space_size,
+                                   reserve_space_size) -> None:
+        _set_out(work_space_size, 64)
+        if reserve_space_size is not None:
+            _set_out(reserve_space_size, 128)
 
     # compute: record what was handed over
-    def _record(self, name: str, desc, seq_lengths, x_desc, y_desc, h_desc, c_desc, pointers: dict,
+    def _record(self, name: str, rnn_desc, dev_seq_lengths, x_desc, y_desc, h_desc, c_desc, pointers: dict,
                 values: dict | None = None) -> None:
-        model = self.rnns[_value(desc)]
+        model = self.rnns[_value(rnn_desc)]
         xd, yd = self.data[_value(x_desc)], self.data[_value(y_desc)]
         hd, cd = self.tensors[_value(h_desc)][0], self.tensors[_value(c_desc)][0]
         sizes = {"x": xd.max_seq * xd.batch * xd.vector, "dx": xd.max_seq * xd.batch * xd.vector,
@@ -269,22 +274,24 @@ class FakeCudnn:
                  "w": model.params_size(), "dw": model.params_size()}
         sizes |= {k: int(np.prod(hd)) for k in ("hx", "hy", "dhy", "dhx")}
         sizes |= {k: int(np.prod(cd)) for k in ("cx", "cy", "dcy", "dcx")}
-        ptrs = {k: _value(v) for k, v in pointers.items()} | {"seq_lengths": _value(seq_lengths)}
+        ptrs = {k: _value(v) for k, v in pointers.items()} | {"seq_lengths": _value(dev_seq_lengths)}
         call = Call(name, ptrs, values=values or {})
         call.snapshots = {k: read(p, sizes[k], model.dtype) for k, p in ptrs.items() if k in sizes}
         call.snapshots["seq_lengths"] = read(ptrs["seq_lengths"], xd.batch, np.int32)
         call.values |= {"x_desc": _value(x_desc), "y_desc": _value(y_desc)}
         self.compute.append(call)
 
-    def _cudnnRNNForward(self, handle, desc, mode, seq_lengths, x_desc, x, y_desc, y, h_desc, hx, hy, c_desc, cx,
-                         cy, w_size, w, work_size, work, reserve_size, reserve) -> None:
-        self._record("forward", desc, seq_lengths, x_desc, y_desc, h_desc, c_desc,
-                     dict(x=x, y=y, hx=hx, hy=hy, cx=cx, cy=cy, w=w, reserve=reserve), {"mode": mode})
-        call, model, xd = self.compute[-1], self.rnns[_value(desc)], self.data[_value(x_desc)]
+    def _cudnnRNNForward(self, handle, rnn_desc, fwd_mode, dev_seq_lengths, x_desc, x, y_desc, y, h_desc, hx, hy,
+                         c_desc, cx, cy, weight_space_size, weight_space, work_space_size, work_space,
+                         reserve_space_size, reserve_space) -> None:
+        self._record("forward", rnn_desc, dev_seq_lengths, x_desc, y_desc, h_desc, c_desc,
+                     dict(x=x, y=y, hx=hx, hy=hy, cx=cx, cy=cy, w=weight_space, reserve=reserve_space),
+                     {"mode": fwd_mode})
+        call, model, xd = self.compute[-1], self.rnns[_value(rnn_desc)], self.data[_value(x_desc)]
         snap = call.snapshots
         states = {k: None if snap[k] is None else snap[k].reshape(self.tensors[_value(d)][0])
                   for k, d in (("hx", h_desc), ("cx", c_desc))}
-        training = mode == _lib.FWD_TRAINING
+        training = fwd_mode == _lib.FWD_TRAINING
         if snap["seq_lengths"] is None or snap["seq_lengths"].tolist() != xd.lengths:
             raise ValueError(f"devSeqLengths {snap['seq_lengths']} is not a copy of the descriptor's {xd.lengths}")
         fwd = model.forward(_time_major(snap["x"], xd), states["hx"], snap["w"], input_c=states["cx"],
@@ -297,11 +304,13 @@ class FakeCudnn:
         if training:
             self._trained[call.ptrs["reserve"]] = (fwd, xd, None)
 
-    def _cudnnRNNBackwardData_v8(self, handle, desc, seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy, dhx,
-                                 c_desc, cx, dcy, dcx, w_size, w, work_size, work, reserve_size, reserve) -> None:
-        self._record("backward_data", desc, seq_lengths, x_desc, y_desc, h_desc, c_desc,
-                     dict(y=y, dy=dy, dx=dx, hx=hx, dhy=dhy, dhx=dhx, cx=cx, dcy=dcy, dcx=dcx, w=w, reserve=reserve))
-        call, model = self.compute[-1], self.rnns[_value(desc)]
+    def _cudnnRNNBackwardData_v8(self, handle, rnn_desc, dev_seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy,
+                                 dhx, c_desc, cx, dcy, dcx, weight_space_size, weight_space, work_space_size,
+                                 work_space, reserve_space_size, reserve_space) -> None:
+        self._record("backward_data", rnn_desc, dev_seq_lengths, x_desc, y_desc, h_desc, c_desc,
+                     dict(y=y, dy=dy, dx=dx, hx=hx, dhy=dhy, dhx=dhx, cx=cx, dcy=dcy, dcx=dcx, w=weight_space,
+                          reserve=reserve_space))
+        call, model = self.compute[-1], self.rnns[_value(rnn_desc)]
         snap = call.snapshots
         fwd, xd, _ = self._trained[call.ptrs["reserve"]]
         d_states = {k: None if snap[k] is None else snap[k].reshape(self.tensors[_value(d)][0])
@@ -314,10 +323,11 @@ class FakeCudnn:
             write(call.ptrs["dcx"], grads.input_c)
         self._trained[call.ptrs["reserve"]] = (fwd, xd, grads.params)
 
-    def _cudnnRNNBackwardWeights_v8(self, handle, desc, add_grad, seq_lengths, x_desc, x, h_desc, hx, y_desc, y,
-                                    w_size, dw, work_size, work, reserve_size, reserve) -> None:
-        self._record("backward_weights", desc, seq_lengths, x_desc, y_desc, h_desc, h_desc,
-                     dict(x=x, hx=hx, y=y, dw=dw, reserve=reserve), {"add_grad": add_grad})
+    def _cudnnRNNBackwardWeights_v8(self, handle, rnn_desc, add_grad, dev_seq_lengths, x_desc, x, h_desc, hx, y_desc,
+                                    y, weight_space_size, dweight_space, work_space_size, work_space,
+                                    reserve_space_size, reserve_space) -> None:
+        self._record("backward_weights", rnn_desc, dev_seq_lengths, x_desc, y_desc, h_desc, h_desc,
+                     dict(x=x, hx=hx, y=y, dw=dweight_space, reserve=reserve_space), {"add_grad": add_grad})
         call = self.compute[-1]
         _, _, d_params = self._trained.pop(call.ptrs["reserve"])  # BackwardData came first, as documented
         write(call.ptrs["dw"], call.snapshots["dw"] + d_params)

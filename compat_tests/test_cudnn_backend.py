@@ -122,7 +122,7 @@ def test_the_library_is_cudnn_9_and_its_sublibraries_load():
 def test_a_failed_call_raises_cudnn_error_with_status_name_and_detail():
     with DropoutDescriptor(LIB) as dropout, RNNDescriptor(LIB) as rnn:
         with pytest.raises(cudnn_backend.CudnnError) as info:
-            rnn.set(algo=0, mode=3, bias_mode=2, direction=0, input_mode=0, data_type=0, math_prec=0, math_type=3,
+            rnn.set(algo=0, cell_mode=3, bias_mode=2, dir_mode=0, input_mode=0, data_type=0, math_prec=0, math_type=3,
                     input_size=4, hidden_size=8, proj_size=0, num_layers=1, dropout=dropout, aux_flags=1)
     err = info.value
     assert err.status == "CUDNN_STATUS_BAD_PARAM" and err.code == 2000

@@ -10,6 +10,7 @@ library. Elsewhere these tests skip with that reason, except the first, which ne
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from ctypes import POINTER, c_float, c_int, c_size_t, c_uint32, c_ulonglong, c_void_p
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import cudnn_backend
 from compat_tests import cudnn_headers, fake_cuda
 from cudnn_backend import _lib
+from cudnn_backend.descriptors import RNNDescriptor
 
 FUNCTION_NAME = re.compile(r"^cudnn[A-Z]\w+$")
 INCLUDE_DIRS = cudnn_headers.find_include_dirs(_lib.candidates())
@@ -98,6 +100,36 @@ def test_enum_values_match_the_headers():
     assert wrong == []
 
 
+def _squashed(names) -> list[str]:
+    """``dev_seq_lengths`` and ``devSeqLengths`` alike: lower case, no underscores."""
+    return [n.replace("_", "").lower() for n in names]
+
+
+@needs_headers
+def test_the_fake_reads_each_argument_by_the_name_the_header_gives_it():
+    """``fake_cuda`` answers each call through its parameters' names. Named as the header names each position,
+    the fake is an independent reading of the order, so a backend that passes arguments out of order (two
+    pointers, or two sizes, that ctypes cannot tell apart) disagrees with the reference through it
+    (``test_cudnn_plumbing.py``). One-argument functions (the creators) have no order to check."""
+    checked = []
+    for name in _lib.SIGNATURES:
+        method = getattr(fake_cuda.FakeCudnn, "_" + name, None)
+        parameters = list(inspect.signature(method).parameters)[1:] if method else []
+        if len(parameters) > 1:
+            assert _squashed(parameters) == _squashed(HEADERS.prototypes[name].argnames), name
+            checked.append(name)
+    assert {"cudnnRNNForward", "cudnnRNNBackwardData_v8", "cudnnRNNBackwardWeights_v8", "cudnnSetRNNDescriptor_v8",
+            "cudnnSetRNNDataDescriptor", "cudnnGetRNNWeightParams"} <= set(checked)
+
+
+@needs_headers
+@pytest.mark.parametrize("name", ["cudnnSetRNNDescriptor_v8", "cudnnGetRNNDescriptor_v8"])
+def test_the_rnn_descriptor_fields_are_in_the_headers_order(name):
+    """``RNNDescriptor.set``/``get`` pass their fields in ``FIELDS`` order: four of them are plain ``int32_t``
+    sizes, told apart by name only."""
+    assert _squashed(RNNDescriptor.FIELDS) == _squashed(HEADERS.prototypes[name].argnames[1:13])
+
+
 @needs_headers
 @pytest.mark.parametrize(("name", "change", "expected"), [
     ("cudnnRNNForward", lambda a: a[:14] + [c_int] + a[15:], "argument 14 declared c_int, the header has size_t"),
@@ -149,6 +181,8 @@ cudnnDemoName(void);
     assert set(headers.prototypes) == {"cudnnDemo", "cudnnDemoName"}
     demo = headers.prototypes["cudnnDemo"]
     assert demo.restype == "cudnnStatus_t" and headers.prototypes["cudnnDemoName"].argtypes == ()
+    assert demo.argnames == ("handle", "kind", "lengths", "out", "size", "seed", "alpha")
+    assert headers.prototypes["cudnnDemoName"].argnames == ()
     assert [headers.kind(t) for t in demo.argtypes] == [
         ("ptr", None), ("int", 4, True), ("ptr", ("int", 4, True)), ("ptr", ("ptr", None)),
         ("ptr", ("int", 8, False)), ("int", 8, False), ("float", 4)]

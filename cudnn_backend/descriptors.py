@@ -92,15 +92,21 @@ class RNNDataDescriptor(Owned):
 
 class RNNDescriptor(Owned):
     _create, _destroy = "cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor"
-    FIELDS = ("algo", "mode", "bias_mode", "direction", "input_mode", "data_type", "math_prec", "math_type",
-              "input_size", "hidden_size", "proj_size", "num_layers")  # then the dropout descriptor, aux_flags
+    # cudnnSetRNNDescriptor_v8's and cudnnGetRNNDescriptor_v8's arguments after the descriptor, in order, named as
+    # the header names them (snake_case; test_cudnn_headers.py holds the two against each other), then the
+    # dropout descriptor and aux_flags.
+    FIELDS = ("algo", "cell_mode", "bias_mode", "dir_mode", "input_mode", "data_type", "math_prec", "math_type",
+              "input_size", "hidden_size", "proj_size", "num_layers")
 
-    def set(self, *, algo: int, mode: int, bias_mode: int, direction: int, input_mode: int, data_type: int,
-            math_prec: int, math_type: int, input_size: int, hidden_size: int, proj_size: int, num_layers: int,
-            dropout: "DropoutDescriptor", aux_flags: int) -> "RNNDescriptor":
+    def set(self, *, dropout: "DropoutDescriptor", aux_flags: int, **fields: int) -> "RNNDescriptor":
+        """``cudnnSetRNNDescriptor_v8`` with every one of :attr:`FIELDS` by name (``descriptor_fields`` in
+        ``cudnn_backend.model`` gives them for a model)."""
+        if set(fields) != set(self.FIELDS):
+            raise TypeError(f"RNNDescriptor.set takes {', '.join(self.FIELDS)}, dropout and aux_flags, "
+                            f"got {', '.join(sorted(fields))}")
         self._dropout = dropout  # must outlive this descriptor
-        self.lib.call("cudnnSetRNNDescriptor_v8", self.ptr, algo, mode, bias_mode, direction, input_mode, data_type,
-                      math_prec, math_type, input_size, hidden_size, proj_size, num_layers, dropout.ptr, aux_flags)
+        self.lib.call("cudnnSetRNNDescriptor_v8", self.ptr, *(fields[name] for name in self.FIELDS), dropout.ptr,
+                      aux_flags)
         return self
 
     def get(self) -> dict[str, int]:

@@ -77,8 +77,8 @@ def descriptor_fields(spec, algo: str, math_type: str) -> dict[str, int]:
     """``cudnnSetRNNDescriptor_v8``'s arguments for a model (``spec``: the reference model of its config), by
     name, all but the dropout descriptor: what the backend asks cuDNN for. Needs no GPU."""
     dtype = spec.dtype.name
-    return dict(algo=_lib.ALGO[algo], mode=_lib.RNN_MODE[spec.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
-                direction=_lib.DIRECTION[spec.direction], input_mode=_lib.INPUT_MODE[spec.input_mode],
+    return dict(algo=_lib.ALGO[algo], cell_mode=_lib.RNN_MODE[spec.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
+                dir_mode=_lib.DIRECTION[spec.direction], input_mode=_lib.INPUT_MODE[spec.input_mode],
                 data_type=_lib.DATA_TYPE[dtype], math_prec=_lib.MATH_PREC[dtype], math_type=_lib.MATH_TYPE[math_type],
                 input_size=spec.input_size, hidden_size=spec.num_units, proj_size=spec.num_proj or spec.num_units,
                 num_layers=spec.num_layers, aux_flags=_lib.PADDED_IO_ENABLED)
