@@ -75,6 +75,16 @@ def test_every_path_runs_through_the_declared_signatures(fake, name, algo):
     gpu.close()
 
 
+def test_the_rnn_descriptor_takes_every_field_by_name(fake):
+    from cudnn_backend.descriptors import DropoutDescriptor, RNNDescriptor
+
+    fields = dict.fromkeys(RNNDescriptor.FIELDS, 1)
+    del fields["proj_size"]
+    with pytest.raises(TypeError, match=f"got {', '.join(sorted(fields))}$"):
+        RNNDescriptor(fake).set(**fields, dropout=DropoutDescriptor(fake), aux_flags=1)
+    assert "cudnnSetRNNDescriptor_v8" not in fake.calls
+
+
 def test_descriptors_say_what_the_arrays_hold(fake):
     cfg = CONFIGS["gru-skip-batch-major-half"]
     case = make_case(cfg)
