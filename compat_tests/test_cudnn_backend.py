@@ -131,6 +131,14 @@ def test_a_failed_call_raises_cudnn_error_with_status_name_and_detail():
 
 
 @needs_library
+def test_status_names_are_cudnns_own():
+    """``cudnnGetErrorString`` names every status in the fallback table alike; an unknown code (cuDNN says
+    ``CUDNN_UNKNOWN_STATUS``) keeps its number."""
+    assert {code: LIB.status_name(code) for code in _lib.STATUS_NAMES} == _lib.STATUS_NAMES
+    assert LIB.status_name(1234) == "CUDNN_STATUS_1234"
+
+
+@needs_library
 def test_rnn_data_descriptor_checks_lengths():
     with RNNDataDescriptor(LIB) as d:
         d.set(0, _lib.SEQ_MAJOR_UNPACKED, 5, 3, 7, [5, 2, 3], ctypes.c_float(0.0))
