@@ -127,7 +127,9 @@ def test_the_fake_reads_each_argument_by_the_name_the_header_gives_it():
 def test_the_rnn_descriptor_fields_are_in_the_headers_order(name):
     """``RNNDescriptor.set``/``get`` pass their fields in ``FIELDS`` order: four of them are plain ``int32_t``
     sizes, told apart by name only."""
-    assert _squashed(RNNDescriptor.FIELDS) == _squashed(HEADERS.prototypes[name].argnames[1:13])
+    argnames = HEADERS.prototypes[name].argnames
+    assert _squashed(RNNDescriptor.FIELDS) == _squashed(argnames[1:13])
+    assert argnames[0] == "rnnDesc" and argnames[13:] == ("dropoutDesc", "auxFlags")
 
 
 @needs_headers
