@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 import cudnn_backend
 import reference
 from compat_tests import fake_cuda
-from compat_tests.config import RNNConfig
 from compat_tests.peers.base import Capabilities
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import DESCRIPTOR_CHURN_RSS
@@ -220,10 +219,11 @@ def test_a_library_without_its_sublibraries_is_an_error_not_a_crash(shim, tmp_pa
         assert f"refused: {lonely} loads but its sub-library {_lib.SUBLIBRARIES[0]} does not" in child.stdout, child
 
 
-def _backend_takes(cfg: RNNConfig, algo: str, math_type: str) -> bool:
-    """Whether the cuDNN backend's constructor takes this config (its checks beyond the reference's)."""
+def _backend_takes(spec, algo: str, math_type: str) -> bool:
+    """Whether the cuDNN backend's constructor takes this config (``spec``: its reference model), by its checks
+    beyond the reference's."""
     try:
-        backend_model.check_options(cfg.model(), math_type, algo)
+        backend_model.check_options(spec, math_type, algo)
     except ValueError:
         return False
     return True
@@ -249,9 +249,10 @@ def test_cudnn_takes_the_backends_descriptor_exactly_when_the_backend_takes_the_
     """The arguments the backend hands ``cudnnSetRNNDescriptor_v8`` for every config the reference takes, every
     algo and math type: the installed cuDNN takes them where the backend's own checks (``ALGO_LIMITS``) do and
     refuses them where those refuse, and holds exactly what it was given."""
-    fields = backend_model.descriptor_fields(cfg.model(), algo, math_type)
+    spec = cfg.model()
+    fields = backend_model.descriptor_fields(spec, algo, math_type)
     takes, held = _cudnn_takes(fields)
-    assert _backend_takes(cfg, algo, math_type) == takes, held
+    assert _backend_takes(spec, algo, math_type) == takes, held
     assert not takes or held == fields
 
 
