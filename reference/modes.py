@@ -8,7 +8,8 @@ Steps work **feature-major**: a state is ``[width, B]`` (features down, batch ac
 is a contiguous block of rows and the per-step GEMM is ``R @ h`` (``[G*H, Hr] @ [Hr, B]``), which OpenBLAS
 runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``). It is ``R.dot(h, out=...)``: the same BLAS
 call as ``np.matmul`` (bit for bit), made with 0.5-0.7 µs less overhead, a third of a batch-1 GEMV at
-``H = 128``.
+``H = 128``. For the same reason the forward steps pass ``out`` positionally and their constants as 0-d
+arrays (:func:`sigmoid`): at batch 1 a NumPy call's overhead is most of its cost.
 
 ``step(ws, xw, h, c, h_out, c_out, acts)`` receives the :class:`Workspace` of its pseudo-layer (``R``,
 the inner recurrent biases, scratch buffers), the input projection of the current time step
@@ -75,25 +76,36 @@ def sigmoid(x: Array, out: Array | None = None) -> Array:
 
     Negation is a multiply: NumPy 2.4.6's float32 ``np.negative(v, out=v)`` on a small strided view (such
     as one time step of a ``[width, T, B]`` sequence) reads with the wrong stride and returns wrong values
-    (found by this suite). The last step is ``np.divide(1.0, v)``: bit for bit ``np.reciprocal(v)`` (every
+    (found by this suite). The last step is ``np.divide(1, v)``: bit for bit ``np.reciprocal(v)`` (every
     float dtype, denormals, signed zeros, infinities and NaN), whose NumPy 2.4 loop is not vectorised.
+    The constants are 0-d arrays of ``x``'s dtype, the same numbers as Python's ``-1.0`` and ``1`` would
+    be there, bit for bit, but a NumPy call takes a 0-d array in about half the time of a Python float:
+    0.3 against 0.65 µs, about the cost of a whole ``[2H, 1]`` operation (``out`` is passed positionally,
+    0.07 µs less again).
     """
-    out = np.multiply(x, -1.0, out=out)
-    np.exp(out, out=out)
-    out += 1
-    return np.divide(1.0, out, out=out)
+    minus_one, one = _UNIT.get(x.dtype, (-1.0, 1))  # other dtypes: NumPy's promotion, as before
+    out = np.multiply(x, minus_one, out)
+    np.exp(out, out)
+    np.add(out, one, out)
+    return np.divide(one, out, out)
+
+
+# -1, 0 and 1 of each float dtype as 0-d arrays, for :func:`sigmoid` and :func:`relu`.
+_FLOATS = (np.float16, np.float32, np.float64)
+_UNIT = {np.dtype(t): (np.array(-1, t), np.array(1, t)) for t in _FLOATS}
+_ZERO = {np.dtype(t): np.array(0, t) for t in _FLOATS}
 
 
 def relu(x: Array, out: Array | None = None) -> Array:
     """``max(x, 0)``; NaN propagates (``np.maximum`` keeps NaN)."""
-    return np.maximum(x, 0, out=out)
+    return np.maximum(x, _ZERO.get(x.dtype, 0), out)
 
 
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
-        z = ws.R.dot(h, out=ws.z)
-        z += xw
-        activation(z, out=h_out)
+        z = ws.R.dot(h, ws.z)
+        np.add(z, xw, z)
+        activation(z, h_out)
         if acts is not None:
             acts[...] = h_out
 
@@ -122,16 +134,17 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
 
 def _lstm_step(ws, xw, h, c, h_out, c_out, acts=None):
     H = c.shape[0]
-    z = ws.R.dot(h, out=ws.z if acts is None else acts[: 4 * H])
-    z += xw
-    sigmoid(z[: 3 * H], out=z[: 3 * H])  # i, f and o: one block in compute order
-    i, f, o, g = z[:H], z[H : 2 * H], z[2 * H : 3 * H], z[3 * H :]
-    np.tanh(g, out=g)
-    np.multiply(f, c, out=c_out)
-    tanh_c = np.multiply(i, g, out=ws.tmp if acts is None else acts[4 * H :])
-    c_out += tanh_c
-    np.tanh(c_out, out=tanh_c)
-    np.multiply(o, tanh_c, out=h_out)
+    z = ws.R.dot(h, ws.z if acts is None else acts[: 4 * H])
+    np.add(z, xw, z)
+    sig = z[: 3 * H]
+    sigmoid(sig, sig)  # i, f and o: one block in compute order
+    i, f, o, g = z[:H], z[H : 2 * H], sig[2 * H :], z[3 * H :]
+    np.tanh(g, g)
+    np.multiply(f, c, c_out)
+    tanh_c = np.multiply(i, g, ws.tmp if acts is None else acts[4 * H :])
+    np.add(c_out, tanh_c, c_out)
+    np.tanh(c_out, tanh_c)
+    np.multiply(o, tanh_c, h_out)
 
 
 def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
@@ -209,27 +222,27 @@ def _gru_step(reset_after: bool) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         H = ws.tmp.shape[0]
         z = ws.z if acts is None else acts[: 3 * H]  # r, z, then hn (cuDNN) or n (textbook)
+        rz = z[: 2 * H]
         if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
-            ws.R.dot(h, out=z)
+            ws.R.dot(h, z)
             hn = z[2 * H :]
-            hn += ws.b_inner
+            np.add(hn, ws.b_inner, hn)
             n = ws.tmp if acts is None else acts[3 * H :]
         else:  # textbook: the reset gate scales the state before the recurrent product
-            ws.R[: 2 * H].dot(h, out=z[: 2 * H])
+            ws.R[: 2 * H].dot(h, rz)
             n = z[2 * H :]
-        rz = z[: 2 * H]
-        rz += xw[: 2 * H]
-        sigmoid(rz, out=rz)
+        np.add(rz, xw[: 2 * H], rz)
+        sigmoid(rz, rz)
         r, update = rz[:H], rz[H:]
         if reset_after:
-            np.multiply(r, hn, out=n)
+            np.multiply(r, hn, n)
         else:
-            ws.R[2 * H :].dot(np.multiply(r, h, out=ws.tmp), out=n)
-        n += xw[2 * H :]
-        np.tanh(n, out=n)
-        np.subtract(h, n, out=h_out)  # h' = z * (h - n) + n
-        h_out *= update
-        h_out += n
+            ws.R[2 * H :].dot(np.multiply(r, h, ws.tmp), n)
+        np.add(n, xw[2 * H :], n)
+        np.tanh(n, n)
+        np.subtract(h, n, h_out)  # h' = z * (h - n) + n
+        np.multiply(h_out, update, h_out)
+        np.add(h_out, n, h_out)
 
     return step
 
