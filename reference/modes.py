@@ -6,7 +6,7 @@ order their blocks are stacked in ``W``, ``R``, biases, ``xw`` and gradients): t
 i, f, o, c so that its three sigmoid gates are one contiguous block.
 Steps work **feature-major**: a state is ``[width, B]`` (features down, batch across), so each gate block
 is a contiguous block of rows and the per-step GEMM is ``R @ h`` (``[G*H, Hr] @ [Hr, B]``), which OpenBLAS
-runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``). It is ``R.dot(h, out=...)``: the same BLAS
+runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``). It is ``R.dot(h, out)``: the same BLAS
 call as ``np.matmul`` (bit for bit), made with 0.5-0.7 µs less overhead, a third of a batch-1 GEMV at
 ``H = 128``. For the same reason the forward steps pass ``out`` positionally and their constants as 0-d
 arrays (:func:`sigmoid`): at batch 1 a NumPy call's overhead is most of its cost.
