@@ -28,7 +28,7 @@ UFUNCS = {
     "divide(1, v)": lambda v, out: np.divide(_c(v, 1), v, out),
     "tanh": lambda v, out: np.tanh(v, out),
     "multiply(v, v)": lambda v, out: np.multiply(v, v, out=out),
-    "maximum(v, 0)": lambda v, out: np.maximum(v, _c(v, 0), out),
+    "maximum(v, 0)": lambda v, out: np.maximum(v, _c(v, 0), out=out),
     "add(v, 1)": lambda v, out: np.add(v, _c(v, 1), out),
 }
 SHAPES = [((2, 4), 1), ((4, 4), 2), ((3, 5), 2), ((32, 12), 4)]  # (array, leading columns = one gate block)

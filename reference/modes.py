@@ -97,8 +97,9 @@ _ZERO = {np.dtype(t): np.array(0, t) for t in _FLOATS}
 
 
 def relu(x: Array, out: Array | None = None) -> Array:
-    """``max(x, 0)``; NaN propagates (``np.maximum`` keeps NaN)."""
-    return np.maximum(x, _ZERO.get(x.dtype, 0), out)
+    """``max(x, 0)``; NaN propagates (``np.maximum`` keeps NaN). ``out`` goes by keyword here: NumPy 2.4
+    deprecates a third positional argument of ``np.maximum``."""
+    return np.maximum(x, _ZERO.get(x.dtype, 0), out=out)
 
 
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
