@@ -96,7 +96,9 @@ FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("length
 
 
 def peer_summary(peer) -> dict:
-    """What ``rnn-compat peers`` says of one peer: availability, where a plugin came from, what it runs."""
+    """What ``rnn-compat peers`` says of one peer: availability, where a plugin came from, what it runs, and
+    its exceptions to the tolerance policy (budget overrides and known divergences, each with its reason)."""
+    from . import known_divergences, tolerances
     from .peers.base import availability
     from .peers.plugins import SPECS
 
@@ -110,8 +112,13 @@ def peer_summary(peer) -> dict:
     lacks.update({label: notes.get(field, "") for field, label in FEATURES if not getattr(caps, field)})
     if caps.max_layers is not None:
         lacks[f"stacks of more than {caps.max_layers} layer(s)"] = notes.get("num_layers", "")
+    overrides = [{"dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound, "reason": o.budget.reason}
+                 for o in tolerances.all_overrides() if o.peer == peer.name]
+    divergences = [{"area": d.area, "modes": list(d.modes), "reason": d.reason}
+                   for d in known_divergences.ledger() if d.peer == peer.name]
     return {"name": peer.name, "available": ok, "detail": why, "plugin": SPECS.get(peer.name),
-            "modes": list(caps.modes), "dtypes": list(caps.dtypes), "lacks": lacks}
+            "modes": list(caps.modes), "dtypes": list(caps.dtypes), "lacks": lacks,
+            "overrides": overrides, "known_divergences": divergences}
 
 
 def cmd_peers(args: argparse.Namespace) -> int:
@@ -127,6 +134,13 @@ def cmd_peers(args: argparse.Namespace) -> int:
         print(f"  modes {', '.join(s['modes'])}; dtypes {', '.join(s['dtypes'])}")
         for feature, why in s["lacks"].items():
             print(f"  no {feature}" + (f": {why}" if why else ""))
+        budgets: dict[tuple, list[str]] = {}  # quantities of one budget on one line
+        for o in s["overrides"]:
+            budgets.setdefault((o["dtype"], o["bound"], o["reason"]), []).append(o["quantity"])
+        for (dtype, bound, reason), quantities in budgets.items():
+            print(f"  budget {dtype} {', '.join(quantities)}: {bound:g} conditioned eps ({reason})")
+        for d in s["known_divergences"]:
+            print(f"  known divergence {d['area']} ({', '.join(d['modes'])}): {d['reason']}")
     return 0
 
 

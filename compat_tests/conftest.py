@@ -110,20 +110,23 @@ def kill_before_replacing(monkeypatch):
 
 @pytest.fixture
 def registry(monkeypatch):
-    """The built-in peers alone, no plugin specs and an empty ``RNN_COMPAT_PLUGINS`` for the test; all as
-    they were after it (the peer suites of the same process must not see the test's plugins)."""
+    """The built-in peers alone, no plugin specs, no exceptions declared by plugins and an empty
+    ``RNN_COMPAT_PLUGINS`` for the test; all as they were after it (the peer suites of the same process must
+    not see the test's plugins)."""
+    from compat_tests import known_divergences, tolerances
     from compat_tests.peers import BUILT_IN, plugins
 
-    saved_peers, saved_specs = dict(PEERS), dict(plugins.SPECS)
+    saved = [(table, dict(table)) for table in (PEERS, plugins.SPECS, tolerances._DECLARED,
+                                                known_divergences._DECLARED)]
     for name in set(PEERS) - set(BUILT_IN):
         del PEERS[name]
-    plugins.SPECS.clear()
+    for table in (plugins.SPECS, tolerances._DECLARED, known_divergences._DECLARED):
+        table.clear()
     monkeypatch.setenv(plugins.ENV, "")
     yield PEERS
-    PEERS.clear()
-    PEERS.update(saved_peers)
-    plugins.SPECS.clear()
-    plugins.SPECS.update(saved_specs)
+    for table, before in saved:
+        table.clear()
+        table.update(before)
 
 
 @pytest.fixture

@@ -17,9 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat_tests import cli
+from compat_tests import cli, known_divergences, tolerances
 from compat_tests.compare import compare_peer
-from compat_tests.config import Case, Outputs, RNNConfig
+from compat_tests.config import Case, Outputs, RNNConfig, run_reference
+from compat_tests.known_divergences import Divergence
+from compat_tests.metrics import error_stats
+from compat_tests.report.aggregate import policy_summary
+from compat_tests.tolerances import Budget, Override
 from compat_tests.peers import PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
 from compat_tests.strategies import rnn_configs
 
@@ -55,6 +59,42 @@ _CAPABILITIES_NOT_DECLARED.capabilities = {"modes": ("gru",)}
 _ANOTHER_MY_GRU = _Echo("my-gru")
 _SECOND_TAKES_A_BUILTIN_NAME = [_Echo("fresh"), _Echo("torch-cpu")]  # refused whole: "fresh" is not kept
 _TWINS = [_Echo("twin"), _Echo("twin")]
+
+
+# A peer's own exceptions to the policy (Peer.overrides, Peer.known_divergences).
+_WIDE = Budget(64.0, "test double: sums its products in another order")
+_DECLARES = _Echo("declares")
+_DECLARES.overrides = (Override("declares", "float32", "output", _WIDE),)
+_DECLARES.known_divergences = (Divergence("declares", "nan_propagation", ("tanh",), "test double: eats NaN"),)
+
+
+def _echo_declaring(overrides=(), divergences=()) -> _Echo:
+    peer = _Echo("odd-policy")
+    peer.overrides, peer.known_divergences = overrides, divergences
+    return peer
+
+
+_OVERRIDES_ANOTHER_PEER = _echo_declaring((Override("reference", "float32", "output", _WIDE),))
+_OVERRIDE_NOT_A_RECORD = _echo_declaring(({"dtype": "float32", "quantity": "output", "bound": 64},))
+_OVERRIDES_NOT_A_TUPLE = _echo_declaring(Override("odd-policy", "float32", "output", _WIDE))
+_OVERRIDE_UNKNOWN_QUANTITY = _echo_declaring((Override("odd-policy", "float32", "hidden", _WIDE),))
+_OVERRIDE_UNKNOWN_DTYPE = _echo_declaring((Override("odd-policy", "bfloat16", "output", _WIDE),))
+_OVERRIDE_INFINITE = _echo_declaring((Override("odd-policy", "float32", "output", Budget(float("inf"), "x")),))
+_OVERRIDE_ZERO = _echo_declaring((Override("odd-policy", "float32", "output", Budget(0, "x")),))
+_OVERRIDE_WITHOUT_REASON = _echo_declaring((Override("odd-policy", "float32", "output", Budget(64.0, " ")),))
+_OVERRIDE_TWICE = _echo_declaring((Override("odd-policy", "float32", "output", _WIDE),) * 2)
+
+
+def _diverging(area: str, modes: tuple[str, ...], reason: str = "x", peer: str = "odd-policy") -> _Echo:
+    return _echo_declaring(divergences=(Divergence(peer, area, modes, reason),))
+
+
+_DIVERGENCE_OF_ANOTHER_PEER = _diverging("nan_propagation", ("tanh",), peer="onnxruntime")
+_DIVERGENCE_UNKNOWN_AREA = _diverging("float64_precision", ("tanh",))
+_DIVERGENCE_MODE_NOT_RUN = _diverging("nan_propagation", ("lstm",))
+_DIVERGENCE_WITHOUT_REASON = _diverging("nan_propagation", ("tanh",), reason="")
+_DIVERGENCE_OF_SOME_MODES = _diverging("padded_nan_gradients", ("tanh",))
+_DIVERGENCE_OF_SOME_MODES.capabilities = Capabilities(modes=("tanh", "gru"), dtypes=("float64",))
 
 
 class _NeedsArguments(_Echo):
@@ -102,6 +142,24 @@ def test_the_same_name_from_another_spec_is_refused(registry):
     ("compat_tests.test_plugins:_Abstract", ValueError, "constructing _Abstract\\(\\) failed: TypeError: Can't "
                                                         "instantiate abstract class"),
     ("a,b/peer.py:PEER", ValueError, "a spec cannot hold a comma"),
+    ("compat_tests.test_plugins:_OVERRIDES_ANOTHER_PEER", ValueError,
+     r"peer 'odd-policy': overrides\[0\] names peer 'reference': a peer may override only its own"),
+    ("compat_tests.test_plugins:_OVERRIDE_NOT_A_RECORD", ValueError, r"overrides\[0\] must be a compat_tests"),
+    ("compat_tests.test_plugins:_OVERRIDES_NOT_A_TUPLE", ValueError, "overrides must be a tuple .* got Override"),
+    ("compat_tests.test_plugins:_OVERRIDE_UNKNOWN_QUANTITY", ValueError, "quantity 'hidden', expecting one of output"),
+    ("compat_tests.test_plugins:_OVERRIDE_UNKNOWN_DTYPE", ValueError, "dtype 'bfloat16', expecting one of float16"),
+    ("compat_tests.test_plugins:_OVERRIDE_INFINITE", ValueError, "bound inf: a budget is a positive finite"),
+    ("compat_tests.test_plugins:_OVERRIDE_ZERO", ValueError, "bound 0: a budget is a positive finite"),
+    ("compat_tests.test_plugins:_OVERRIDE_WITHOUT_REASON", ValueError, r"overrides\[0\] has no reason"),
+    ("compat_tests.test_plugins:_OVERRIDE_TWICE", ValueError, r"overrides\[1\] overrides float32 output a second"),
+    ("compat_tests.test_plugins:_DIVERGENCE_OF_ANOTHER_PEER", ValueError,
+     r"known_divergences\[0\] names peer 'onnxruntime': a peer may declare only its own"),
+    ("compat_tests.test_plugins:_DIVERGENCE_UNKNOWN_AREA", ValueError,
+     "area 'float64_precision', expecting one of nan_propagation, padded_nan_gradients"),
+    ("compat_tests.test_plugins:_DIVERGENCE_MODE_NOT_RUN", ValueError, r"modes \('lstm',\), expecting .*\('tanh',\)"),
+    ("compat_tests.test_plugins:_DIVERGENCE_WITHOUT_REASON", ValueError, r"known_divergences\[0\] has no reason"),
+    ("compat_tests.test_plugins:_DIVERGENCE_OF_SOME_MODES", ValueError,
+     r"area 'padded_nan_gradients' must name every mode the peer runs \('tanh', 'gru'\)"),
 ])
 def test_bad_plugins_are_refused_naming_the_spec(registry, spec, error, match):
     before = dict(PEERS)
@@ -109,6 +167,125 @@ def test_bad_plugins_are_refused_naming_the_spec(registry, spec, error, match):
         load_plugin(spec)
     assert repr(spec if "," in spec else plugins.normalize(spec)) in str(caught.value)
     assert PEERS == before and os.environ[plugins.ENV] == ""
+
+
+def test_a_plugin_s_own_exceptions_are_the_policy_for_it_alone(registry, capsys):
+    """A declared override is the budget the plugin peer is judged by (and no other peer), a declared
+    divergence is in the ledger the tests consult, and both are in the policy a report records and in what
+    ``rnn-compat peers`` says; loading the built-in peers alone declares nothing."""
+    truth = np.linspace(-1.0, 1.0, 1000)
+    actual = truth.astype(np.float32)
+    actual[7] += 40 * np.finfo(np.float32).eps  # 40 conditioned eps: over the default 16, within 64
+    stats = error_stats(actual, truth)
+    before = policy_summary()
+    assert not tolerances.judge("declares", "float32", "output", stats, kappa=1.0).passed
+    assert known_divergences.known("declares", "nan_propagation", "tanh") is None
+
+    load_plugin("compat_tests.test_plugins:_DECLARES")
+    assert tolerances.budget("declares", "float32", "output") == _WIDE
+    assert tolerances.judge("declares", "float32", "output", stats, kappa=1.0).passed
+    for peer, dtype, quantity in (("reference", "float32", "output"), ("declares", "float32", "output_h"),
+                                  ("declares", "float64", "output")):
+        assert tolerances.budget(peer, dtype, quantity) == tolerances.DEFAULTS[(dtype, "forward")]
+    assert not tolerances.judge("reference", "float32", "output", stats, kappa=1.0).passed
+    assert known_divergences.known("declares", "nan_propagation", "tanh") == _DECLARES.known_divergences[0]
+    assert known_divergences.known("declares", "nan_propagation", "gru") is None
+
+    policy = policy_summary()
+    assert policy["overrides"] == before["overrides"] + [
+        {"peer": "declares", "dtype": "float32", "quantity": "output", "bound": 64.0, "reason": _WIDE.reason}]
+    assert policy["known_divergences"] == before["known_divergences"] + [
+        {"peer": "declares", "area": "nan_propagation", "modes": ["tanh"], "reason": "test double: eats NaN"}]
+    assert cli.main(["peers"]) == 0
+    text = capsys.readouterr().out.split("declares: ")[1]
+    assert f"budget float32 output: 64 conditioned eps ({_WIDE.reason})" in text
+    assert "known divergence nan_propagation (tanh): test double: eats NaN" in text
+
+
+def test_a_refused_plugin_declares_nothing(registry):
+    before = policy_summary()
+    with pytest.raises(ValueError, match="'torch-cpu' is already taken"):
+        load_plugin("compat_tests.test_plugins:_DECLARING_THEN_TAKEN")
+    assert policy_summary() == before and tolerances.budget("declares-too", "float32", "output") != _WIDE
+
+
+_DECLARING_THEN_TAKEN = [_Echo("declares-too"), _Echo("torch-cpu")]
+_DECLARING_THEN_TAKEN[0].overrides = (Override("declares-too", "float32", "output", _WIDE),)
+
+
+class _NanEater(Peer):
+    """The float64 reference reading NaN inputs as 0, as onnxruntime's Sigmoid maps NaN to a number."""
+
+    capabilities = Capabilities(modes=("gru",), dtypes=("float64",), backward=False)
+
+    def __init__(self, name: str, declares: bool):
+        self.name = name
+        if declares:
+            self.known_divergences = (Divergence(name, "nan_propagation", ("gru",), "test double: NaN read as 0"),)
+
+    def available(self) -> tuple[bool, str]:
+        return True, "test double"
+
+    def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
+        return run_reference(cfg, case._replace(x=np.nan_to_num(case.x, nan=0.0)))
+
+
+_NAN_EATERS = [_NanEater("nan-eater", declares=False), _NanEater("nan-eater-declared", declares=True)]
+
+
+# A plugin file of its own: a report's workers load plugins as compat_tests.peers is imported, before this
+# module (which imports compat_tests.compare, which imports compat_tests.peers) could be.
+_LOOSE_REFERENCE = """
+from compat_tests.config import run_reference
+from compat_tests.peers import Capabilities, Peer
+from compat_tests.tolerances import Budget, Override
+
+
+class LooseReference(Peer):
+    # The float32 reference under a budget of its own for its outputs.
+    name = "loose-reference"
+    capabilities = Capabilities(modes=("gru",), dtypes=("float32",), backward=False)
+    overrides = (Override("loose-reference", "float32", "output", Budget(20.0, "test double: a budget of its own")),)
+
+    def available(self):
+        return True, "test double"
+
+    def forward(self, cfg, case):
+        return run_reference(cfg, case)
+"""
+
+
+def test_a_report_judges_a_plugin_peer_by_its_declared_budget_in_its_workers(registry, tmp_path):
+    (tmp_path / "loose_reference.py").write_text(_LOOSE_REFERENCE)
+    spec = f"{tmp_path / 'loose_reference.py'}:LooseReference"
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "gru", "dtype": "float32", "seq_len": 5,
+                                                               "batch": 2, "seed": k}} for k in range(2)]))
+    out = tmp_path / "run"
+    assert cli.main(["report", "--plugin", spec, "--backends", "loose-reference", "--grid", str(grid),
+                     "--out", str(out), "--jobs", "2", "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["forward"]["output"]["budget"], r["forward"]["output_h"]["budget"]) for r in report["records"]] \
+        == [(20.0, 16.0)] * 2
+    assert {"peer": "loose-reference", "dtype": "float32", "quantity": "output", "bound": 20.0,
+            "reason": "test double: a budget of its own"} in report["policy"]["overrides"]
+    assert ("budget override: loose-reference (declared by its plugin) float32 output: 20 conditioned eps. "
+            "test double: a budget of its own") in (out / "report.md").read_text()
+
+
+def test_a_declared_divergence_is_a_strict_xfail_of_the_plugin_s_test():
+    """The NaN test fails a plugin that eats NaN; declaring the divergence turns it into an expected
+    failure, with the declared reason."""
+    test = "compat_tests/test_forward.py::test_nan_input_propagates_to_its_own_sequence_only"
+    run = subprocess.run([sys.executable, "-m", "pytest", test, "-q", "-rfx", "-p", "no:cacheprovider",
+                          "-p", "no:xdist", "--peers", "nan-eater,nan-eater-declared"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, plugins.ENV: "compat_tests.test_plugins:_NAN_EATERS"}, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 failed, 8 skipped, 1 xfailed" in run.stdout, run.stdout
+    assert "FAILED compat_tests/test_forward.py::test_nan_input_propagates_to_its_own_sequence_only[nan-eater-gru]" \
+        in run.stdout, run.stdout
+    assert "XFAIL compat_tests/test_forward.py::test_nan_input_propagates_to_its_own_sequence_only" \
+           "[nan-eater-declared-gru] - test double: NaN read as 0" in run.stdout, run.stdout
 
 
 def test_a_plugin_declaring_a_mode_the_suite_does_not_know_is_refused_naming_the_spec(registry, tmp_path):
@@ -129,7 +306,9 @@ def test_a_plugin_module_that_fails_on_import_is_named(registry, tmp_path):
 def test_entry_points_and_the_environment_are_loaded_and_a_broken_entry_point_is_unavailable(registry, monkeypatch):
     group = plugins.GROUP
     installed = [importlib.metadata.EntryPoint("echo", "compat_tests.test_plugins:_GOOD", group),
-                 importlib.metadata.EntryPoint("broken", "compat_tests.no_such_module:PEER", group)]
+                 importlib.metadata.EntryPoint("broken", "compat_tests.no_such_module:PEER", group),
+                 importlib.metadata.EntryPoint("declares", "compat_tests.test_plugins:_DECLARES", group),
+                 importlib.metadata.EntryPoint("odd-policy", "compat_tests.test_plugins:_OVERRIDE_ZERO", group)]
     asked = []
     monkeypatch.setattr(plugins.importlib.metadata, "entry_points",
                         lambda group: asked.append(group) or installed)
@@ -137,10 +316,14 @@ def test_entry_points_and_the_environment_are_loaded_and_a_broken_entry_point_is
     fresh: dict[str, Peer] = {}
     plugins.load_all(fresh)
     assert asked == [plugins.GROUP]
-    assert list(fresh) == ["installed-echo", "broken", "my-gru", "my-textbook-gru"]
+    assert list(fresh) == ["installed-echo", "broken", "declares", "odd-policy", "my-gru", "my-textbook-gru"]
     assert fresh["installed-echo"] is _GOOD and "installed-echo" not in plugins.SPECS  # installed: no spec needed
     ok, why = fresh["broken"].available()
     assert not ok and "entry point broken = compat_tests.no_such_module:PEER failed to load: ModuleNotFoundError" in why
+    assert tolerances.budget("declares", "float32", "output") == _WIDE  # an installed peer's exceptions count too
+    ok, why = fresh["odd-policy"].available()  # ... once checked: a malformed one makes the peer unavailable
+    assert not ok and "failed to load: ValueError: " in why and "bound 0: a budget is a positive finite" in why
+    assert "odd-policy" not in tolerances._DECLARED
     with pytest.raises(RuntimeError, match="failed to load"):
         fresh["broken"].forward(RNNConfig("gru"), None)
 

@@ -66,7 +66,8 @@ class Override:
 
 
 # Narrow exceptions, each with its reason. Divergences that are defects (wrong semantics rather than
-# more rounding) are listed in compat_tests/known_divergences.py instead.
+# more rounding) are listed in compat_tests/known_divergences.py instead. Plugin peers declare their own
+# (``Peer.overrides``, see :func:`declare`).
 _TORCH_HALF = Budget(8.0, "PyTorch's CPU float16 RNNs round more intermediates to half precision than "
                           "cuDNN's HALF-data/FLOAT-math contract (the reference and onnxruntime stay "
                           "within 0.27 on the same sweep); measured up to 2.3 (small GRUs), not growing "
@@ -104,8 +105,57 @@ def kind_of(quantity: str) -> str:
     return "forward" if quantity in FORWARD_QUANTITIES else "gradient"
 
 
+# The overrides plugin peers declare for themselves (``Peer.overrides``), by peer name: registered when a
+# plugin is loaded (``compat_tests.peers.plugins``, which checks them), so that this module stays the one
+# place where a budget is looked up, and the report lists them beside the built-in ones.
+_DECLARED: dict[str, tuple[Override, ...]] = {}
+
+
+def declare(peer: str, overrides: tuple[Override, ...]) -> None:
+    """Register ``overrides`` (already checked, each naming ``peer``) as ``peer``'s own; replaces any before."""
+    if overrides:
+        _DECLARED[peer] = tuple(overrides)
+    else:
+        _DECLARED.pop(peer, None)
+
+
+def all_overrides() -> tuple[Override, ...]:
+    """The built-in overrides, then those declared by plugin peers loaded in this process."""
+    return (*OVERRIDES, *(o for declared in _DECLARED.values() for o in declared))
+
+
+def declared_problem(overrides: object, peer: str) -> str | None:
+    """Why ``overrides`` cannot be what ``peer`` declares as its own, or ``None``: a tuple or list of
+    :class:`Override`, each naming ``peer`` itself, a dtype and a quantity the policy knows, a positive
+    finite bound and a reason, at most one per dtype and quantity."""
+    if not isinstance(overrides, (tuple, list)):
+        return f"overrides must be a tuple of compat_tests.tolerances.Override, got {type(overrides).__name__}"
+    seen = set()
+    for k, o in enumerate(overrides):
+        what = f"overrides[{k}]"
+        if not isinstance(o, Override) or not isinstance(o.budget, Budget):
+            return (f"{what} must be a compat_tests.tolerances.Override(peer, dtype, quantity, "
+                    f"Budget(bound, reason)), got {o!r:.80}")
+        if o.peer != peer:
+            return f"{what} names peer {o.peer!r}: a peer may override only its own budgets ({peer!r})"
+        if (o.dtype, "forward") not in DEFAULTS:
+            return f"{what} has dtype {o.dtype!r}, expecting one of {', '.join(sorted({d for d, _ in DEFAULTS}))}"
+        if o.quantity not in FORWARD_QUANTITIES + GRADIENT_QUANTITIES:
+            return (f"{what} has quantity {o.quantity!r}, expecting one of "
+                    f"{', '.join(FORWARD_QUANTITIES + GRADIENT_QUANTITIES)}")
+        bound = o.budget.bound
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
+            return f"{what} has bound {bound!r}: a budget is a positive finite number of conditioned epsilons"
+        if not isinstance(o.budget.reason, str) or not o.budget.reason.strip():
+            return f"{what} has no reason: every override says why the default budget does not fit"
+        if (o.dtype, o.quantity) in seen:
+            return f"{what} overrides {o.dtype} {o.quantity} a second time"
+        seen.add((o.dtype, o.quantity))
+    return None
+
+
 def budget(peer: str, dtype: str, quantity: str) -> Budget:
-    for o in OVERRIDES:
+    for o in all_overrides():
         if (o.peer, o.dtype, o.quantity) == (peer, dtype, quantity):
             return o.budget
     return DEFAULTS[(dtype, kind_of(quantity))]

@@ -15,6 +15,11 @@ capabilities) gradients from the case's ``dy``/``dh`` to ``GradOutputs``. Load i
 ``my-textbook-gru`` is the same code with the textbook candidate ``tanh(W x + R (r * h) + b)``: the usual
 porting mistake. It loads cuDNN's weights without complaint, and the suite fails it, printing the
 config and the command that reproduces the failure.
+
+Both are judged by the policy's default budgets, which a correct port meets. A peer whose arithmetic
+differs by design (half-precision math, say) declares a budget of its own with its reason, and a known
+divergence likewise: ``overrides`` and ``known_divergences`` on the class (README, "Your own
+implementation as a peer"). A wrong port must not: the textbook GRU is another function, not rounding.
 """
 
 from __future__ import annotations

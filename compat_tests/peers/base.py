@@ -64,10 +64,19 @@ class Capabilities:
 
 
 class Peer(ABC):
-    """One implementation under test."""
+    """One implementation under test.
+
+    A plugin peer may declare its own exceptions to the tolerance policy, each with its reason:
+    ``overrides`` (``compat_tests.tolerances.Override`` naming this peer: a budget of its own for a dtype
+    and quantity) and ``known_divergences`` (``compat_tests.known_divergences.Divergence`` naming this
+    peer, in one of that module's ``PEER_AREAS``: the test expects the divergence, strictly). They are
+    checked when the plugin loads and listed in reports and by ``rnn-compat peers``. The built-in peers'
+    exceptions live in those two modules."""
 
     name: str
     capabilities: Capabilities
+    overrides: tuple = ()
+    known_divergences: tuple = ()
 
     @abstractmethod
     def available(self) -> tuple[bool, str]:

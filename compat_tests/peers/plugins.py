@@ -15,8 +15,9 @@ spec, since someone asked for it; an entry point that cannot be loaded becomes a
 reason says why, since it was merely installed, and one broken package should not stop every run; for the
 same reason an installed peer whose name is taken is left out with a warning, where a spec's is an error.
 A spec cannot hold a comma (the variable's separator).
-A plugin peer is judged by the policy's default budgets: the overrides and the known-divergence ledger
-name built-in peers only.
+A plugin peer is judged by the policy's default budgets unless it declares its own exceptions, each with
+its reason (``Peer.overrides``, ``Peer.known_divergences``): checked here, then registered with the policy
+modules, which look them up beside the built-in ones.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from .. import known_divergences, tolerances
 from ..config import Case, Outputs, RNNConfig
 from .base import Capabilities, Peer
 
@@ -106,6 +108,16 @@ def _check(peer: Peer, spec: str) -> None:
     if not isinstance(caps, Capabilities):
         raise TypeError(f"plugin {spec!r}: peer {name!r} must have capabilities of type "
                         f"compat_tests.peers.Capabilities, got {type(caps).__name__}")  # which check their fields
+    problem = (tolerances.declared_problem(peer.overrides, name)
+               or known_divergences.declared_problem(peer.known_divergences, name, caps.modes))
+    if problem:
+        raise ValueError(f"plugin {spec!r}: peer {name!r}: {problem}")
+
+
+def _declare(peer: Peer) -> None:
+    """Hand a registered peer's own exceptions (checked by :func:`_check`) to the policy modules."""
+    tolerances.declare(peer.name, tuple(peer.overrides))
+    known_divergences.declare(peer.name, tuple(peer.known_divergences))
 
 
 def peers_of(obj, spec: str) -> list[Peer]:
@@ -142,6 +154,7 @@ def _register(registry: dict[str, Peer], peers: list[Peer], source: str, spec: s
     for peer in peers:
         if peer.name not in registry:
             registry[peer.name] = peer
+            _declare(peer)
             if spec is not None:
                 SPECS[peer.name] = spec
 
@@ -180,6 +193,7 @@ def load_all(registry: dict[str, Peer]) -> None:
                           f"{'taken' if peer.name in registry else 'not a peer name'}", stacklevel=2)
             continue
         registry[peer.name] = peer
+        _declare(peer)
     for spec in specs_from_environment():
         load(registry, spec)
 

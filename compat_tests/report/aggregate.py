@@ -173,14 +173,15 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
 
 def policy_summary() -> dict:
     """The tolerance policy that judges a run, as its report shows it: the measure, the budgets per dtype
-    and quantity, the overrides and the known divergences, each with its reason."""
+    and quantity, the overrides and the known divergences, each with its reason (those that plugin peers
+    declare for themselves included)."""
     return {
         "measure": "max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa))",
         "budgets": {f"{d}/{k}": {"bound": b.bound, "reason": b.reason} for (d, k), b in tolerances.DEFAULTS.items()},
         "overrides": [{"peer": o.peer, "dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound,
-                       "reason": o.budget.reason} for o in tolerances.OVERRIDES],
+                       "reason": o.budget.reason} for o in tolerances.all_overrides()],
         "known_divergences": [{"peer": d.peer, "area": d.area, "modes": list(d.modes), "reason": d.reason}
-                              for d in known_divergences.KNOWN],
+                              for d in known_divergences.ledger()],
     }
 
 

@@ -113,15 +113,21 @@ AMPLIFICATION_HEAD = ["backend", "dtype", "mode", "units", "forward max eps", "g
 
 def _exceptions(report: dict) -> list[str]:
     """The policy's exceptions for the backends of this run, one line each: budget overrides (quantities of
-    one budget together) and known divergences (the ledger of compat_tests/known_divergences.py)."""
+    one budget together) and known divergences (the ledger of compat_tests/known_divergences.py); those a
+    plugin peer declares for itself say so."""
     ran = {r["backend"] for r in report["records"]}
+    plugin = {b["name"] for b in report["backends"] if b.get("plugin")}
     budgets: dict[tuple, list[str]] = defaultdict(list)
     for o in report["policy"]["overrides"]:
         if o["peer"] in ran:
             budgets[(o["peer"], o["dtype"], o["bound"], o["reason"])].append(o["quantity"])
-    lines = [f"budget override: {peer} {dtype} {', '.join(qs)}: {_fmt(bound)} conditioned eps. {reason}"
+
+    def whose(peer: str) -> str:
+        return f"{peer} (declared by its plugin)" if peer in plugin else peer
+
+    lines = [f"budget override: {whose(peer)} {dtype} {', '.join(qs)}: {_fmt(bound)} conditioned eps. {reason}"
              for (peer, dtype, bound, reason), qs in budgets.items()]
-    lines += [f"known divergence: {d['peer']} {d['area']} ({', '.join(d['modes'])}): {d['reason']}"
+    lines += [f"known divergence: {whose(d['peer'])} {d['area']} ({', '.join(d['modes'])}): {d['reason']}"
               for d in report["policy"]["known_divergences"] if d["peer"] in ran]
     return lines
 
