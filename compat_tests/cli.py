@@ -17,6 +17,7 @@ from reference.model import DIRECTIONS
 
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
 from .interop.convert import FORMATS
+from .optional import MissingDependency
 
 
 def _backends(names: str | None):
@@ -296,8 +297,10 @@ def names_suite_tests(arguments: list[str]) -> bool:
 
 
 def cmd_test(args: argparse.Namespace, extra: list[str]) -> int:
-    import pytest
+    from .optional import require
 
+    require("hypothesis", "the suite")
+    pytest = require("pytest", "the suite")
     whole_suite = [] if names_suite_tests(extra) else [str(SUITE)]
     return int(pytest.main([*whole_suite, f"--hypothesis-profile={args.profile}", *extra]))
 
@@ -399,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {"report": cmd_report, "render": cmd_render, "check": cmd_check, "convert": cmd_convert,
                     "infer": cmd_infer, "peers": cmd_peers}
         return commands[args.command](args)
-    except (ValueError, TypeError, OSError) as exc:  # bad arguments or files: named in the message
+    except (ValueError, TypeError, OSError, MissingDependency) as exc:  # named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: no traceback; a report run's finished units are kept

@@ -21,6 +21,7 @@ from reference.formats import onnx as onnx_weights
 
 from compat_tests.interop.onnx_stack import (DEFAULT_DOMAIN, RECURRENT_OPS, attributes, check_stack, check_starts,
                                               node_name, stack_paths)
+from compat_tests.optional import require
 
 OPSET = 22
 IR_VERSION = 10
@@ -30,7 +31,7 @@ META_KEY = "cudnn_rnn_compat"
 def export_model(model, weights: list[np.ndarray], biases: list[np.ndarray], with_lengths: bool = True,
                  with_states: bool = True):
     """The ``onnx.ModelProto`` of ``model`` with its canonical weights (checked with ``onnx.checker``)."""
-    import onnx
+    onnx = require("onnx", "writing an ONNX model")
     from onnx import TensorProto, helper, numpy_helper
 
     if model.dtype == np.float64:
@@ -108,7 +109,7 @@ def import_model(source, options: dict | None = None) -> tuple[object, list[np.n
     """``(model, weights, biases)`` of an ONNX file or ``ModelProto`` made of chained recurrent nodes.
     ``options`` (config fields, ``None`` for not given) must agree with the config the file carries or its
     nodes tell; they may set only what a foreign graph cannot tell (skip_input behind identity ``W``)."""
-    import onnx
+    onnx = require("onnx", "reading an ONNX model")
     from google.protobuf.message import DecodeError
 
     if isinstance(source, onnx.ModelProto):
