@@ -216,6 +216,19 @@ def test_comparison_explains_itself_with_a_reproduce_command():
     assert RNNConfig.from_json(text.split("--config '")[1].split("'")[0]) == cfg
 
 
+def test_keras_float16_gradients_are_half_precision_math(available_peer):
+    """The premise of the Keras float16 gradient override: on the worst config of a full report grid (seed 4)
+    Keras's gradients are off by more than the reference's float16 gradients ever are (calibration max 0.93,
+    so float32 math rounded once), the reference's stay below that, and Keras's stay within the override."""
+    keras = available_peer("keras")
+    cfg = RNNConfig("classic_gru", num_layers=3, num_units=16, input_size=16, seq_len=12, batch=4, dtype="float16",
+                    initial_state=True, seed=400224)  # rnn-compat report --grid full --seed 4
+    got, reference = compare_peer(keras, cfg, backward=True), compare_peer(PEERS["reference"], cfg, backward=True)
+    assert got.passed and max(v.conditioned_error for v in got.verdicts.values()) > 1.0, got.explain()
+    assert all(v.conditioned_error < 1.0 for v in reference.verdicts.values()), reference.explain()
+    assert {v.bound for v in got.verdicts.values()} == {tolerances._KERAS_HALF_GRADIENTS.bound}  # T*B < 64: no factor
+
+
 def test_keras_float16_override_is_needed_and_enough(available_peer):
     """The Keras float16 override (half-precision math) stays true both ways: on the calibration's worst
     config Keras exceeds the default float16 budget, which the reference meets, and stays within its own."""

@@ -15,10 +15,9 @@ chaotic and exploding dynamics, both directions) against the float64 reference. 
 errors seen, forward: float64 8.6 (torch-cpu), float32 10.5 (keras), 8.8 (onnxruntime), 5.3 (torch-cpu),
 2.7 (reference), float16 0.27 (reference and onnxruntime: rounding the stored results to half, at most 0.5
 ulp, dominates); gradients: float64 4.9 (torch-cpu), float32 6.5 (keras), 4.0 (torch-cpu), 2.7
-(reference), float16 1.0 (keras; 1.36 at H=128 in the full report grid, see ``_KERAS_HALF``), 0.93
+(reference), float16 1.0 (keras; 1.36 in a full report grid, see ``_KERAS_HALF_GRADIENTS``), 0.93
 (reference), d_params after its reduction factor (below) 3.3.
-Budgets leave 2-4x headroom (1.5x over Keras's float32 10.5, measured after the budget was set, and
-1.47x over Keras's float16 gradients at H=128, measured beyond the calibration's sizes); the
+Budgets leave 2-4x headroom (1.5x over Keras's float32 10.5, measured after the budget was set); the
 gradient budgets are wider because rounding inside the backward pass itself is not an input
 perturbation, which is all ``kappa`` models.
 """
@@ -82,16 +81,21 @@ _TORCH_HALF_GRADIENTS = Budget(4.0, "PyTorch's CPU float16 autograd rounds more 
 _KERAS_HALF = Budget(4.0, "Keras 3 float16 layers compute in half precision (torch backend: each elementwise "
                           "op's result rounded to half, the matmuls in float32 rounded to half), not cuDNN's "
                           "FLOAT math with half storage; calibration (seeds 1 and 2, --peers keras) max 1.11 "
-                          "(2-layer GRUs with one unit at weight scale 4); its float16 gradients stay within "
-                          "the default budget 2: calibration max 1.0, and beyond its sizes max 1.36 "
-                          "(rnn-compat report --grid full --seed 3: d_input_h of a textbook GRU at H=128 "
-                          "T=100); over tanh, LSTM and both GRUs at H 128-256 and T 100-300 (2 seeds each) "
-                          "d_input, d_input_h and d_input_c 0.21-1.09, d_params at most 0.36 of its widened "
-                          "budget, not growing with H or T; nor beyond: at H 256-512 and T 100-400 (every mode, "
-                          "2 seeds each, batch 8) 0.23-0.99, d_params at most 0.49 of its widened budget")
+                          "(2-layer GRUs with one unit at weight scale 4)")
+_KERAS_HALF_GRADIENTS = Budget(4.0, "Keras 3 float16 layers compute their gradients in half precision as well "
+                                    "(autograd through half-precision ops), as torch-cpu's float16 autograd does, "
+                                    "not in float32 rounded once: where the reference's float16 gradients stay "
+                                    "within 0.93 (calibration) and 1.0 (full report grids), Keras's reached 1.0 in "
+                                    "calibration and 1.36 and 1.29 in the full grids of seeds 3 and 4 (textbook "
+                                    "GRUs: d_input_h at H=128 T=100; d_params of a 3-layer H=16 GRU on which the "
+                                    "reference scores 0.15), leaving 1.5x headroom under the default 2 where the "
+                                    "policy keeps 2-4x. Not growing with size: at H 128-512 and T 100-400 (every "
+                                    "mode, 2 seeds each) d_input, d_input_h and d_input_c 0.21-1.09, d_params at "
+                                    "most 0.49 of the default budget")
 OVERRIDES: tuple[Override, ...] = (
     tuple(Override("torch-cpu", "float16", q, _TORCH_HALF) for q in FORWARD_QUANTITIES)
     + tuple(Override("keras", "float16", q, _KERAS_HALF) for q in FORWARD_QUANTITIES)
+    + tuple(Override("keras", "float16", q, _KERAS_HALF_GRADIENTS) for q in GRADIENT_QUANTITIES)
     + tuple(Override("torch-cpu", "float16", q, _TORCH_HALF_GRADIENTS) for q in GRADIENT_QUANTITIES)
     + tuple(Override("cudnn-tf32", "float32", q, _TF32) for q in FORWARD_QUANTITIES + GRADIENT_QUANTITIES)
 )
