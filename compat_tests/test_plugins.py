@@ -22,10 +22,10 @@ from compat_tests.compare import compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig, run_reference
 from compat_tests.known_divergences import Divergence
 from compat_tests.metrics import error_stats
-from compat_tests.report.aggregate import policy_summary
-from compat_tests.tolerances import Budget, Override
 from compat_tests.peers import PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
+from compat_tests.report.aggregate import policy_summary
 from compat_tests.strategies import rnn_configs
+from compat_tests.tolerances import Budget, Override
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "my_gru_peer.py"
@@ -202,15 +202,15 @@ def test_a_plugin_s_own_exceptions_are_the_policy_for_it_alone(registry, capsys)
     assert "known divergence nan_propagation (tanh): test double: eats NaN" in text
 
 
+_DECLARING_THEN_TAKEN = [_Echo("declares-too"), _Echo("torch-cpu")]
+_DECLARING_THEN_TAKEN[0].overrides = (Override("declares-too", "float32", "output", _WIDE),)
+
+
 def test_a_refused_plugin_declares_nothing(registry):
     before = policy_summary()
     with pytest.raises(ValueError, match="'torch-cpu' is already taken"):
         load_plugin("compat_tests.test_plugins:_DECLARING_THEN_TAKEN")
     assert policy_summary() == before and tolerances.budget("declares-too", "float32", "output") != _WIDE
-
-
-_DECLARING_THEN_TAKEN = [_Echo("declares-too"), _Echo("torch-cpu")]
-_DECLARING_THEN_TAKEN[0].overrides = (Override("declares-too", "float32", "output", _WIDE),)
 
 
 class _NanEater(Peer):
@@ -277,8 +277,8 @@ def test_a_declared_divergence_is_a_strict_xfail_of_the_plugin_s_test():
     """The NaN test fails a plugin that eats NaN; declaring the divergence turns it into an expected
     failure, with the declared reason."""
     test = "compat_tests/test_forward.py::test_nan_input_propagates_to_its_own_sequence_only"
-    run = subprocess.run([sys.executable, "-m", "pytest", test, "-q", "-rfx", "-p", "no:cacheprovider",
-                          "-p", "no:xdist", "--peers", "nan-eater,nan-eater-declared"], cwd=ROOT, capture_output=True, text=True,
+    options = ["-q", "-rfx", "-p", "no:cacheprovider", "-p", "no:xdist", "--peers", "nan-eater,nan-eater-declared"]
+    run = subprocess.run([sys.executable, "-m", "pytest", test, *options], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, plugins.ENV: "compat_tests.test_plugins:_NAN_EATERS"}, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "1 failed, 8 skipped, 1 xfailed" in run.stdout, run.stdout
