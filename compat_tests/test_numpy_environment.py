@@ -5,7 +5,8 @@ block of ``[B, G*H]``) reads with the wrong stride; the reference negates with a
 tests pin the patterns the reference does use, on gate-block-shaped views, so a NumPy regression in them
 fails here with a clear name instead of as an unexplained numerical divergence. The forward steps pass
 their constants as 0-d arrays of the data's dtype (half the call overhead of a Python float) and ``out``
-positionally; the backward steps use Python floats.
+positionally, but to ``np.maximum`` (NumPy 2.4 deprecates a third positional argument there); the backward
+steps use Python floats.
 """
 
 from __future__ import annotations
