@@ -1,8 +1,9 @@
 """Optional dependencies: what needs which package, said in one clear error rather than a traceback.
 
-The reference, ``rnn-compat infer``, ``convert`` between every format but ONNX, and a report of the
-reference alone need NumPy only (``pip install -e .``); the suite and the ONNX graph format need the
-``test`` extra (``pip install -e '.[test]'``, which ``make test`` installs).
+The reference, ``rnn-compat infer``, ``convert`` between every format but ONNX graphs and Keras's own
+files, and a report of the reference alone need NumPy only (``pip install -e .``); the suite, ONNX graphs
+(onnx) and Keras's ``.keras``/``.h5`` files (h5py) need the ``test`` extra (``pip install -e '.[test]'``,
+which ``make test`` installs).
 """
 
 from __future__ import annotations

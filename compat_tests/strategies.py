@@ -81,3 +81,15 @@ def rnn_configs(
         initial_state=draw(st.booleans(), label="initial_state"),
         seed=draw(seeds(), label="seed"),
     )
+
+
+def damaged(data, blob: bytes) -> bytes:
+    """``blob`` (a file's bytes) with a few bytes overwritten, most often in the first 512 (headers, names, a
+    config), perhaps cut short; drawn from ``data`` (``st.data()``)."""
+    out = bytearray(blob)
+    anywhere, header = st.integers(0, len(blob) - 1), st.integers(0, min(len(blob), 512) - 1)
+    for at, value in data.draw(st.lists(st.tuples(header | anywhere, st.integers(0, 255)), min_size=1, max_size=6),
+                               label="overwrite (offset, byte)"):
+        out[at] = value
+    cut = data.draw(st.none() | st.integers(0, len(blob) - 1), label="cut at")
+    return bytes(out if cut is None else out[:cut])

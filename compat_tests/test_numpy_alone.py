@@ -2,8 +2,8 @@
 reference, a training pass, ``rnn-compat convert``/``infer`` between the formats that need no other package
 and a report of the reference alone run in processes where every other third-party package the project
 knows is blocked (a ``sitecustomize`` on ``PYTHONPATH``, so the report's worker processes are blocked too),
-and the commands that do need one (ONNX graphs, the suite) name the package and how to install it, exit
-status 2, instead of a traceback."""
+and the commands that do need one (ONNX graphs, Keras's own files, the suite) name the package and how to
+install it, exit status 2, instead of a traceback."""
 
 from __future__ import annotations
 
@@ -102,11 +102,17 @@ def test_inference_conversion_and_a_reference_report_need_numpy_alone(tmp_path):
                                   f"{t}/m.onnx"], "onnx",
              "rnn-compat convert: writing an ONNX model needs the onnx package, which is not installed "
              "(pip install -e '.[test]' installs it)"),
+            ("keras->checkpoint", ["convert", "--from", "keras", "--to", "checkpoint", f"{t}/m.keras",
+                                   f"{t}/k.npz"], "h5py",
+             "rnn-compat convert: reading a Keras .keras or .h5 file needs the h5py package"),
+            ("checkpoint->keras", ["convert", "--from", "checkpoint", "--to", "keras", f"{t}/ck.safetensors",
+                                   f"{t}/m.keras"], "h5py",
+             "rnn-compat convert: writing a Keras .keras file needs the h5py package"),
             ("test", ["test", "-q"], "hypothesis", "rnn-compat test: the suite needs the hypothesis package")]:
         run, tried = rnn_compat(name, *args)
         assert (run.returncode, tried) == (2, [package]), (name, tried, run.stderr)
         assert message in run.stderr and "Traceback" not in run.stderr, run.stderr
-    assert not (tmp_path / "m.onnx").exists()
+    assert not (tmp_path / "m.onnx").exists() and not (tmp_path / "m.keras").exists()
 
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": m, "dtype": "float32", "seq_len": 4, "batch": 2,

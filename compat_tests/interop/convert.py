@@ -1,16 +1,17 @@
 """``rnn-compat convert``: weights between formats, through the canonical tensors.
 
 Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), ``torch`` (a ``state_dict``
-saved with safetensors or ``numpy.savez``: PyTorch's ``.pt`` pickles are refused), ``keras`` (per
+saved with safetensors or ``numpy.savez``: PyTorch's ``.pt`` pickles are refused), ``keras`` (Keras's own
+files, ``.keras`` models and ``.h5``/``.weights.h5`` models or weights, see ``keras_file``; or per
 pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
 ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes and restores, with the canonical names
 of ``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config, but for a ``tf``
 checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``checkpoint`` without our config
 and a ``tf`` checkpoint get it from their names and shapes (plus ``--mode`` for relu/tanh, ``--scope`` where
-TF-named tensors sit under several scopes), a foreign ``keras`` file needs the config options, which may
-not contradict what a file carries or tells. A TF-named target keeps a TF-named source's variable scope
-unless given another (``--out-scope``).
+TF-named tensors sit under several scopes), a foreign ``keras`` tensor file needs the config options (a Keras
+model file tells them), which may not contradict what a file carries or tells. A TF-named target keeps a
+TF-named source's variable scope unless given another (``--out-scope``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import NamedTuple
 
 from reference import checkpoint
 from reference.formats import keras, tf, tf_bundle, torch
+
+from . import keras_file
 
 FORMATS = ("checkpoint", "torch", "keras", "onnx", "tf")
 TF_NAMED = ("checkpoint", "tf")
@@ -61,6 +64,8 @@ def _read(fmt: str, path: str | Path, overrides: dict):
         from .onnx_model import import_model
 
         return Read(*import_model(path, overrides))
+    if fmt == "keras" and keras_file.is_keras_file(path):  # Keras's own .keras / .h5 files
+        return Read(*keras_file.read(path, overrides))
     tensors, found = checkpoint.read_tensors(path)
     carried = found is not None
     if fmt == "torch":
@@ -72,6 +77,8 @@ def _read(fmt: str, path: str | Path, overrides: dict):
         model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
         names = [[f"layer{k}/{n}" for n in ("kernel", "recurrent_kernel", "bias")]
                  for k in range(model.num_layers * model.num_dirs)]
+        if not any(n.endswith("/bias") for n in tensors):  # use_bias=False: zero biases, the same function
+            names = [layer[:2] for layer in names]
         missing = [n for layer in names for n in layer if n not in tensors]
         if missing:
             raise ValueError(f"missing Keras weight {missing[0]!r} of {model!r}")
@@ -92,6 +99,8 @@ def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None 
         checkpoint.save(path, model, weights, biases, scope)
     elif fmt == "torch":
         checkpoint.write_tensors(path, torch.to_state_dict(model, weights, biases), config)
+    elif fmt == "keras" and keras_file.is_keras_file(path):
+        keras_file.write(path, model, weights, biases)
     elif fmt == "keras":
         tensors = {f"layer{k}/{n}": a for k, layer in enumerate(keras.to_keras(model, weights, biases))
                    for n, a in zip(("kernel", "recurrent_kernel", "bias"), layer)}

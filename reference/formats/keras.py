@@ -5,7 +5,8 @@ stack of (``Bidirectional``) layers lists them: forward layer, then backward lay
 Keras stores ``kernel [in, G*H]`` and ``recurrent_kernel [H, G*H]`` (transposed), orders GRU gates
 **z, r, h** (cuDNN: r, z, h) and LSTM gates i, f, c, o (as cuDNN). ``GRU(reset_after=True)`` keeps both
 bias sets as ``bias [2, 3H]`` (row 0 input, row 1 recurrent); ``LSTM``, ``SimpleRNN`` and the textbook
-``GRU`` have one summed bias, restored as two halves. Keras has no LSTM projection and no skip_input.
+``GRU`` have one summed bias, restored as two halves. A layer with ``use_bias=False`` has no bias weight and
+reads as zero biases. Keras has no LSTM projection and no skip_input.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_te
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
+CLASSES = {"relu": "SimpleRNN", "tanh": "SimpleRNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
 LAYERS = {"relu": "SimpleRNN(activation='relu')", "tanh": "SimpleRNN", "lstm": "LSTM",
           "gru": "GRU(reset_after=True)", "classic_gru": "GRU(reset_after=False)"}
 
@@ -54,8 +56,11 @@ def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False) -
     order, H = ORDER[model.rnn_mode], model.num_units
     groups = []
     for pl, (got, want) in enumerate(zip(layers, expected)):
+        if len(got) == 2:  # use_bias=False: the same layer with zero biases
+            got = [*got, np.zeros(want[2].shape, model.dtype)]
         if len(got) != 3:
-            raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias], got {len(got)} weights")
+            raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias] (or, without bias, "
+                             f"[kernel, recurrent_kernel]), got {len(got)} weights")
         for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
             check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, f"{LAYERS[model.rnn_mode]} of {model!r}")
         kernel, recurrent, bias = got

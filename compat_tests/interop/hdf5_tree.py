@@ -1,0 +1,135 @@
+"""An HDF5 file's groups, text attributes and float datasets as plain Python and NumPy objects, read by h5py in
+a child process. The HDF5 C library is not hardened against damaged files: a few overwritten bytes of a
+Keras ``.h5`` file crashed it (SIGSEGV, found by damaging files under this suite), which in process would
+kill ``rnn-compat`` or the caller's interpreter without a word. Here a crash, or a read that does not end,
+is a ValueError. The child writes what it read as an ``.npz`` (arrays) with a JSON description of the tree,
+loaded without pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+TIMEOUT_S = 300
+
+
+class Group:
+    """One HDF5 group as the subset of ``h5py.Group`` that the readers use: ``name in group``,
+    ``group[name]`` (a :class:`Group`, or a float dataset's array; ``None`` for another dataset; ``name``
+    may be a ``/`` path), iteration over its members' names, ``len`` and ``attrs`` (text attributes:
+    a string, or a list of strings)."""
+
+    def __init__(self, tree: dict, arrays: dict[str, np.ndarray], path: str = "") -> None:
+        self._tree, self._arrays, self._path = tree, arrays, path
+        self.attrs: dict = tree[path]["attrs"]
+
+    def _member(self, name: str) -> str:
+        return f"{self._path}/{name}".strip("/")
+
+    def __contains__(self, name: str) -> bool:
+        return self._member(name) in self._tree
+
+    def __getitem__(self, name: str):
+        path = self._member(name)
+        if path not in self._tree:
+            raise KeyError(f"{self._path or '/'} has no member {name!r}")
+        node = self._tree[path]
+        if "dataset" in node:
+            return None if node["dataset"] is None else self._arrays[node["dataset"]]
+        return Group(self._tree, self._arrays, path)
+
+    def __iter__(self):
+        return iter(self._tree[self._path]["members"])
+
+    def __len__(self) -> int:
+        return len(self._tree[self._path]["members"])
+
+
+def read(source: str | Path | bytes) -> Group:
+    """The root group of an HDF5 file (a path, or the file's bytes); a file that is not HDF5, or that the
+    HDF5 library cannot read or crashes on, is a ValueError. Needs h5py (callers check, naming their feature)."""
+    with tempfile.TemporaryDirectory() as folder:
+        if isinstance(source, bytes):
+            Path(folder, "in.h5").write_bytes(source)
+            source = Path(folder, "in.h5")
+        out = Path(folder, "tree.npz")
+        try:
+            run = subprocess.run([sys.executable, __file__, str(source), str(out)], capture_output=True, text=True,
+                                 timeout=TIMEOUT_S)  # as a script: it imports NumPy and h5py alone
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"reading it as HDF5 took over {TIMEOUT_S} s (a damaged file?)") from None
+        if run.returncode < 0:
+            try:
+                name = signal.Signals(-run.returncode).name
+            except ValueError:
+                name = f"signal {-run.returncode}"
+            raise ValueError(f"the HDF5 library crashed reading it ({name}): a damaged file")
+        if run.returncode != 0:
+            lines = run.stderr.strip().splitlines()
+            raise ValueError(lines[-1] if lines else f"reading it as HDF5 failed (exit status {run.returncode})")
+        with np.load(out, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    tree = json.loads(arrays.pop("__tree__").tobytes().decode())
+    return Group(tree, arrays)
+
+
+def _text_attrs(attrs) -> dict:
+    """The attributes that are text (a string, or an array of strings; an empty array reads as an empty list)."""
+    found = {}
+    for key in attrs:
+        if not isinstance(key, str):  # a damaged name
+            continue
+        try:
+            value = attrs[key]
+        except (OSError, TypeError, ValueError):  # a type h5py cannot read: not one of the readers' attributes
+            continue
+        if isinstance(value, (bytes, str)):
+            found[key] = value.decode(errors="replace") if isinstance(value, bytes) else value
+        elif isinstance(value, np.ndarray) and (value.size == 0 or value.dtype.kind in "OSU"):
+            found[key] = [v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in value.ravel()]
+    return found
+
+
+def _dump(source: str, out: str) -> int:
+    """The child: read ``source`` with h5py, write its tree and float datasets to ``out``."""
+    import h5py
+
+    try:
+        f = h5py.File(source, "r")
+    except OSError as exc:
+        print(f"not an HDF5 file ({exc})", file=sys.stderr)
+        return 1
+    tree: dict = {}
+    arrays: dict[str, np.ndarray] = {}
+
+    def visit(path: str, obj) -> None:
+        if isinstance(obj, h5py.Dataset):
+            readable = obj.dtype.kind == "f" and obj.shape is not None
+            if readable:
+                arrays[f"a{len(arrays)}"] = np.asarray(obj[()])
+            tree[path] = {"dataset": f"a{len(arrays) - 1}" if readable else None, "attrs": {}}
+        else:
+            tree[path] = {"members": list(obj), "attrs": _text_attrs(obj.attrs)}
+
+    try:  # whatever h5py raises on a damaged file (OSError, KeyError, TypeError, ...) means the same here
+        with f:
+            visit("", f)
+            f.visititems(visit)
+        description = json.dumps(tree).encode()
+    except Exception as exc:  # noqa: BLE001 (this process exists to read one file; the parent says why it failed)
+        print(f"not a readable HDF5 file ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
+    with open(out, "wb") as fh:
+        np.savez(fh, __tree__=np.frombuffer(description, np.uint8), **arrays)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_dump(sys.argv[1], sys.argv[2]))
