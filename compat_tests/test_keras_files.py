@@ -267,6 +267,8 @@ REFUSED = {  # a model (from keras), the file it is saved as, what the refusal s
                      "the recurrent layer 'gru_1' reads ['input_layer'], not the output of the recurrent layer before "
                      "it, 'gru': the layers are not one stack"),
     "no-recurrent-layer": (lambda k: _sequential(k, k.layers.Dense(4)), "m.keras", "the model has no recurrent layer"),
+    "nested-model": (lambda k: _sequential(k, _sequential(k, k.layers.GRU(4))), "m.keras",
+                     "(a Sequential model inside it is not read: save that model on its own)"),
     "weights-with-a-dense": (lambda k: _sequential(k, k.layers.LSTM(4), k.layers.Dense(2)), "m.weights.h5",
                              "layer group 'dense' holds weights but is not a recurrent layer"),
     "legacy-weights-with-a-dense": (lambda k: _sequential(k, k.layers.LSTM(4), k.layers.Dense(2)), "legacy.h5",
@@ -500,8 +502,9 @@ def test_a_damaged_hdf5_file_loads_or_is_refused_naming_it(saved_by_keras, name,
 
 def test_a_file_that_crashes_the_hdf5_library_is_refused_naming_it():
     """``data/hdf5_crash.h5``: a legacy ``.h5`` model Keras 3.15 saved with one byte changed (offset 929, 1 to
-    88), found by damaging files; h5py 3.16's HDF5 library dies on it with SIGSEGV, which in process killed
-    the reader. Read in a child process, it is a ValueError naming the file."""
+    88), found by damaging files; h5py 3.16's HDF5 library dies with SIGSEGV reading its root attribute
+    ``backend``, which in process killed the reader. Read in a child process, it is a ValueError naming the
+    file."""
     path = Path(__file__).parent / "data" / "hdf5_crash.h5"
     with pytest.raises(ValueError) as caught:
         keras_file.read(path)
@@ -516,12 +519,18 @@ def _paths(node, at=()):
         yield from _paths(value, (*at, key))
 
 
+CONFIG_KEYS = st.sampled_from(["class_name", "config", "name", "layer", "layers", "units", "inbound_nodes",
+                               "keras_history", "args", "kwargs"])
+
+
+def _containers(inner):
+    return st.lists(inner, max_size=4) | st.dictionaries(CONFIG_KEYS, inner, max_size=4)
+
+
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False)
                            | st.sampled_from(["", "LSTM", "GRU", "Bidirectional", "Dropout", "Sequential", "tanh",
                                               "relu", "concat", "input_layer", "bidirectional", "__keras_tensor__"]),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(
-                               ["class_name", "config", "name", "layer", "layers", "units", "inbound_nodes",
-                                "keras_history", "args", "kwargs"]), inner, max_size=4), max_leaves=8)
+                           _containers, max_leaves=8)
 
 
 @settings(max_examples=60)  # each read is a child process

@@ -1,9 +1,9 @@
 """An HDF5 file's groups, text attributes and float datasets as plain Python and NumPy objects, read by h5py in
-a child process. The HDF5 C library is not hardened against damaged files: a few overwritten bytes of a
-Keras ``.h5`` file crashed it (SIGSEGV, found by damaging files under this suite), which in process would
-kill ``rnn-compat`` or the caller's interpreter without a word. Here a crash, or a read that does not end,
-is a ValueError. The child writes what it read as an ``.npz`` (arrays) with a JSON description of the tree,
-loaded without pickle.
+a child process. The HDF5 C library is not hardened against damaged files: one changed byte of a Keras
+``.h5`` file crashes it when an attribute is read (SIGSEGV, ``compat_tests/data/hdf5_crash.h5``, found by
+damaging files under this suite), which in process would kill ``rnn-compat`` or the caller's interpreter
+without a word. Here a crash, or a read that does not end, is a ValueError. The child writes what it read
+as an ``.npz`` (arrays) with a JSON description of the tree, loaded without pickle.
 """
 
 from __future__ import annotations

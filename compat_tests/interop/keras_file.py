@@ -128,8 +128,11 @@ def _layers(config: dict | None, h5) -> list[_Layer]:
     names = [_layer_name(e) for e in entries]
     stack = [k for k, e in enumerate(entries) if _is_recurrent(e.get("class_name"))]
     if not stack:
+        classes = sorted({str(e.get("class_name")) for e in entries})
+        nested = [c for c in classes if c in ("Sequential", "Functional", "Model")]
         raise ValueError(f"the model has no recurrent layer ({', '.join(GATES)} or {WRAPPER} of one) at its top "
-                         f"level; it has {sorted({str(e.get('class_name')) for e in entries})[:8]}")
+                         f"level; it has {classes[:8]}" + (f" (a {nested[0]} model inside it is not read: save that "
+                                                            f"model on its own)" if nested else ""))
     for k in stack:
         if not isinstance(entries[k].get("config"), dict):
             raise ValueError(f"the recurrent layer {names[k]!r} has no config")
