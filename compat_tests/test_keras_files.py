@@ -21,8 +21,9 @@ from compat_tests.conditioning import sensitivity
 from compat_tests.config import RNNConfig, make_case, run_reference
 from compat_tests.interop import hdf5_tree, keras_file
 from compat_tests.metrics import error_stats
+from compat_tests.peers.base import Capabilities
 from compat_tests.peers.keras_peer import _LAYERS, import_keras
-from compat_tests.strategies import damaged
+from compat_tests.strategies import damaged, rnn_configs
 from compat_tests.tolerances import judge
 from reference import checkpoint
 from reference.formats import keras as keras_format
@@ -585,3 +586,20 @@ def test_a_weights_file_without_recurrent_weights_is_refused(tmp_path):
         h5.create_group("layers/dropout/vars")
     with pytest.raises(ValueError, match="w.weights.h5: the file holds no recurrent layer's weights"):
         keras_file.read(tmp_path / "w.weights.h5")
+
+
+@settings(max_examples=30)  # each read is a child process
+@given(cfg=rnn_configs(Capabilities(skip_input=False, projection=False), max_layers=3, max_units=5, max_input=4,
+                       max_time=3, max_batch=2))  # what a Keras file can hold: no skip_input, no projection
+def test_a_written_keras_file_reads_back_as_the_same_model(cfg, tmp_path_factory):
+    """Without Keras: every config Keras can hold, every float dtype, written and read back is the same model
+    with the same weights (summed biases split in halves, bit for bit their sum; the cuDNN GRU's both kept)."""
+    case, model = make_case(cfg), cfg.model()
+    path = tmp_path_factory.mktemp("written") / "m.keras"
+    keras_file.write(path, model, case.weights, case.biases)
+    back, weights, biases = keras_file.read(path)
+    assert repr(back) == repr(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights, case.weights))
+    per_layer = keras_format.to_keras(model, case.weights, case.biases)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip([w for layer in keras_format.to_keras(back, weights, biases)
+                                                           for w in layer], [w for layer in per_layer for w in layer]))
