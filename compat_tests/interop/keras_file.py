@@ -8,14 +8,10 @@
 - ``.weights.h5``: weights alone, as Keras 3's ``save_weights`` writes them.
 
 A model file is read as the stack of its recurrent layers (``SimpleRNN``, ``GRU``, ``LSTM``, each alone or
-in a ``Bidirectional``), checked against its config as ``onnx_stack`` checks an ONNX graph: each recurrent
-layer must compute a cuDNN cell (activations, ``reset_after``, ``merge_mode="concat"``, no
-``go_backwards`` of its own), all alike, and each after the first must read the one before's output, with
-only layers that pass it on at inference between them (``INFERENCE_IDENTITY``) and no initial state of
-another layer's making. Before the first and after the last, anything goes: the model is the stack.
-A weights file does not say what lies between its layers, so it may hold recurrent layers only (and
-layers without weights). Weights of Keras 3 files sit under paths that Keras derives from each layer's
-class (``layers/gru_1/cell/vars/0``); legacy files list them by layer name.
+in a ``Bidirectional``), once ``keras_stack`` finds its config to be one cuDNN stack. A weights file does
+not say what lies between its layers, so it may hold recurrent layers only (and layers without weights).
+Weights of Keras 3 files sit under paths that Keras derives from each layer's class
+(``layers/gru_1/cell/vars/0``); legacy files list them by layer name.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import io
 import json
 import re
 import zipfile
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,30 +30,16 @@ from reference.formats import keras as keras_weights
 from reference.formats.files import replacing
 
 from compat_tests.interop import hdf5_tree
+from compat_tests.interop.keras_stack import WRAPPER, Layer, is_recurrent, stack_indices, stack_kind
 from compat_tests.optional import require
 
 SUFFIXES = (".keras", ".h5", ".hdf5")  # ``.weights.h5`` ends in ``.h5``
-GATES = {"SimpleRNN": 1, "GRU": 3, "LSTM": 4}  # the recurrent layer classes and their gate counts
-WRAPPER = "Bidirectional"
-# Layers that hand their input on unchanged at inference: what may sit between two recurrent layers.
-INFERENCE_IDENTITY = ("Dropout", "SpatialDropout1D", "GaussianDropout", "GaussianNoise", "AlphaDropout")
 CONFIG_LIMIT = 2**24  # bytes of a .keras archive's config.json
 
 
 def is_keras_file(path: str | Path) -> bool:
     """Whether ``path`` names a file of Keras's own formats (by its suffix)."""
     return Path(path).suffix in SUFFIXES
-
-
-@dataclass
-class _Layer:
-    """One recurrent layer of a file: its name, class (``Bidirectional`` or a cell's), its config (``None``
-    in a weights file) and its weights per direction, ``[kernel, recurrent_kernel(, bias)]``."""
-
-    name: str
-    cls: str
-    config: dict | None
-    weights: list[list[np.ndarray]]
 
 
 def read(path: str | Path, options: dict | None = None) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
@@ -116,111 +97,16 @@ def _json(raw, what: str) -> dict:
     return config
 
 
-# --- which layers make the stack, and their weights ----------------------------------------------------
+# --- the stack's layers and their weights ---------------------------------------------------------------
 
 
-def _layers(config: dict | None, h5) -> list[_Layer]:
+def _layers(config: dict | None, h5) -> list[Layer]:
     if config is None:
         return _weights_file_layers(h5)
-    entries = config["config"].get("layers")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ValueError(f"the model config ({config.get('class_name')!r}) has no list of layers")
-    names = [_layer_name(e) for e in entries]
-    stack = [k for k, e in enumerate(entries) if _is_recurrent(e.get("class_name"))]
-    if not stack:
-        classes = sorted({str(e.get("class_name")) for e in entries})
-        nested = [c for c in classes if c in ("Sequential", "Functional", "Model")]
-        raise ValueError(f"the model has no recurrent layer ({', '.join(GATES)} or {WRAPPER} of one) at its top "
-                         f"level; it has {classes[:8]}" + (f" (a {nested[0]} model inside it is not read: save that "
-                                                            f"model on its own)" if nested else ""))
-    for k in stack:
-        if not isinstance(entries[k].get("config"), dict):
-            raise ValueError(f"the recurrent layer {names[k]!r} has no config")
-    if config.get("class_name") == "Sequential":  # each layer reads the one before it
-        for previous, k in zip(stack, stack[1:]):
-            between = [j for j in range(previous + 1, k) if entries[j].get("class_name") not in INFERENCE_IDENTITY]
-            if between:
-                raise ValueError(f"layer {names[between[0]]!r} ({entries[between[0]].get('class_name')}) lies between "
-                                 f"the recurrent layers {names[previous]!r} and {names[k]!r}: only layers that pass "
-                                 f"their input on at inference ({', '.join(INFERENCE_IDENTITY)}) may")
-    else:  # a functional model: what each layer reads is in its inbound_nodes
-        for previous, k in zip([None, *stack], stack):
-            _check_link(entries, names, previous, k)
+    entries, names, stack = stack_indices(config)
     read_weights = _legacy_weights if "model_weights" in h5 or _names(h5.attrs, "layer_names") else _keras3_weights
-    return [_Layer(names[k], entries[k]["class_name"], entries[k]["config"], read_weights(h5, entries, k, names[k]))
+    return [Layer(names[k], entries[k]["class_name"], entries[k]["config"], read_weights(h5, entries, k, names[k]))
             for k in stack]
-
-
-def _dict(value) -> dict:
-    """``value`` where it is a dict, else an empty one: a config's optional parts, read leniently."""
-    return value if isinstance(value, dict) else {}
-
-
-def _layer_name(entry: dict) -> str:
-    return str(_dict(entry.get("config")).get("name", entry.get("name", "?")))
-
-
-def _is_recurrent(cls) -> bool:
-    return cls in GATES or cls == WRAPPER
-
-
-def _inputs(entry: dict) -> list[tuple[str, str]]:
-    """``(layer name, what)`` of every tensor a functional model's layer is called on: its inputs (``what``
-    "input") and tensors given by keyword (``what`` the keyword, such as initial_state), in Keras 3's
-    and in the legacy (list) form of ``inbound_nodes``."""
-    found: list[tuple[str, str]] = []
-
-    def walk(value, what: str) -> None:
-        if isinstance(value, dict):
-            history = _dict(value.get("config")).get("keras_history") if value.get("class_name") == "__keras_tensor__" \
-                else None
-            if isinstance(history, list) and history:
-                found.append((str(history[0]), what))
-                return
-            for key, v in value.items():
-                walk(v, key if what == "kwargs" else what)
-        elif isinstance(value, list):
-            if len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int):  # legacy [name, i, j, kw]
-                found.append((value[0], what))
-                if len(value) > 3:
-                    walk(value[3], "kwargs")
-                return
-            for v in value:
-                walk(v, what)
-
-    for node in entry.get("inbound_nodes") or []:
-        if isinstance(node, dict):
-            walk(node.get("args", []), "input")
-            walk(node.get("kwargs", {}), "kwargs")
-        else:
-            walk(node, "input")
-    return found
-
-
-def _check_link(entries: list[dict], names: list[str], previous: int | None, k: int) -> None:
-    """Layer ``k`` of a functional model is called once, on the output of layer ``previous`` (through layers
-    that pass it on) or, for the first recurrent layer (``previous`` None), on anything; a tensor given by
-    keyword (an initial state, constants) other than a mask is refused: the stack starts from zeros."""
-    calls = entries[k].get("inbound_nodes") or []
-    if len(calls) > 1:
-        raise ValueError(f"the recurrent layer {names[k]!r} is called {len(calls)} times: the layers are not one stack")
-    inputs = _inputs(entries[k])
-    given = [what for _, what in inputs if what not in ("input", "mask")]
-    if given:
-        raise ValueError(f"the recurrent layer {names[k]!r} is called with {given[0]} from another layer: the stack "
-                         f"starts from the states the caller gives")
-    if previous is None:
-        return
-    sources = [name for name, what in inputs if what == "input"]
-    index = {n: i for i, n in enumerate(names)}
-    for _ in entries:  # back through the layers that pass it on (a bound: a damaged config may loop)
-        if len(sources) != 1 or sources[0] not in index or index[sources[0]] == previous or \
-                entries[index[sources[0]]].get("class_name") not in INFERENCE_IDENTITY:
-            break
-        sources = [name for name, what in _inputs(entries[index[sources[0]]]) if what == "input"]
-    if sources != [names[previous]]:
-        raise ValueError(f"the recurrent layer {names[k]!r} reads {sources or 'nothing'}, not the output of the "
-                         f"recurrent layer before it, {names[previous]!r}: the layers are not one stack")
 
 
 def snake_case(cls: str) -> str:
@@ -318,7 +204,7 @@ def _legacy_weights(h5, entries: list[dict], k: int, name: str) -> list[list[np.
     return [arrays[d * per:(d + 1) * per] for d in range(directions)]
 
 
-def _weights_file_layers(h5) -> list[_Layer]:
+def _weights_file_layers(h5) -> list[Layer]:
     """The recurrent layers of a weights file (no config): in a legacy file in the order of its
     ``layer_names``, in a Keras 3 file in the order of their groups' numbers (one class only). Any other
     layer that holds weights is refused: the file cannot say where it sits."""
@@ -334,7 +220,7 @@ def _weights_file_layers(h5) -> list[_Layer]:
                                  f"file does not say where such a layer sits: read the model file (.keras or .h5)")
             bidirectional = any("backward" in w for w in weight_names)
             cls = WRAPPER if bidirectional else ""  # a cell layer whose class the weights tell
-            found.append(_Layer(name, cls, None, _legacy_weights(h5, [{"class_name": cls}], 0, name)))
+            found.append(Layer(name, cls, None, _legacy_weights(h5, [{"class_name": cls}], 0, name)))
         return found
     if "layers" not in h5:
         raise ValueError("not a Keras weights file (no layers group, no layer_names)")
@@ -357,85 +243,14 @@ def _weights_file_layers(h5) -> list[_Layer]:
     for key in sorted(recurrent, key=lambda key: int(m.group(1)) if (m := re.search(r"_(\d+)$", key)) else 0):
         group = layers[key]
         cls = WRAPPER if "forward_layer" in group else ""
-        found.append(_Layer(key, cls, None, _directions(group, f"layers/{key}", cls)))
+        found.append(Layer(key, cls, None, _directions(group, f"layers/{key}", cls)))
     return found
 
 
-# --- what the layers compute --------------------------------------------------------------------------
-
-
-def _cell_mode(name: str, cls: str, config: dict, backward: bool = False) -> str:
-    """The cuDNN mode one recurrent (cell) layer's config computes; anything else is refused naming it."""
-    def value(key: str, default):
-        v = config.get(key, default)
-        return v.get("class_name", v) if isinstance(v, dict) else v
-
-    activation, recurrent = value("activation", "tanh"), value("recurrent_activation", "sigmoid")
-    if cls == "SimpleRNN":
-        if activation not in ("tanh", "relu"):
-            raise ValueError(f"layer {name!r}: activation {activation!r} has no cuDNN equivalent (tanh or relu)")
-        mode = activation
-    else:
-        for key, got, want in (("activation", activation, "tanh"), ("recurrent_activation", recurrent, "sigmoid")):
-            if got != want:
-                raise ValueError(f"layer {name!r}: {key} {got!r} has no cuDNN equivalent ({want})")
-        mode = "lstm" if cls == "LSTM" else "gru" if config.get("reset_after", True) else "classic_gru"
-    if bool(config.get("go_backwards", False)) != backward:
-        raise ValueError(f"layer {name!r}: go_backwards={not backward} outside a Bidirectional's backward layer has "
-                         f"no cuDNN equivalent" if not backward else
-                         f"layer {name!r}: a Bidirectional's backward layer must run backwards (go_backwards=True)")
-    return mode
-
-
-def _kind(layer: _Layer) -> tuple[str | None, str]:
-    """``(rnn_mode, direction)`` of a layer: from its config, or (a weights file) from its weights' shapes,
-    where relu and tanh look alike (``None``)."""
-    direction = "bidirectional" if layer.cls == WRAPPER else "unidirectional"
-    if layer.config is None:
-        recurrent = layer.weights[0][1]
-        if recurrent.ndim != 2 or 0 in recurrent.shape or recurrent.shape[1] % recurrent.shape[0]:
-            raise ValueError(f"layer {layer.name!r}: recurrent kernel of shape {list(recurrent.shape)} is not "
-                             f"[units, gates * units]")
-        gates = recurrent.shape[1] // recurrent.shape[0]
-        if gates not in (1, 3, 4):
-            raise ValueError(f"layer {layer.name!r} has {gates} gates: not a SimpleRNN, GRU or LSTM")
-        bias = layer.weights[0][2] if len(layer.weights[0]) > 2 else None
-        mode = {1: None, 4: "lstm", 3: "gru" if bias is None or bias.ndim == 2 else "classic_gru"}[gates]
-        if gates == 3 and bias is None:
-            raise ValueError(f"layer {layer.name!r}: a GRU without bias does not say whether it resets after the "
-                             f"recurrent product (reset_after); read the model file")
-        return mode, direction
-    config = layer.config
-    if layer.cls == WRAPPER:
-        if config.get("merge_mode", "concat") != "concat":
-            raise ValueError(f"layer {layer.name!r}: merge_mode={config.get('merge_mode')!r} has no cuDNN equivalent "
-                             f"(concat)")
-        forward = _dict(config.get("layer"))
-        if forward.get("class_name") not in GATES:
-            raise ValueError(f"layer {layer.name!r} wraps {forward.get('class_name')!r}, not a {', '.join(GATES)} "
-                             f"layer")
-        cell = _dict(forward.get("config"))
-        backward = _dict(config.get("backward_layer")) or {  # tf.keras 2 leaves it out: the forward layer, reversed
-            **forward, "config": {**cell, "go_backwards": not cell.get("go_backwards", False)}}
-        parts = [(forward, False), (backward, True)]
-        modes = [_cell_mode(f"{layer.name}/{_dict(part.get('config')).get('name', 'backward' if back else 'forward')}",
-                            part.get("class_name"), _dict(part.get("config")), back) for part, back in parts]
-        if modes[0] != modes[1] or backward.get("class_name") != forward.get("class_name") or \
-                _dict(backward.get("config")).get("units") != cell.get("units"):
-            raise ValueError(f"layer {layer.name!r}: its backward layer differs from its forward layer")
-        return modes[0], direction
-    return _cell_mode(layer.name, layer.cls, config), direction
-
-
-def _model(layers: list[_Layer], options: dict, has_config: bool):
+def _model(layers: list[Layer], options: dict, has_config: bool):
     if not layers:
         raise ValueError("the file holds no recurrent layer's weights")
-    kinds = [_kind(layer) for layer in layers]
-    for layer, kind in zip(layers, kinds):
-        if kind != kinds[0]:
-            raise ValueError(f"layer {layer.name!r} computes a {kind[1]} {kind[0]!r} layer, but the first recurrent "
-                             f"layer {layers[0].name!r} a {kinds[0][1]} {kinds[0][0]!r} one: not one cuDNN stack")
-    mode, direction = kinds[0]
+    mode, direction = stack_kind(layers)
     kernel, recurrent = layers[0].weights[0][0], layers[0].weights[0][1]
     if kernel.ndim != 2 or recurrent.ndim != 2 or 0 in kernel.shape + recurrent.shape:
         raise ValueError(f"layer {layers[0].name!r}: kernel {list(kernel.shape)} and recurrent kernel "
@@ -503,7 +318,7 @@ def write(path: str | Path, model, weights: list[np.ndarray], biases: list[np.nd
         raise ValueError(f"a Keras model file is written as .keras, got {path.name!r} (read-only: .h5, .weights.h5)")
     per_direction = keras_weights.to_keras(model, weights, biases)
     config = keras_config(model)
-    recurrent = [e for e in config["config"]["layers"] if _is_recurrent(e["class_name"])]
+    recurrent = [e for e in config["config"]["layers"] if is_recurrent(e["class_name"])]
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as h5:
         h5.create_group("vars").attrs["name"] = "sequential"
