@@ -328,6 +328,8 @@ def test_a_damaged_or_foreign_keras_file_is_refused_naming_it(tmp_path):
         with pytest.raises(ValueError, match=re.escape(message)) as caught:
             keras_file.read(path)
         assert str(path) in str(caught.value), caught.value
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "absent.h5"))):
+        keras_file.read(tmp_path / "absent.h5")
     claim = _archive(tmp_path, good)  # a header that claims more bytes than deflate could make of its data
     blob = bytearray(claim.read_bytes())
     at = blob.index(b"model.weights.h5") - 30 + 22  # the local header's uncompressed size

@@ -47,6 +47,8 @@ def read(path: str | Path, options: dict | None = None) -> tuple[object, list[np
     say only what the file cannot (relu from tanh in a weights file) and must agree with the rest."""
     require("h5py", "reading a Keras .keras or .h5 file")
     path = Path(path)
+    with open(path, "rb"):  # a missing or unreadable file: the OSError that names it, as for every format
+        pass
     with checkpoint.about(path):
         if path.suffix == ".keras":
             config, h5 = _archive(path)
