@@ -5,6 +5,7 @@ something else or cannot be told from the file."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import zipfile
@@ -22,7 +23,7 @@ from compat_tests.config import RNNConfig, make_case, run_reference
 from compat_tests.interop import hdf5_tree, keras_file
 from compat_tests.metrics import error_stats
 from compat_tests.peers.base import Capabilities
-from compat_tests.peers.keras_peer import _LAYERS, import_keras
+from compat_tests.peers.keras_peer import import_keras
 from compat_tests.strategies import damaged, rnn_configs
 from compat_tests.tolerances import judge
 from reference import checkpoint
@@ -46,7 +47,7 @@ def keras(available_peer):
 def _recurrent(keras, cfg: RNNConfig, per_layer: list, layer: int, use_bias: bool, **options):
     """Layer ``layer`` of ``cfg`` as a built Keras layer (a Bidirectional for two directions) holding the
     weights ``per_layer`` (``to_keras``), without the biases when not ``use_bias``."""
-    cls, extra = _LAYERS[cfg.mode]
+    cls, extra = keras_format.KERAS_LAYERS[cfg.mode]
     width = cfg.input_size if layer == 0 else cfg.num_dirs * cfg.num_units
 
     def make(**kw):
@@ -295,8 +296,9 @@ def test_a_keras_file_that_is_not_a_cudnn_stack_is_refused_naming_why(keras, cas
     assert str(path) in str(caught.value)
 
 
-def _archive(tmp_path, members: dict[str, bytes]):
-    path = tmp_path / f"m{len(list(tmp_path.iterdir()))}.keras"
+def _archive(folder, members: dict[str, bytes]):
+    """A ``.keras`` zip of ``members`` (stored, as Keras writes them), under a new name in ``folder``."""
+    path = folder / f"m{len(list(folder.iterdir()))}.keras"
     with zipfile.ZipFile(path, "w") as zf:
         for name, blob in members.items():
             zf.writestr(name, blob)
@@ -411,7 +413,7 @@ def _tf_keras2_file(path, cfg: RNNConfig, per_layer: list) -> None:
     ``backward_layer`` (derived from ``layer``)."""
     import h5py
 
-    cls, extra = _LAYERS[cfg.mode]
+    cls, extra = keras_format.KERAS_LAYERS[cfg.mode]
     snake = keras_file.snake_case(cls)
     layers = [{"class_name": "InputLayer", "name": "input_1", "inbound_nodes": [],
                "config": {"batch_input_shape": [None, None, cfg.input_size], "dtype": cfg.dtype, "name": "input_1"}}]
@@ -552,10 +554,8 @@ def test_a_mangled_keras_config_loads_or_is_refused_naming_it(saved_by_keras, da
         for key in at[:-1]:
             parent = parent[key]
         parent[at[-1]] = value
-    path = tmp_path_factory.mktemp("mangled") / "m.keras"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("config.json", json.dumps(config))
-        zf.writestr("model.weights.h5", saved_by_keras["model.weights.h5"])
+    path = _archive(tmp_path_factory.mktemp("mangled"), {"config.json": json.dumps(config).encode(),
+                                                         "model.weights.h5": saved_by_keras["model.weights.h5"]})
     try:
         model, weights, biases = keras_file.read(path)
     except (ValueError, TypeError) as exc:
@@ -572,10 +572,7 @@ def test_weights_under_another_layers_name_are_refused(saved_by_keras, tmp_path)
     text = saved_by_keras["config.json"].decode()  # the two layers' names swapped, references and all
     for old, new in (('"bidirectional"', '"@"'), ('"bidirectional_1"', '"bidirectional"'), ('"@"', '"bidirectional_1"')):
         text = text.replace(old, new)
-    path = tmp_path / "m.keras"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("config.json", text)
-        zf.writestr("model.weights.h5", saved_by_keras["model.weights.h5"])
+    path = _archive(tmp_path, {"config.json": text.encode(), "model.weights.h5": saved_by_keras["model.weights.h5"]})
     with pytest.raises(ValueError, match=r"layers/bidirectional holds the weights of layer 'bidirectional', not of "
                                          r"'bidirectional_1': the weights do not follow the config"):
         keras_file.read(path)
@@ -605,3 +602,37 @@ def test_a_written_keras_file_reads_back_as_the_same_model(cfg, tmp_path_factory
     per_layer = keras_format.to_keras(model, case.weights, case.biases)
     assert all(a.tobytes() == b.tobytes() for a, b in zip([w for layer in keras_format.to_keras(back, weights, biases)
                                                            for w in layer], [w for layer in per_layer for w in layer]))
+
+
+def test_a_damaged_deflated_member_is_refused_naming_the_file(tmp_path):
+    """Keras stores its members, but an archive zipped again may deflate them: it reads whole, and damaged
+    deflate data raises zlib.error, which is named as the other readers name it (``checkpoint.DAMAGE``)."""
+    import zlib
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    keras_file.write(tmp_path / "good.keras", cfg.model(), case.weights, case.biases)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(tmp_path / "good.keras") as good, \
+            zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in good.namelist():
+            zf.writestr(name, good.read(name))
+    blob = buffer.getvalue()
+    (tmp_path / "deflated.keras").write_bytes(blob)  # whole, it reads: its weights inflate past the file's size
+    assert repr(keras_file.read(tmp_path / "deflated.keras")[0]) == repr(cfg.model())
+    start = blob.index(b"model.weights.h5") + len("model.weights.h5")  # the member's deflate data follows
+    for at in range(start, start + 200):  # the first flipped byte that breaks the deflate stream itself
+        damaged = bytearray(blob)
+        damaged[at] ^= 0xFF
+        try:
+            zipfile.ZipFile(io.BytesIO(bytes(damaged))).read("model.weights.h5")
+        except zlib.error:
+            break
+        except zipfile.BadZipFile:
+            continue
+    else:
+        pytest.fail("no flipped byte gave zlib.error")
+    path = tmp_path / "m.keras"
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: model.weights.h5 cannot be read (error:")):
+        keras_file.read(path)

@@ -150,8 +150,8 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
 # What NumPy's and zipfile's readers raise on a damaged file besides ValueError: a bad CRC or header, a
 # flag bit zipfile does not support (RuntimeError for encryption, NotImplementedError for others), a
 # truncated member, an unparsable .npy header, a seek past the end of the file.
-_DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, EOFError, zlib.error, tokenize.TokenError,
-           SyntaxError, OSError, MemoryError)
+DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, EOFError, zlib.error, tokenize.TokenError,
+          SyntaxError, OSError, MemoryError)
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
@@ -168,7 +168,7 @@ def _readable(path) -> Iterator[None]:
             if "allow_pickle" not in str(exc):
                 raise
             raise ValueError(f"{exc} (object arrays would need pickle; refused)") from None
-        except _DAMAGE as exc:
+        except DAMAGE as exc:
             raise ValueError(f"not a readable NumPy file ({type(exc).__name__}: {exc})") from None
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from reference import checkpoint
 from reference.formats import keras as keras_weights
+from reference.formats.canonical import matrix_shape
 from reference.formats.files import replacing
 
 from compat_tests.interop import hdf5_tree
@@ -73,19 +74,19 @@ def _archive(path: Path) -> tuple[dict, hdf5_tree.Group]:
             raise ValueError(f"holds no model.weights.h5 (only {names[:5]}): Keras's other weight stores "
                              f"(model.weights.npz, which needs pickle, or sharded weights) are not read")
         config = _json(_member(zf, "config.json", CONFIG_LIMIT), "config.json")
-        weights = _member(zf, "model.weights.h5", path.stat().st_size)
+        weights = _member(zf, "model.weights.h5")
     return config, hdf5_tree.read(weights)
 
 
-def _member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
-    """A zip member's bytes, refused before inflating if it claims more than ``limit`` bytes or more than
-    deflate can make of its compressed size (a damaged or hostile header)."""
+def _member(zf: zipfile.ZipFile, name: str, limit: int | None = None) -> bytes:
+    """A zip member's bytes, refused before inflating if it claims more than ``limit`` bytes (where given) or
+    more than deflate can make of its compressed size (a damaged or hostile header)."""
     info = zf.getinfo(name)
-    if info.file_size > limit or info.file_size > 1032 * max(info.compress_size, 1):
+    if (limit is not None and info.file_size > limit) or info.file_size > 1032 * max(info.compress_size, 1):
         raise ValueError(f"{name} claims {info.file_size} bytes, more than the archive can hold")
     try:
         return zf.read(name)
-    except (zipfile.BadZipFile, EOFError, NotImplementedError, RuntimeError) as exc:
+    except (*checkpoint.DAMAGE, NotImplementedError) as exc:
         raise ValueError(f"{name} cannot be read ({type(exc).__name__}: {exc})") from None
 
 
@@ -206,6 +207,12 @@ def _legacy_weights(h5, entries: list[dict], k: int, name: str) -> list[list[np.
     return [arrays[d * per:(d + 1) * per] for d in range(directions)]
 
 
+def _numbered(key: str) -> tuple[str, int]:
+    """A Keras 3 group name as Keras made it: ``("lstm", 0)`` for ``lstm``, ``("lstm", 11)`` for ``lstm_11``."""
+    m = re.fullmatch(r"(.*)_(\d+)", key)
+    return (m.group(1), int(m.group(2))) if m else (key, 0)
+
+
 def _weights_file_layers(h5) -> list[Layer]:
     """The recurrent layers of a weights file (no config): in a legacy file in the order of its
     ``layer_names``, in a Keras 3 file in the order of their groups' numbers (one class only). Any other
@@ -237,12 +244,13 @@ def _weights_file_layers(h5) -> list[Layer]:
     if other:
         raise ValueError(f"layer group {other[0]!r} holds weights but is not a recurrent layer; a weights file does "
                          f"not say where such a layer sits: read the .keras model file")
-    prefixes = {re.sub(r"_\d+$", "", key) for key in recurrent}
+    numbered = {key: _numbered(key) for key in recurrent}
+    prefixes = {prefix for prefix, _ in numbered.values()}
     if len(prefixes) > 1:
         raise ValueError(f"the weights file holds recurrent layers of several classes ({sorted(prefixes)}), whose "
                          f"order it does not record: read the .keras model file")
     found = []
-    for key in sorted(recurrent, key=lambda key: int(m.group(1)) if (m := re.search(r"_(\d+)$", key)) else 0):
+    for key in sorted(recurrent, key=lambda key: numbered[key][1]):
         group = layers[key]
         cls = WRAPPER if "forward_layer" in group else ""
         found.append(Layer(key, cls, None, _directions(group, f"layers/{key}", cls)))
@@ -253,12 +261,11 @@ def _model(layers: list[Layer], options: dict, has_config: bool):
     if not layers:
         raise ValueError("the file holds no recurrent layer's weights")
     mode, direction = stack_kind(layers)
-    kernel, recurrent = layers[0].weights[0][0], layers[0].weights[0][1]
-    if kernel.ndim != 2 or recurrent.ndim != 2 or 0 in kernel.shape + recurrent.shape:
-        raise ValueError(f"layer {layers[0].name!r}: kernel {list(kernel.shape)} and recurrent kernel "
-                         f"{list(recurrent.shape)} must be non-empty matrices")
-    told = {"num_layers": len(layers), "num_units": int(recurrent.shape[0]), "input_size": int(kernel.shape[0]),
-            "direction": direction, "dtype": kernel.dtype.name}
+    kernel = layers[0].weights[0][0]
+    input_size, _ = matrix_shape(f"layer {layers[0].name!r} kernel", kernel.shape)
+    units, _ = matrix_shape(f"layer {layers[0].name!r} recurrent kernel", layers[0].weights[0][1].shape)
+    told = {"num_layers": len(layers), "num_units": units, "input_size": input_size, "direction": direction,
+            "dtype": kernel.dtype.name}
     if mode is not None:
         told["rnn_mode"] = mode
     teller = "the model config tells its config" if has_config else "its weights' shapes tell its config"
@@ -274,13 +281,10 @@ def _model(layers: list[Layer], options: dict, has_config: bool):
 
 
 def _cell_config(model, name: str, in_width: int, backward: bool = False) -> dict:
-    cls = keras_weights.CLASSES[model.rnn_mode]
+    cls, options = keras_weights.KERAS_LAYERS[model.rnn_mode]
     config = {"name": name, "units": model.num_units, "return_sequences": True, "go_backwards": backward,
-              "activation": "relu" if model.rnn_mode == "relu" else "tanh", "dtype": model.dtype.name}
-    if cls != "SimpleRNN":
-        config["recurrent_activation"] = "sigmoid"
-    if cls == "GRU":
-        config["reset_after"] = model.rnn_mode == "gru"
+              "activation": "tanh", **({} if cls == "SimpleRNN" else {"recurrent_activation": "sigmoid"}),
+              **options, "dtype": model.dtype.name}
     return {"module": "keras.layers", "class_name": cls, "config": config, "registered_name": None,
             "build_config": {"input_shape": [None, None, in_width]}}
 
@@ -294,13 +298,10 @@ def keras_config(model) -> dict:
                           "dtype": model.dtype.name}}]
     for layer in range(model.num_layers):
         width = model.input_size if layer == 0 else model.num_dirs * model.num_units
-        cell = _cell_config(model, "", width)
-        suffix = f"_{layer}" if layer else ""
+        base, suffix = snake_case(keras_weights.KERAS_LAYERS[model.rnn_mode][0]), f"_{layer}" if layer else ""
         if model.num_dirs == 1:
-            cell["config"]["name"] = snake_case(cell["class_name"]) + suffix
-            layers.append(cell)
+            layers.append(_cell_config(model, base + suffix, width))
         else:
-            base = snake_case(cell["class_name"])
             layers.append({"module": "keras.layers", "class_name": WRAPPER, "registered_name": None,
                            "config": {"name": f"bidirectional{suffix}", "merge_mode": "concat",
                                       "dtype": model.dtype.name,

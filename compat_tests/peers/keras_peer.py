@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from reference.formats.keras import from_keras, to_keras
+from reference.formats.keras import KERAS_LAYERS, from_keras, to_keras
 
 from ..config import Case, GradOutputs, Outputs, RNNConfig
 from .base import Capabilities, Peer
@@ -40,21 +40,13 @@ def import_keras():
     return keras
 
 
-# mode -> (Keras layer class name, extra constructor arguments)
-_LAYERS = {
-    "relu": ("SimpleRNN", {"activation": "relu"}),
-    "tanh": ("SimpleRNN", {}),
-    "lstm": ("LSTM", {}),
-    "gru": ("GRU", {"reset_after": True}),
-    "classic_gru": ("GRU", {"reset_after": False}),
-}
 
 
 def keras_layers(cfg: RNNConfig, weights: list[np.ndarray], biases: list[np.ndarray], **options) -> list:
     """One built Keras layer per layer of ``cfg`` (``Bidirectional`` for two directions) holding the canonical
     weights; ``options`` go to each recurrent layer (e.g. ``return_state=True``)."""
     keras = import_keras()
-    name, extra = _LAYERS[cfg.mode]
+    name, extra = KERAS_LAYERS[cfg.mode]
     options = {"kernel_initializer": "zeros", "recurrent_initializer": "zeros", **extra, **options}  # set below
 
     def make(units: int, **kw):

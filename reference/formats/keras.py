@@ -17,7 +17,9 @@ from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_te
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
-CLASSES = {"relu": "SimpleRNN", "tanh": "SimpleRNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
+# mode -> (Keras layer class, the constructor arguments that make it compute that mode)
+KERAS_LAYERS = {"relu": ("SimpleRNN", {"activation": "relu"}), "tanh": ("SimpleRNN", {}), "lstm": ("LSTM", {}),
+                "gru": ("GRU", {"reset_after": True}), "classic_gru": ("GRU", {"reset_after": False})}
 LAYERS = {"relu": "SimpleRNN(activation='relu')", "tanh": "SimpleRNN", "lstm": "LSTM",
           "gru": "GRU(reset_after=True)", "classic_gru": "GRU(reset_after=False)"}
 
