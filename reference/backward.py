@@ -65,19 +65,23 @@ def backprop_direction(
     dc_n: Array | None,
     lengths: Array | None,
     reverse: bool,
-) -> tuple[Array, Array, Array | None, PseudoLayerParams]:
+) -> tuple[Array, tuple | None, Array, Array | None, PseudoLayerParams]:
     """Backprop one pseudo-layer.
 
     ``dy [T, B, Hr]`` (any strides) is the gradient of its outputs (original time order), ``dh_n [Hr, B]`` and
     ``dc_n [H, B]`` (or ``None``) of its final states. Returns the gradient of its input projection
-    ``d_xw [G*H, T, B]`` (original order, zero at padded steps), of its initial states ``dh0``, ``dc0``,
+    ``d_xw [G*H, T, B]`` (zero at padded steps) and its ``order``, of its initial states ``dh0``, ``dc0``,
     and its recurrent parameter gradients as ``PseudoLayerParams(W=None, b_W=None, R, b_R, P)``.
+    ``order`` is ``None`` where ``d_xw`` is in original time order; where the backward direction ran within
+    lengths, ``d_xw`` is left in run order and ``order`` (from :func:`run_order`) puts a sequence-major
+    ``[T, B, width]`` array in that order: the caller reorders the layer's input and its gradient, rows of
+    ``width``, rather than ``d_xw`` element by element.
     """
     T, B = dy.shape[:2]
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     index = run_order(T, lengths, reverse)
-    dy = dy[index]
+    dy = zero_padded(dy, lengths, 2)[index]  # the caller's padding may hold NaN: it must not reach a GEMM
     h_prev = previous_outputs(trace, index)
     d_xw = buffers.empty((GH, T, B), dy.dtype)
     d_rec = buffers.empty((GH, T, B), dy.dtype) if mode.separate_rec_grad else d_xw
@@ -87,30 +91,35 @@ def backprop_direction(
     # A step's many elementwise ops run on contiguous scratch: one strided copy out per array.
     d_xw_t = buffers.empty((GH, B), dy.dtype)
     d_rec_t = buffers.empty((GH, B), dy.dtype) if mode.separate_rec_grad else d_xw_t
+    # As in the forward pass, sequences never mix: a sequence's padded steps (run order t >= its length) are
+    # backpropagated like any other, their gradients discarded below, and its final states' gradients enter
+    # at its last valid step, replacing whatever came back from the padding.
+    last = {} if lengths is None else {int(t): np.flatnonzero(lengths == t + 1) for t in np.unique(lengths - 1)}
     dh, dc = dh_n, dc_n
     for t in range(T - 1, -1, -1):
         g = dh + dy[t].T
         gc = dc
-        valid = None if lengths is None else t < lengths  # [B], broadcast over the feature rows
-        if valid is not None:  # a padded step passed its state through unchanged and output a constant 0
-            g = np.where(valid, g, 0.0)
-            gc = None if dc is None else np.where(valid, dc, 0.0)
+        ends = last.get(t)
+        if ends is not None:
+            g[:, ends] = dh_n[:, ends] + dy[t, ends].T
+            if dc is not None:
+                gc = dc.copy()
+                gc[:, ends] = dc_n[:, ends]
         if PT is not None:
             g_out[:, t] = g
             g = PT @ g
         c_prev = None if trace.c is None else (trace.c0 if t == 0 else trace.c[t - 1])
-        dh_prev, dc_prev = mode.step_backward(g, gc, trace.acts[t], h_prev[t].T, c_prev, RT, d_xw_t, d_rec_t)
-        if valid is None:
-            d_xw[:, t] = d_xw_t
-            if d_rec is not d_xw:
-                d_rec[:, t] = d_rec_t
-        else:  # select, never multiply: padded steps may hold NaN from padded input
-            d_xw[:, t] = np.where(valid, d_xw_t, 0.0)
-            if d_rec is not d_xw:
-                d_rec[:, t] = np.where(valid, d_rec_t, 0.0)
-            dh_prev = np.where(valid, dh_prev, dh)
-            dc_prev = None if dc is None else np.where(valid, dc_prev, dc)
-        dh, dc = dh_prev, dc_prev
+        dh, dc = mode.step_backward(g, gc, trace.acts[t], h_prev[t].T, c_prev, RT, d_xw_t, d_rec_t)
+        d_xw[:, t] = d_xw_t
+        if d_rec is not d_xw:
+            d_rec[:, t] = d_rec_t
+    if lengths is not None:  # exact zeros: the padding's gradients may hold NaN, and zeros meet them in GEMMs
+        padded = np.arange(T)[:, None] >= lengths
+        d_xw[:, padded] = 0
+        if d_rec is not d_xw:
+            d_rec[:, padded] = 0
+        if g_out is not None:
+            g_out[:, padded] = 0
 
     dR = buffers.empty(params.R.shape, params.R.dtype)
     d_rec_rows = _rows(d_rec)
@@ -120,7 +129,9 @@ def backprop_direction(
     if params.P is not None:  # h_raw is time-outer: the reshape copies it feature-major for the GEMM
         dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw.transpose(1, 0, 2), lengths, 0)).T
     grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=_row_sums(d_rec_rows), P=dP)
-    return d_xw[(slice(None), *index)], dh, dc, grads
+    if reverse and lengths is not None:  # per element, this reorder would cost more than the step loop
+        return d_xw, index, dh, dc, grads
+    return d_xw[(slice(None), *index)], None, dh, dc, grads
 
 
 def backprop_layers(
@@ -147,14 +158,14 @@ def backprop_layers(
     for layer in range(num_layers - 1, -1, -1):
         x = stack.inputs[layer]  # [T, B, width]
         steps = x.shape[0] * x.shape[1]
-        x_rows = zero_padded(x, stack.lengths, 2).reshape(-1, x.shape[2])
+        x_padded = zero_padded(x, stack.lengths, 2)
         d_in = (np.empty if layer == 0 else buffers.empty)(x.shape, x.dtype)  # layer 0's is the caller's
         d_part = buffers.empty(x.shape, x.dtype) if num_dirs > 1 else None
         width = d_out.shape[2] // num_dirs
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             p = layers[pl]
-            d_xw, dh, dc_start, g = backprop_direction(
+            d_xw, order, dh, dc_start, g = backprop_direction(
                 mode, stack.directions[pl], p, d_out[:, :, direction * width : (direction + 1) * width],
                 dh_n[pl].T, None if dc_n is None else dc_n[pl].T, stack.lengths, direction == 1)
             dh0[pl] = dh.T
@@ -162,12 +173,16 @@ def backprop_layers(
                 dc0[pl] = dc_start.T
             d_rows = _rows(d_xw)
             target = d_in if direction == 0 else d_part  # the first direction's input gradient is assigned
+            d_x = target if order is None else buffers.empty(x.shape, x.dtype)  # in d_xw's order
             if p.W is None:  # skip_input: the input fed every gate as is
-                np.sum(d_rows.reshape(G, -1, d_rows.shape[1]), axis=0, out=target.reshape(steps, -1).T)
+                np.sum(d_rows.reshape(G, -1, d_rows.shape[1]), axis=0, out=d_x.reshape(steps, -1).T)
                 dW = None
             else:  # BLAS reads d_rows transposed in place: the gradient comes out sequence-major
-                np.matmul(d_rows.T, p.W, out=target.reshape(steps, -1))
+                np.matmul(d_rows.T, p.W, out=d_x.reshape(steps, -1))
+                x_rows = (x_padded if order is None else x_padded[order]).reshape(steps, -1)
                 dW = np.matmul(d_rows, x_rows, out=buffers.empty(p.W.shape, p.W.dtype))
+            if order is not None:
+                target[order] = d_x
             if direction > 0:
                 d_in += d_part
             # The input bias shares the recurrent bias's gradient unless the mode separates d_rec from d_xw.

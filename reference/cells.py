@@ -19,7 +19,7 @@ from .formats.canonical import check_tensor, matrix_shape
 from .formats.tf import cell_prefix, expected_shapes
 from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
-from .recurrence import caller_layout, run_direction
+from .recurrence import caller_layout, feature_major, run_direction
 
 Array = np.ndarray
 
@@ -283,17 +283,19 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
 
     h_n, c_n = [], []
     layer_input = x
-    for layer in range(len(cells) // num_dirs):
-        y = np.empty((T, B, num_dirs * Hr), dtype=x.dtype)
-        for direction, pl in enumerate(range(layer * num_dirs, (layer + 1) * num_dirs)):
-            h, c = run_direction(cell_step(cells[pl]), layer_input.transpose(2, 0, 1), h0[pl].T,
-                                 None if c0[pl] is None else c0[pl].T, lengths, direction == 1,
-                                 y[:, :, direction * Hr : (direction + 1) * Hr])
-            h_n.append(h.T)
-            c_n.append(None if c is None else c.T)
-        layer_input = y
-        if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
-            layer_input = layer_input.astype(storage).astype(x.dtype)
+    # As the fused reference: overflow is the data's, and a sequence runs on over its padding (run_direction).
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        for layer in range(len(cells) // num_dirs):
+            y = np.empty((T, B, num_dirs * Hr), dtype=x.dtype)
+            for direction, pl in enumerate(range(layer * num_dirs, (layer + 1) * num_dirs)):
+                h, c = run_direction(cell_step(cells[pl]), feature_major, layer_input, h0[pl].T,
+                                     None if c0[pl] is None else c0[pl].T, lengths, direction == 1,
+                                     y[:, :, direction * Hr : (direction + 1) * Hr])
+                h_n.append(h.T)
+                c_n.append(None if c is None else c.T)
+            layer_input = y
+            if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
+                layer_input = layer_input.astype(storage).astype(x.dtype)
 
     return (caller_layout(layer_input, time_major, storage),
             caller_layout(np.stack(h_n), time_major, storage),

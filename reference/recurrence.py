@@ -13,6 +13,9 @@ still in cache, into the layer's ``[T, B, width]`` output, so no sequence is eve
 At batch 1 a step's ``[width, 1]`` slices of ``[T, 1, width]`` arrays are contiguous, so there the input
 projection is stored time-outer (``x_rows @ W.T``) and each step writes its output straight into the
 layer's output: at ``H = 128`` a step's NumPy calls cost about as much as its GEMV.
+A projection larger than :data:`PROJECTION_CHUNK_BYTES` is made in chunks of steps, one GEMM each, just
+before the steps that read it, so a long sequence takes memory for its output (and, in training, its trace)
+but not for a projection ``G`` times its size.
 """
 
 from __future__ import annotations
@@ -139,50 +142,104 @@ class StackTrace:
 
 
 Step = Callable[[int, Array, Array, "Array | None", Array], "tuple[Array, Array | None]"]
+Prepare = Callable[[Array], Array]
+
+PROJECTION_CHUNK_BYTES = buffers.MAX_CACHED_BYTES
+"""The most bytes of step inputs (a direction's input projection) made at a time: a longer sequence is
+projected in chunks of steps, each one GEMM, so that memory does not grow with ``T`` beyond the output, and
+each chunk fits a block of the buffer cache."""
+
+
+def chunk_steps(T: int, step_bytes: int) -> int:
+    """Steps per chunk for ``T`` steps of ``step_bytes`` inputs each: all ``T`` when they fit
+    :data:`PROJECTION_CHUNK_BYTES`, else the fewest chunks that do (one step each where a step alone is
+    larger), of equal length but for a shorter last one."""
+    fit = max(PROJECTION_CHUNK_BYTES // step_bytes, 1)
+    chunks = -(-T // fit)
+    return -(-T // chunks)
+
+
+def feature_major(x_steps: Array) -> Array:
+    """The ``prepare`` of :func:`run_direction` for a step that takes its input as is: ``x_steps [n, B, in]``
+    as ``[in, n, B]`` (a view)."""
+    return x_steps.transpose(2, 0, 1)
+
+
+def _step_inputs(prepare: Prepare, x: Array, index: tuple, reverse: bool, start: int, stop: int) -> Array:
+    """``prepare``'s inputs for the steps ``start..stop-1`` in run order (``index`` from :func:`run_order`),
+    ``[width, n, B]``. ``prepare`` gets those steps' rows of ``x`` sequence-major and contiguous: gathered per
+    sequence when the backward direction runs within lengths, else a slice (flipped after ``prepare``), so
+    only ``x`` is ever reordered, never its ``G`` times wider projection."""
+    if not reverse:
+        return prepare(x[start:stop])
+    if len(index) == 1:  # a plain time flip
+        T = x.shape[0]
+        return prepare(x[T - stop : T - start])[:, ::-1]
+    time_index, batch_index = index
+    return prepare(x[time_index[start:stop], batch_index])
 
 
 def run_direction(
     step: Step,
-    inputs: Array,
+    prepare: Prepare,
+    x: Array,
     h0: Array,
     c0: Array | None,
     lengths: Array | None,
     reverse: bool,
     y: Array,
+    chunk: int | None = None,
 ) -> tuple[Array, Array | None]:
     """Run one direction of one layer over time: the only place that knows about lengths and reversal.
 
     ``step(t, input_t, h, c, h_out) -> (h_out, c_new)`` advances every sequence by one step, writing the
-    new output into ``h_out``; ``t`` counts steps in run order. ``inputs [width, T, B]`` (any strides,
-    original time order); ``h0 [Hr, B]``; ``c0 [H, B]`` or ``None``; ``lengths [B]`` (each in 1..T) or
-    ``None`` for full-length sequences. The backward direction runs over each sequence reversed within its
-    length. Writes ``y [T, B, Hr]`` (any strides; zero at padded steps) and returns the final ``h`` and
-    ``c``, each taken at the sequence's last valid step (possibly the step's buffers: copy them).
+    new output into ``h_out``; ``t`` counts steps in run order. ``prepare(x_steps [n, B, in]) -> [width, n, B]``
+    makes the step inputs of ``n`` consecutive run-order steps (an input projection, or a view of ``x``) from
+    their rows of ``x [T, B, in]`` (original time order); it is called once per ``chunk`` steps (default:
+    once). ``h0 [Hr, B]``; ``c0 [H, B]`` or ``None``; ``lengths [B]`` (each in 1..T) or ``None`` for
+    full-length sequences. The backward direction runs over each sequence reversed within its length.
+    Writes ``y [T, B, Hr]`` (any strides; zero at padded steps) and returns the final ``h`` and ``c``, each
+    taken at the sequence's last valid step (possibly the step's buffers: copy them).
+
+    Sequences never mix (every step is column-wise in the batch), so a sequence past its length runs on over
+    the padding, whatever it holds, and nothing of it is kept: its final state is copied out at its last
+    valid step and its padded outputs are zeroed at the end, where a select per step would cost three
+    ``[H, B]`` passes.
     """
-    T = inputs.shape[1]
+    T = x.shape[0]
+    chunk = T if chunk is None else chunk
     index = run_order(T, lengths, reverse)
-    gathered = reverse and lengths is not None  # a gathered copy, not a view: results are scattered back
-    inputs = inputs[(slice(None), *index)]
-    y_run = buffers.empty(y.shape, y.dtype) if gathered else y[index]
+    gathered = reverse and lengths is not None  # run order is a gather, not a view: outputs are scattered back
+    direct = lengths is None and y[0].T.flags.c_contiguous  # batch 1: steps write their outputs into y
     h_buffers = buffers.empty((2, *h0.shape), h0.dtype)  # ping-pong: h_out never aliases h
     h, c = h0, c0
-    if lengths is None and y_run[0].T.flags.c_contiguous:  # batch 1: each step writes its output into y
-        for t, (x_t, y_t) in enumerate(zip(inputs.transpose(1, 0, 2), y_run.transpose(0, 2, 1))):
-            h, c = step(t, x_t, h, c, y_t)
-        return h, c
-    for t in range(T):
-        h_new, c_new = step(t, inputs[:, t], h, c, h_buffers[t % 2])
-        if lengths is None:
-            y_run[t] = h_new.T
-            h, c = h_new, c_new
+    last = {} if lengths is None else {int(t): np.flatnonzero(lengths == t + 1) for t in np.unique(lengths - 1)}
+    h_last = None if lengths is None else np.empty_like(h0)
+    c_last = None if lengths is None or c0 is None else np.empty_like(c0)
+    for start in range(0, T, chunk):
+        stop = min(start + chunk, T)
+        inputs = None  # the previous chunk's: its buffer is free for this one
+        inputs = _step_inputs(prepare, x, index, reverse, start, stop)
+        y_run = buffers.empty((stop - start, *y.shape[1:]), y.dtype) if gathered else y[index][start:stop]
+        if direct:
+            for x_t, y_t, t in zip(inputs.transpose(1, 0, 2), y_run.transpose(0, 2, 1), range(start, stop)):
+                h, c = step(t, x_t, h, c, y_t)
         else:
-            valid = t < lengths  # [B], broadcast over the feature rows
-            y_run[t] = np.where(valid, h_new, 0).T
-            h = np.where(valid, h_new, h)  # select, never multiply: padded steps may hold NaN
-            c = None if c is None else np.where(valid, c_new, c)
-    if gathered:
-        y[...] = y_run[index]
-    return h, c
+            for t in range(start, stop):
+                h, c = step(t, inputs[:, t - start], h, c, h_buffers[t % 2])
+                y_run[t - start] = h.T
+                ends = last.get(t)
+                if ends is not None:
+                    h_last[:, ends] = h[:, ends]
+                    if c is not None:
+                        c_last[:, ends] = c[:, ends]
+        if gathered:
+            time_index, batch_index = index
+            y[time_index[start:stop], batch_index] = y_run
+    if lengths is None:
+        return h, c
+    y[np.arange(T)[:, None] >= lengths] = 0
+    return h_last, c_last
 
 
 def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
@@ -275,7 +332,8 @@ def run_layers(
     c_n = None if c0 is None else np.empty_like(c0)
     layer_input = np.ascontiguousarray(x)
     inputs, directions = [], []
-    xw = projection_buffer(layers[0].R.shape[0], T, B, x.dtype)  # every pseudo-layer's, in turn
+    GH = layers[0].R.shape[0]
+    chunk = chunk_steps(T, GH * B * x.dtype.itemsize)
     for layer in range(num_layers):
         inputs.append(layer_input)
         caller_s = layer == num_layers - 1 and not trace  # the caller's output: a fresh array (else the trace's)
@@ -283,13 +341,18 @@ def run_layers(
         for direction in range(num_dirs):
             pl = layer * num_dirs + direction
             params = layers[pl]
-            input_projection(layer_input, params, projection_bias(mode, params), xw)
+            bias = projection_bias(mode, params)
+
+            def project(x_steps: Array, params: PseudoLayerParams = params, bias: Array = bias) -> Array:
+                out = projection_buffer(GH, x_steps.shape[0], B, x.dtype)
+                return input_projection(np.ascontiguousarray(x_steps), params, bias, out)
+
             h_start = np.ascontiguousarray(h0[pl].T)
             c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
             y_dir = y[:, :, direction * Hr : (direction + 1) * Hr]
             record = new_trace(mode, params, h_start, c_start, y_dir) if trace else None
-            h_end, c_end = run_direction(fused_step(mode, params, B, record), xw, h_start, c_start, lengths,
-                                         direction == 1, y_dir)
+            h_end, c_end = run_direction(fused_step(mode, params, B, record), project, layer_input, h_start,
+                                         c_start, lengths, direction == 1, y_dir, chunk)
             h_n[pl] = h_end.T
             if c_n is not None:
                 c_n[pl] = c_end.T

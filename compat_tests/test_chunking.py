@@ -1,0 +1,78 @@
+"""The input projection made in chunks of steps (``reference.recurrence.PROJECTION_CHUNK_BYTES``): chunk
+sizes, agreement with one projection, and the memory a long sequence takes."""
+
+from __future__ import annotations
+
+import tracemalloc
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import reference
+from compat_tests.compare import Recorded, compare_peer
+from compat_tests.config import make_case, run_reference, run_reference_backward
+from compat_tests.strategies import rnn_configs
+from reference import buffers, recurrence
+from reference.modes import MODES
+
+
+@given(T=st.integers(1, 500), step_bytes=st.integers(1, 1 << 12), limit=st.integers(1, 1 << 16))
+def test_chunks_are_the_fewest_that_fit_the_limit(T, step_bytes, limit):
+    with mock.patch.object(recurrence, "PROJECTION_CHUNK_BYTES", limit):
+        steps = recurrence.chunk_steps(T, step_bytes)
+    chunks = -(-T // steps)
+    assert 1 <= steps <= T
+    assert steps * step_bytes <= limit or steps == 1, "a chunk of several steps over the limit"
+    fit = max(limit // step_bytes, 1)  # steps that fit the limit
+    assert chunks == -(-T // fit), "more chunks than the limit needs"
+    assert T - (chunks - 1) * steps <= steps, "the last chunk is the only shorter one"
+
+
+@given(cfg=rnn_configs(dtypes_=("float32", "float64")), limit=st.integers(1, 1 << 12))
+def test_projection_in_chunks_agrees_with_one_projection(cfg, limit):
+    """Forward and backward with the projection made a few steps at a time (down to one step per chunk,
+    through both directions, lengths and every layer) are judged against the float64 truth made in one
+    projection, as a peer's run would be."""
+    case = make_case(cfg)
+    with mock.patch.object(recurrence, "PROJECTION_CHUNK_BYTES", limit):
+        outputs = run_reference(cfg, case)
+        gradients = run_reference_backward(cfg, case)
+    for comparison in (compare_peer(Recorded("reference", outputs=outputs), cfg, case),
+                       compare_peer(Recorded("reference", gradients=gradients), cfg, case, backward=True)):
+        assert comparison.passed, comparison.explain()
+
+
+@pytest.mark.parametrize("lengths", [False, True], ids=["full", "lengths"])
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_a_long_sequence_takes_memory_for_its_output_not_its_projection(mode, lengths):
+    """Inference on a sequence whose input projection is 4x its output (an LSTM, one direction) or 3x
+    (GRU) allocates little beyond its output: the projection is made in chunks, and the backward direction
+    within lengths reorders the input, not the projection. Before chunking, the whole projection (and, with
+    lengths, a reordered copy of it) was allocated at once."""
+    T, B, I, H = 2000, 4, 8, 32
+    cls = {"lstm": reference.CudnnLSTM, "gru": reference.CudnnGRU}[mode]
+    model = cls(1, H, I, direction="bidirectional", dtype=np.float64)
+    rng = np.random.default_rng(0)
+    params = rng.standard_normal(model.params_size()) * 0.1
+    x = rng.standard_normal((T, B, I))
+    h = np.zeros((2, B, H))
+    args = (x, h, h, params) if mode == "lstm" else (x, h, params)
+    seq_lengths = np.array([T, T // 2, 3, T - 1]) if lengths else None
+    projection = MODES[mode].num_gates * H * T * B * 8  # one direction's, float64
+    limit = buffers.limit()
+    buffers.set_limit(0)  # every array allocated by the call, none taken from blocks allocated before it
+    tracemalloc.start()
+    try:
+        with mock.patch.object(recurrence, "PROJECTION_CHUNK_BYTES", projection // 16):
+            start = tracemalloc.get_traced_memory()[0]
+            output = model(*args, sequence_lengths=seq_lengths)[0]
+            peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+        buffers.set_limit(limit)
+    assert output.nbytes < peak < output.nbytes + projection // 2, (
+        f"peak {peak / 2**20:.2f} MiB for an output of {output.nbytes / 2**20:.2f} MiB "
+        f"and a projection of {projection / 2**20:.2f} MiB")
