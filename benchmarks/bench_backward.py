@@ -1,9 +1,10 @@
 """Forward + backward (all gradients) of the reference against PyTorch autograd on the CPU, float32.
 
-``python -m benchmarks.bench_backward [--rounds 3] [--seconds 1.5]``: prints reference/torch time ratios
+``python -m benchmarks.bench_backward [--rounds 3] [--seconds 1.5] [--lengths]``: prints reference/torch time ratios
 (goal <= 1.0) for GRU and LSTM at (T=100, B=32, I=128, H=256, L=1) and (T=100, B=64, I=256, H=512, L=2),
 and the same ratio for the reference's GEMMs alone (``floor``): the reference can come no closer to
-torch than ``floor/torch`` plus its elementwise work.
+torch than ``floor/torch`` plus its elementwise work. ``--lengths``: padded batches (lengths drawn from
+T/2..T; torch packs them in each call) instead of full-length sequences.
 """
 
 from __future__ import annotations
@@ -12,18 +13,19 @@ import argparse
 
 from .harness import Case, compare, ratio
 
-CASES = [Case(mode, 100, 32, 128, 256, 1, False) for mode in ("gru", "lstm")] + \
-        [Case(mode, 100, 64, 256, 512, 2, False) for mode in ("gru", "lstm")]
+SHAPES = [(100, 32, 128, 256, 1, False), (100, 64, 256, 512, 2, False)]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=1.5)
+    p.add_argument("--lengths", action="store_true", help="padded batches of sequences of lengths T/2..T")
     a = p.parse_args()
     print("forward + backward, float32, each measurement in its own process; ratio = reference / torch")
     print("floor = the reference's GEMMs alone (same shapes, numpy)")
-    rows = compare("train", CASES, ["reference", "torch", "floor"], a.rounds, a.seconds)
+    cases = [Case(mode, *shape, lengths=a.lengths) for shape in SHAPES for mode in ("gru", "lstm")]
+    rows = compare("train", cases, ["reference", "torch", "floor"], a.rounds, a.seconds)
     for row in rows:
         print(f"{row['case']}: floor/torch = {ratio(row['times'], 'floor', 'torch')}")
 

@@ -1,11 +1,12 @@
 """Reference inference against PyTorch and ONNX Runtime on the CPU, float32, one process per measurement.
 
-``python -m benchmarks.bench_inference [--rounds 3] [--seconds 1.5] [--modes gru,lstm,tanh]``: for each
+``python -m benchmarks.bench_inference [--rounds 3] [--seconds 1.5] [--modes gru,lstm,tanh] [--lengths]``: for each
 (T, B, I, H, L, bidirectional) of the issue and each cell, the medians, the ratio reference / fastest peer,
 the same ratio for the reference's GEMMs alone (its floor), and the reference's GFLOP/s as a share of this
 machine's measured float32 GEMM rate (numpy, 2048^3).
 Goals: at batch >= 16 no slower than the fastest peer; at batch 1 within 1.5x; at H >= 512 at least 85%
-of the GEMM rate.
+of the GEMM rate. ``--lengths``: padded batches (``benchmarks.worker.lengths``: drawn from T/2..T) instead of
+full-length sequences, each peer with its own way of taking them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--modes", default="gru,lstm,tanh")
+    p.add_argument("--lengths", action="store_true", help="padded batches of sequences of lengths T/2..T")
     a = p.parse_args()
     gemm = median(measure("gemm", "infer", Case("gemm", 2048, 0, 0, 0, 0, False), a.seconds) for _ in range(3))
     peak = 2 * 2048**3 / gemm / 1e9
@@ -44,12 +46,12 @@ def main() -> None:
     impls = ["reference", "torch", "onnxruntime", "floor"]
     for mode in a.modes.split(","):
         for shape in SHAPES:
-            case = Case(mode, *shape)
+            case = Case(mode, *shape, lengths=a.lengths)
             times = samples("infer", case, impls, a.rounds, a.seconds)
             med = {impl: median(v) for impl, v in times.items()}
             fastest = min(("torch", "onnxruntime"), key=med.get)
             rate, floor_rate = (flops(case) / med[impl] / 1e9 for impl in ("reference", "floor"))
-            print(f"{case.label():44s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
+            print(f"{case.label():52s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
                   f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
                   f"reference/{fastest} = {ratio(times, 'reference', fastest)}  "
                   f"floor/{fastest} = {ratio(times, 'floor', fastest)}  "

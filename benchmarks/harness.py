@@ -25,12 +25,15 @@ class Case:
     H: int
     L: int
     bidi: bool
+    lengths: bool = False  # a padded batch of sequences of benchmarks.worker.lengths(T, B)
 
     def args(self) -> list[str]:
-        return [self.mode, *(str(v) for v in (self.T, self.B, self.I, self.H, self.L)), "Y" if self.bidi else "N"]
+        return [self.mode, *(str(v) for v in (self.T, self.B, self.I, self.H, self.L)), "Y" if self.bidi else "N",
+                *(["--lengths"] if self.lengths else [])]
 
     def label(self) -> str:
-        return f"{self.mode} T={self.T} B={self.B} I={self.I} H={self.H} L={self.L} bi={'Y' if self.bidi else 'N'}"
+        return (f"{self.mode} T={self.T} B={self.B} I={self.I} H={self.H} L={self.L} bi={'Y' if self.bidi else 'N'}"
+                + (" lengths" if self.lengths else ""))
 
 
 def measure(impl: str, task: str, case: Case, seconds: float) -> float:
@@ -67,7 +70,7 @@ def compare(task: str, cases: list[Case], impls: list[str], rounds: int, seconds
 
 
 def format_row(row: dict) -> str:
-    cells = [row["case"].ljust(44)]
+    cells = [row["case"].ljust(52)]
     cells += [f"{k} {v:9.2f}" if k.endswith("_ms") else f"{k} = {v}" for k, v in row.items()
               if k not in ("case", "times")]
     return "  ".join(cells)

@@ -1,8 +1,11 @@
 """Time one implementation on one config in this process; print one JSON line of seconds per call.
 
-``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--repeat N] [--seconds S]``
+``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S]``
 IMPL: reference | torch | onnxruntime | floor (the reference's GEMMs alone) | gemm;
-TASK: train (forward + backward, all gradients) | infer (forward only).
+TASK: train (forward + backward, all gradients) | infer (forward only);
+``--lengths``: a padded batch of sequences of :func:`lengths` (each implementation's own way: the reference's
+``sequence_lengths``, torch's packed sequence, packed in each call as a user's padded batch is, ONNX's
+``sequence_lens``).
 Run by ``benchmarks.harness``, one process per measurement, so thread pools never share the cores.
 """
 
@@ -17,6 +20,13 @@ import numpy as np
 from reference.modes import MODES
 
 
+def lengths(T: int, B: int) -> np.ndarray:
+    """The lengths of a padded batch: drawn from ``T/2..T`` (seeded), the first ``T``."""
+    n = np.random.default_rng(1).integers(T // 2, T + 1, B)
+    n[0] = T
+    return n
+
+
 def _reference_model(mode: str, I: int, H: int, L: int, bidi: bool):
     import reference
 
@@ -24,23 +34,23 @@ def _reference_model(mode: str, I: int, H: int, L: int, bidi: bool):
                                 dtype=np.float32)
 
 
-def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
     model = _reference_model(mode, I, H, L, bidi)
     rng = np.random.default_rng(0)
     params = (rng.standard_normal(model.params_size()) * H**-0.5).astype(np.float32)
     x = rng.standard_normal((T, B, I)).astype(np.float32)
     dy = rng.standard_normal((T, B, (2 if bidi else 1) * H)).astype(np.float32)
     if task == "infer":
-        return lambda: model.forward(x, None, params, is_training=False)
+        return lambda: model.forward(x, None, params, is_training=False, sequence_lengths=seq_lengths)
 
     def train():
-        fwd = model.forward(x, None, params, is_training=True)
+        fwd = model.forward(x, None, params, is_training=True, sequence_lengths=seq_lengths)
         model.backward(fwd, dy)
 
     return train
 
 
-def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
     import torch
 
     torch.manual_seed(0)
@@ -49,10 +59,18 @@ def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     module = (cls or torch.nn.RNN)(I, H, num_layers=L, bidirectional=bidi, **kwargs)
     x = torch.randn(T, B, I)
     dy = torch.randn(T, B, (2 if bidi else 1) * H)
+    n = None if seq_lengths is None else torch.from_numpy(seq_lengths)
+
+    def run(x):
+        if n is None:
+            return module(x)[0]
+        y = module(torch.nn.utils.rnn.pack_padded_sequence(x, n, enforce_sorted=False))[0]
+        return torch.nn.utils.rnn.pad_packed_sequence(y, total_length=T)[0]
+
     if task == "infer":
         def infer():
             with torch.inference_mode():
-                module(x)
+                run(x)
 
         return infer
     x.requires_grad_(True)
@@ -60,13 +78,12 @@ def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     def train():
         module.zero_grad(set_to_none=True)
         x.grad = None
-        y, _ = module(x)
-        (y * dy).sum().backward()
+        (run(x) * dy).sum().backward()
 
     return train
 
 
-def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
     import onnxruntime
 
     from compat_tests.interop.onnx_model import export_model
@@ -78,17 +95,20 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
     w_shapes, b_shapes = model.canonical_shapes()
     weights = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in w_shapes]
     biases = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in b_shapes]
-    proto = export_model(model, weights, biases, with_lengths=False, with_states=False)
+    proto = export_model(model, weights, biases, with_lengths=seq_lengths is not None, with_states=False)
     session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    x = rng.standard_normal((T, B, I)).astype(np.float32)
-    return lambda: session.run(None, {"X": x})
+    feed = {"X": rng.standard_normal((T, B, I)).astype(np.float32)}
+    if seq_lengths is not None:
+        feed["sequence_lens"] = seq_lengths.astype(np.int32)
+    return lambda: session.run(None, feed)
 
 
-def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
     """Only the GEMMs the reference makes for this config, on the same shapes and layouts: per
     pseudo-layer the input projection ``W @ x_rows.T`` (``x_rows @ W.T`` at batch 1) and ``R @ h`` per step
     into a buffer; for ``train`` also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``,
-    ``dW``, ``dx``). The time no NumPy implementation of this algorithm can beat on this machine's BLAS."""
+    ``dW``, ``dx``). The time no NumPy implementation of this algorithm can beat on this machine's BLAS
+    (the same with lengths: the reference steps every sequence of the batch to the end)."""
     G, D = MODES[mode].num_gates, 2 if bidi else 1
     rng = np.random.default_rng(0)
     layers, xs = [], []
@@ -121,7 +141,7 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     return gemms
 
 
-def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool):
+def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
     """The machine's float32 GEMM rate (``T x T @ T x T``), for "% of peak"."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((T, T)).astype(np.float32)
@@ -143,8 +163,10 @@ def main() -> None:
     p.add_argument("bidi", choices=("Y", "N"))
     p.add_argument("--seconds", type=float, default=1.5, help="time budget for the timed calls")
     p.add_argument("--min-repeat", type=int, default=5)
+    p.add_argument("--lengths", action="store_true", help="a padded batch of sequences of lengths(T, B)")
     a = p.parse_args()
-    call = IMPLS[a.impl](a.task, a.mode, a.T, a.B, a.I, a.H, a.L, a.bidi == "Y")
+    call = IMPLS[a.impl](a.task, a.mode, a.T, a.B, a.I, a.H, a.L, a.bidi == "Y",
+                         lengths(a.T, a.B) if a.lengths else None)
     for _ in range(2):  # warm-up: allocations, BLAS/oneDNN kernel selection
         call()
     times = []
