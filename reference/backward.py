@@ -20,7 +20,7 @@ import numpy as np
 
 from . import buffers
 from .modes import CellMode
-from .recurrence import DirectionTrace, PseudoLayerParams, StackTrace, run_order, zero_padded
+from .recurrence import DirectionTrace, PseudoLayerParams, StackTrace, last_steps, run_order, zero_padded
 
 Array = np.ndarray
 
@@ -81,7 +81,7 @@ def backprop_direction(
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     index = run_order(T, lengths, reverse)
-    dy = zero_padded(dy, lengths, 2)[index]  # the caller's padding may hold NaN: it must not reach a GEMM
+    dy = dy[index]  # padded steps' values (NaN, maybe) reach only padded steps' gradients, zeroed below
     h_prev = previous_outputs(trace, index)
     d_xw = buffers.empty((GH, T, B), dy.dtype)
     d_rec = buffers.empty((GH, T, B), dy.dtype) if mode.separate_rec_grad else d_xw
@@ -94,7 +94,7 @@ def backprop_direction(
     # As in the forward pass, sequences never mix: a sequence's padded steps (run order t >= its length) are
     # backpropagated like any other, their gradients discarded below, and its final states' gradients enter
     # at its last valid step, replacing whatever came back from the padding.
-    last = {} if lengths is None else {int(t): np.flatnonzero(lengths == t + 1) for t in np.unique(lengths - 1)}
+    last = last_steps(lengths)
     dh, dc = dh_n, dc_n
     for t in range(T - 1, -1, -1):
         g = dh + dy[t].T

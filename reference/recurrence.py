@@ -179,6 +179,14 @@ def _step_inputs(prepare: Prepare, x: Array, index: tuple, reverse: bool, start:
     return prepare(x[time_index[start:stop], batch_index])
 
 
+def last_steps(lengths: Array | None) -> dict[int, Array]:
+    """The sequences whose last valid step each run-order step is: ``{t: indices into the batch}`` (empty
+    for full-length sequences)."""
+    if lengths is None:
+        return {}
+    return {int(t): np.flatnonzero(lengths == t + 1) for t in np.unique(lengths - 1)}
+
+
 def run_direction(
     step: Step,
     prepare: Prepare,
@@ -213,7 +221,7 @@ def run_direction(
     direct = lengths is None and y[0].T.flags.c_contiguous  # batch 1: steps write their outputs into y
     h_buffers = buffers.empty((2, *h0.shape), h0.dtype)  # ping-pong: h_out never aliases h
     h, c = h0, c0
-    last = {} if lengths is None else {int(t): np.flatnonzero(lengths == t + 1) for t in np.unique(lengths - 1)}
+    last = last_steps(lengths)
     h_last = None if lengths is None else np.empty_like(h0)
     c_last = None if lengths is None or c0 is None else np.empty_like(c0)
     for start in range(0, T, chunk):
