@@ -20,7 +20,8 @@ import numpy as np
 
 from . import buffers
 from .modes import CellMode
-from .recurrence import DirectionTrace, PseudoLayerParams, StackTrace, last_steps, run_order, zero_padded
+from .recurrence import (DirectionTrace, PseudoLayerParams, StackTrace, last_steps, run_order, run_steps,
+                         zero_padded)
 
 Array = np.ndarray
 
@@ -96,7 +97,7 @@ def backprop_direction(
     # at its last valid step, replacing whatever came back from the padding.
     last = last_steps(lengths)
     dh, dc = dh_n, dc_n
-    for t in range(T - 1, -1, -1):
+    for t in range(run_steps(T, lengths) - 1, -1, -1):  # the steps the forward pass ran
         g = dh + dy[t].T
         gc = dc
         ends = last.get(t)
@@ -113,7 +114,7 @@ def backprop_direction(
         d_xw[:, t] = d_xw_t
         if d_rec is not d_xw:
             d_rec[:, t] = d_rec_t
-    if lengths is not None:  # exact zeros: the padding's gradients may hold NaN, and zeros meet them in GEMMs
+    if lengths is not None:  # exact zeros: padded steps' gradients may hold NaN (or were never written)
         padded = np.arange(T)[:, None] >= lengths
         d_xw[:, padded] = 0
         if d_rec is not d_xw:

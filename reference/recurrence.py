@@ -118,7 +118,8 @@ class DirectionTrace:
     the activations the step computed in place, ``acts [T, A*H, B]``, the cell state it wrote,
     ``c [T, H, B]`` (LSTM), and its output before the projection, ``h_raw [T, H, B]`` (LSTM with num_proj).
     The recurrent input of a step is the previous step's output, so it is not stored twice: ``h0 [Hr, B]``,
-    ``c0 [H, B]`` (LSTM) and the direction's output ``y [T, B, Hr]`` (original time order) give it."""
+    ``c0 [H, B]`` (LSTM) and the direction's output ``y [T, B, Hr]`` (original time order) give it.
+    Steps past the longest sequence (:func:`run_steps`) were not run: their slices hold anything."""
 
     acts: Array
     c: Array | None
@@ -179,6 +180,12 @@ def _step_inputs(prepare: Prepare, x: Array, index: tuple, reverse: bool, start:
     return prepare(x[time_index[start:stop], batch_index])
 
 
+def run_steps(T: int, lengths: Array | None) -> int:
+    """How many steps a direction runs: ``T``, or up to the longest sequence (in run order, each sequence's
+    valid steps come first, so every later step is padding)."""
+    return T if lengths is None else int(lengths.max())
+
+
 def last_steps(lengths: Array | None) -> dict[int, Array]:
     """The sequences whose last valid step each run-order step is: ``{t: indices into the batch}`` (empty
     for full-length sequences)."""
@@ -212,9 +219,10 @@ def run_direction(
     Sequences never mix (every step is column-wise in the batch), so a sequence past its length runs on over
     the padding, whatever it holds, and nothing of it is kept: its final state is copied out at its last
     valid step and its padded outputs are zeroed at the end, where a select per step would cost three
-    ``[H, B]`` passes.
+    ``[H, B]`` passes. Steps past the longest sequence are not run at all (``step`` never sees them).
     """
     T = x.shape[0]
+    steps = run_steps(T, lengths)
     chunk = T if chunk is None else chunk
     index = run_order(T, lengths, reverse)
     gathered = reverse and lengths is not None  # run order is a gather, not a view: outputs are scattered back
@@ -224,8 +232,8 @@ def run_direction(
     last = last_steps(lengths)
     h_last = None if lengths is None else np.empty_like(h0)
     c_last = None if lengths is None or c0 is None else np.empty_like(c0)
-    for start in range(0, T, chunk):
-        stop = min(start + chunk, T)
+    for start in range(0, steps, chunk):
+        stop = min(start + chunk, steps)
         inputs = None  # the previous chunk's: its buffer is free for this one
         inputs = _step_inputs(prepare, x, index, reverse, start, stop)
         y_run = buffers.empty((stop - start, *y.shape[1:]), y.dtype) if gathered else y[index][start:stop]

@@ -1,5 +1,6 @@
-"""The input projection made in chunks of steps (``reference.recurrence.PROJECTION_CHUNK_BYTES``): chunk
-sizes, agreement with one projection, and the memory a long sequence takes."""
+"""How the reference steps through time (``reference.recurrence``): the input projection made in chunks of
+steps (``PROJECTION_CHUNK_BYTES``; chunk sizes, agreement with one projection, the memory a long sequence
+takes) and the steps a direction runs."""
 
 from __future__ import annotations
 
@@ -76,3 +77,28 @@ def test_a_long_sequence_takes_memory_for_its_output_not_its_projection(mode, le
     assert output.nbytes < peak < output.nbytes + projection // 2, (
         f"peak {peak / 2**20:.2f} MiB for an output of {output.nbytes / 2**20:.2f} MiB "
         f"and a projection of {projection / 2**20:.2f} MiB")
+
+
+@given(T=st.integers(1, 12), lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+       reverse=st.booleans(), chunk=st.integers(1, 12))
+def test_a_direction_runs_no_step_past_the_longest_sequence(T, lengths, reverse, chunk):
+    """In run order every sequence's valid steps come first, so the steps past the longest one are padding
+    for every sequence: they are not run, and their outputs are zero."""
+    lengths = np.minimum(np.array(lengths), T)
+    B = len(lengths)
+    seen = []
+
+    def step(t, x_t, h, c, h_out):
+        seen.append(t)
+        h_out[...] = h + x_t
+        return h_out, None
+
+    x = np.ones((T, B, 1))
+    y = np.full((T, B, 1), np.nan)
+    h, _ = recurrence.run_direction(step, recurrence.feature_major, x, np.zeros((1, B)), None, lengths, reverse,
+                                    y, chunk)
+    assert seen == list(range(lengths.max()))
+    np.testing.assert_array_equal(h, lengths[None, :].astype(float))  # one added per valid step
+    valid = np.arange(T)[:, None] < lengths
+    np.testing.assert_array_equal(y[..., 0], np.where(valid, (np.arange(T)[:, None] + 1 if not reverse
+                                                               else lengths - np.arange(T)[:, None]), 0.0))
