@@ -234,7 +234,7 @@ def run_direction(
     c_last = None if lengths is None or c0 is None else np.empty_like(c0)
     for start in range(0, steps, chunk):
         stop = min(start + chunk, steps)
-        inputs = None  # the previous chunk's: its buffer is free for this one
+        inputs = x_t = None  # the previous chunk's (and its last step's view): its buffer is free for this one
         inputs = _step_inputs(prepare, x, index, reverse, start, stop)
         y_run = buffers.empty((stop - start, *y.shape[1:]), y.dtype) if gathered else y[index][start:stop]
         if direct:
