@@ -71,22 +71,25 @@ def backprop_direction(
 
     ``dy [T, B, Hr]`` (any strides) is the gradient of its outputs (original time order), ``dh_n [Hr, B]`` and
     ``dc_n [H, B]`` (or ``None``) of its final states. Returns the gradient of its input projection
-    ``d_xw [G*H, T, B]`` (zero at padded steps) and its ``order``, of its initial states ``dh0``, ``dc0``,
+    ``d_xw [G*H, S, B]`` (zero at padded steps) and its ``order``, of its initial states ``dh0``, ``dc0``,
     and its recurrent parameter gradients as ``PseudoLayerParams(W=None, b_W=None, R, b_R, P)``.
-    ``order`` is ``None`` where ``d_xw`` is in original time order; where the backward direction ran within
-    lengths, ``d_xw`` is left in run order and ``order`` (from :func:`run_order`) puts a sequence-major
-    ``[T, B, width]`` array in that order: the caller reorders the layer's input and its gradient, rows of
-    ``width``, rather than ``d_xw`` element by element.
+    ``S`` is :func:`run_steps`: the gradient of the input past the longest sequence is zero, and not made.
+    ``order`` is ``None`` where ``d_xw`` holds the first ``S`` steps in original time order; where the
+    backward direction ran within lengths, ``d_xw`` is left in run order and ``order`` (from
+    :func:`run_order`, cut to ``S`` steps) puts the first ``S`` steps of a sequence-major ``[T, B, width]``
+    array in that order: the caller reorders the layer's input and its gradient, rows of ``width``, rather
+    than ``d_xw`` element by element.
     """
     T, B = dy.shape[:2]
+    S = run_steps(T, lengths)
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     index = run_order(T, lengths, reverse)
     dy = dy[index]  # padded steps' values (NaN, maybe) reach only padded steps' gradients, zeroed below
-    h_prev = previous_outputs(trace, index)
-    d_xw = buffers.empty((GH, T, B), dy.dtype)
-    d_rec = buffers.empty((GH, T, B), dy.dtype) if mode.separate_rec_grad else d_xw
-    g_out = None if params.P is None else buffers.empty((dy.shape[2], T, B), dy.dtype)
+    h_prev = previous_outputs(trace, index)[:S]
+    d_xw = buffers.empty((GH, S, B), dy.dtype)
+    d_rec = buffers.empty((GH, S, B), dy.dtype) if mode.separate_rec_grad else d_xw
+    g_out = None if params.P is None else buffers.empty((dy.shape[2], S, B), dy.dtype)
     RT = _transposed(params.R)
     PT = None if params.P is None else _transposed(params.P)
     # A step's many elementwise ops run on contiguous scratch: one strided copy out per array.
@@ -97,7 +100,7 @@ def backprop_direction(
     # at its last valid step, replacing whatever came back from the padding.
     last = last_steps(lengths)
     dh, dc = dh_n, dc_n
-    for t in range(run_steps(T, lengths) - 1, -1, -1):  # the steps the forward pass ran
+    for t in range(S - 1, -1, -1):  # the steps the forward pass ran
         g = dh + dy[t].T
         gc = dc
         ends = last.get(t)
@@ -114,8 +117,8 @@ def backprop_direction(
         d_xw[:, t] = d_xw_t
         if d_rec is not d_xw:
             d_rec[:, t] = d_rec_t
-    if lengths is not None:  # exact zeros: padded steps' gradients may hold NaN (or were never written)
-        padded = np.arange(T)[:, None] >= lengths
+    if lengths is not None:  # exact zeros: padded steps' gradients may hold NaN
+        padded = np.arange(S)[:, None] >= lengths
         d_xw[:, padded] = 0
         if d_rec is not d_xw:
             d_rec[:, padded] = 0
@@ -124,14 +127,15 @@ def backprop_direction(
 
     dR = buffers.empty(params.R.shape, params.R.dtype)
     d_rec_rows = _rows(d_rec)
-    for rows, inputs in mode.recurrent_inputs(h_prev, trace.acts, H):
-        dR[rows] = d_rec_rows[rows] @ zero_padded(inputs, lengths, 2).reshape(T * B, -1)
+    for rows, inputs in mode.recurrent_inputs(h_prev, trace.acts[:S], H):
+        dR[rows] = d_rec_rows[rows] @ zero_padded(inputs, lengths, 2).reshape(S * B, -1)
     dP = None
     if params.P is not None:  # h_raw is time-outer: the reshape copies it feature-major for the GEMM
-        dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw.transpose(1, 0, 2), lengths, 0)).T
+        dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw[:S].transpose(1, 0, 2), lengths, 0)).T
     grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=_row_sums(d_rec_rows), P=dP)
     if reverse and lengths is not None:  # per element, this reorder would cost more than the step loop
-        return d_xw, index, dh, dc, grads
+        time_index, batch_index = index  # its first S run-order steps come from the first S steps
+        return d_xw, (time_index[:S], batch_index), dh, dc, grads
     return d_xw[(slice(None), *index)], None, dh, dc, grads
 
 
@@ -158,7 +162,6 @@ def backprop_layers(
     d_out = dy
     for layer in range(num_layers - 1, -1, -1):
         x = stack.inputs[layer]  # [T, B, width]
-        steps = x.shape[0] * x.shape[1]
         x_padded = zero_padded(x, stack.lengths, 2)
         d_in = (np.empty if layer == 0 else buffers.empty)(x.shape, x.dtype)  # layer 0's is the caller's
         d_part = buffers.empty(x.shape, x.dtype) if num_dirs > 1 else None
@@ -172,15 +175,17 @@ def backprop_layers(
             dh0[pl] = dh.T
             if dc0 is not None:
                 dc0[pl] = dc_start.T
+            S, steps = d_xw.shape[1], d_xw.shape[1] * d_xw.shape[2]  # past S the input's gradient is zero
             d_rows = _rows(d_xw)
             target = d_in if direction == 0 else d_part  # the first direction's input gradient is assigned
-            d_x = target if order is None else buffers.empty(x.shape, x.dtype)  # in d_xw's order
+            target[S:] = 0
+            d_x = target[:S] if order is None else buffers.empty((S, *x.shape[1:]), x.dtype)  # in d_xw's order
             if p.W is None:  # skip_input: the input fed every gate as is
                 np.sum(d_rows.reshape(G, -1, d_rows.shape[1]), axis=0, out=d_x.reshape(steps, -1).T)
                 dW = None
             else:  # BLAS reads d_rows transposed in place: the gradient comes out sequence-major
                 np.matmul(d_rows.T, p.W, out=d_x.reshape(steps, -1))
-                x_rows = (x_padded if order is None else x_padded[order]).reshape(steps, -1)
+                x_rows = (x_padded[:S] if order is None else x_padded[order]).reshape(steps, -1)
                 dW = np.matmul(d_rows, x_rows, out=buffers.empty(p.W.shape, p.W.dtype))
             if order is not None:
                 target[order] = d_x
