@@ -20,8 +20,8 @@ import numpy as np
 
 from . import buffers
 from .modes import CellMode
-from .recurrence import (DirectionTrace, PseudoLayerParams, StackTrace, last_steps, run_order, run_steps,
-                         zero_padded)
+from .recurrence import (DirectionTrace, PseudoLayerParams, StackTrace, last_steps, padded_steps, run_order,
+                         run_steps, zero_padded)
 
 Array = np.ndarray
 
@@ -46,12 +46,12 @@ def _transposed(a: Array) -> Array:
 
 
 def previous_outputs(trace: DirectionTrace, index: tuple) -> Array:
-    """Each step's recurrent input ``h_prev [T, B, Hr]`` in run order (``index`` from :func:`run_order`):
-    ``h0``, then the outputs of the steps before. A sequence's valid steps come first in run order, so
-    this is exact at every valid step; at padded steps, where no gradient flows, it holds zeros or the
-    last valid output rather than the carried state."""
+    """Each step's recurrent input ``h_prev [S, B, Hr]`` in run order (``index`` from :func:`run_order`, the
+    ``S`` steps run): ``h0``, then the outputs of the steps before. A sequence's valid steps come first in
+    run order, so this is exact at every valid step; at padded steps, where no gradient flows, it holds
+    zeros or the last valid output rather than the carried state."""
     y_run = trace.y[index]
-    h_prev = buffers.empty(trace.y.shape, trace.y.dtype)
+    h_prev = buffers.empty(y_run.shape, y_run.dtype)
     h_prev[0] = trace.h0.T
     h_prev[1:] = y_run[:-1]
     return h_prev
@@ -76,9 +76,9 @@ def backprop_direction(
     ``S`` is :func:`run_steps`: the gradient of the input past the longest sequence is zero, and not made.
     ``order`` is ``None`` where ``d_xw`` holds the first ``S`` steps in original time order; where the
     backward direction ran within lengths, ``d_xw`` is left in run order and ``order`` (from
-    :func:`run_order`, cut to ``S`` steps) puts the first ``S`` steps of a sequence-major ``[T, B, width]``
-    array in that order: the caller reorders the layer's input and its gradient, rows of ``width``, rather
-    than ``d_xw`` element by element.
+    :func:`run_order`) puts the first ``S`` steps of a sequence-major ``[T, B, width]`` array in that order:
+    the caller reorders the layer's input and its gradient, rows of ``width``, rather than ``d_xw`` element
+    by element.
     """
     T, B = dy.shape[:2]
     S = run_steps(T, lengths)
@@ -86,7 +86,7 @@ def backprop_direction(
     H = GH // mode.num_gates
     index = run_order(T, lengths, reverse)
     dy = dy[index]  # padded steps' values (NaN, maybe) reach only padded steps' gradients, zeroed below
-    h_prev = previous_outputs(trace, index)[:S]
+    h_prev = previous_outputs(trace, index)
     d_xw = buffers.empty((GH, S, B), dy.dtype)
     d_rec = buffers.empty((GH, S, B), dy.dtype) if mode.separate_rec_grad else d_xw
     g_out = None if params.P is None else buffers.empty((dy.shape[2], S, B), dy.dtype)
@@ -118,7 +118,7 @@ def backprop_direction(
         if d_rec is not d_xw:
             d_rec[:, t] = d_rec_t
     if lengths is not None:  # exact zeros: padded steps' gradients may hold NaN
-        padded = np.arange(S)[:, None] >= lengths
+        padded = padded_steps(S, lengths)
         d_xw[:, padded] = 0
         if d_rec is not d_xw:
             d_rec[:, padded] = 0
@@ -134,8 +134,7 @@ def backprop_direction(
         dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw[:S].transpose(1, 0, 2), lengths, 0)).T
     grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=_row_sums(d_rec_rows), P=dP)
     if reverse and lengths is not None:  # per element, this reorder would cost more than the step loop
-        time_index, batch_index = index  # its first S run-order steps come from the first S steps
-        return d_xw, (time_index[:S], batch_index), dh, dc, grads
+        return d_xw, index, dh, dc, grads
     return d_xw[(slice(None), *index)], None, dh, dc, grads
 
 

@@ -87,18 +87,31 @@ def input_projection(x: Array, params: PseudoLayerParams, bias: Array, out: Arra
     return out
 
 
+def run_steps(T: int, lengths: Array | None) -> int:
+    """How many steps a direction runs: ``T``, or up to the longest sequence (in run order, each sequence's
+    valid steps come first, so every later step is padding)."""
+    return T if lengths is None else int(lengths.max())
+
+
 def run_order(T: int, lengths: Array | None, reverse: bool) -> tuple:
-    """Index of a sequence-major ``[T, B, ...]`` array that puts its steps in run order: as is, or
-    (``reverse``) each sequence reversed within its valid length with padding left in place (``lengths=None``:
-    a plain time flip, a view). It is an involution, so the same index maps run-order results back.
+    """Index of a sequence-major ``[T, B, ...]`` array that gives the steps a direction runs
+    (:func:`run_steps`) in run order: as they are, or (``reverse``) each sequence reversed within its valid
+    length with padding left in place (``lengths=None``: a plain time flip, a view). Those steps come from
+    the array's first :func:`run_steps` steps, so the same index scatters run-order results back there.
     A feature-major ``[width, T, B]`` array takes ``(slice(None), *index)``."""
+    steps = run_steps(T, lengths)
     if not reverse:
-        return (slice(None),)
+        return (slice(None, steps),)
     if lengths is None:
         return (slice(None, None, -1),)
-    t = np.arange(T)[:, None]
+    t = np.arange(steps)[:, None]
     time_index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
     return time_index, np.arange(lengths.shape[0])[None, :]
+
+
+def padded_steps(T: int, lengths: Array) -> Array:
+    """``[T, B]``: true where step ``t`` (in original or run order alike) is past sequence ``b``'s length."""
+    return np.arange(T)[:, None] >= lengths[None, :]
 
 
 def zero_padded(seq: Array, lengths: Array | None, feature_axis: int) -> Array:
@@ -107,8 +120,7 @@ def zero_padded(seq: Array, lengths: Array | None, feature_axis: int) -> Array:
     if lengths is None:
         return seq
     T = seq.shape[1 if feature_axis == 0 else 0]
-    valid = np.arange(T)[:, None] < lengths[None, :]
-    return np.where(np.expand_dims(valid, feature_axis), seq, 0.0)
+    return np.where(np.expand_dims(padded_steps(T, lengths), feature_axis), 0.0, seq)
 
 
 @dataclass(frozen=True)
@@ -180,12 +192,6 @@ def _step_inputs(prepare: Prepare, x: Array, index: tuple, reverse: bool, start:
     return prepare(x[time_index[start:stop], batch_index])
 
 
-def run_steps(T: int, lengths: Array | None) -> int:
-    """How many steps a direction runs: ``T``, or up to the longest sequence (in run order, each sequence's
-    valid steps come first, so every later step is padding)."""
-    return T if lengths is None else int(lengths.max())
-
-
 def last_steps(lengths: Array | None) -> dict[int, Array]:
     """The sequences whose last valid step each run-order step is: ``{t: indices into the batch}`` (empty
     for full-length sequences)."""
@@ -254,7 +260,7 @@ def run_direction(
             y[time_index[start:stop], batch_index] = y_run
     if lengths is None:
         return h, c
-    y[np.arange(T)[:, None] >= lengths] = 0
+    y[padded_steps(T, lengths)] = 0
     return h_last, c_last
 
 
