@@ -7,10 +7,11 @@
   (``save_weights``);
 - ``.weights.h5``: weights alone, as Keras 3's ``save_weights`` writes them.
 
-A model file is read as the stack of its recurrent layers (``SimpleRNN``, ``GRU``, ``LSTM``, each alone or
-in a ``Bidirectional``), once ``keras_stack`` finds its config to be one cuDNN stack, which may lie in a
-model nested in the one saved. A weights file does not say what lies between its layers, so it may hold
-recurrent layers only (and layers without weights), none inside a nested model.
+A model file is read as the stack of its recurrent layers (``SimpleRNN``, ``GRU``, ``LSTM``, tf.keras 2's
+``CuDNNLSTM`` and ``CuDNNGRU``, each alone or in a ``Bidirectional``), once ``keras_stack`` finds its config to
+be one cuDNN stack, which may lie in a model nested in the one saved. A weights file does not say what lies
+between its layers, so it may hold recurrent layers only (and layers without weights), none inside a nested
+model.
 Weights of Keras 3 files sit under paths that Keras derives from each layer's class
 (``layers/gru_1/cell/vars/0``); legacy files list them by layer name.
 """
@@ -325,7 +326,8 @@ def _model(layers: list[Layer], options: dict, has_config: bool):
     if "rnn_mode" not in config:
         raise ValueError("relu and tanh SimpleRNN weights look alike: say which (rnn_mode / --mode)")
     model = checkpoint.model_from_config(config, holds=sum(len(layer.weights) for layer in layers))
-    return (model, *keras_weights.from_keras(model, [w for layer in layers for w in layer.weights]))
+    return (model, *keras_weights.from_keras(model, [w for layer in layers for w in layer.weights],
+                                             cudnn_layout=[flag for layer in layers for flag in layer.cudnn_layout]))
 
 
 # --- writing a .keras archive ------------------------------------------------------------------------

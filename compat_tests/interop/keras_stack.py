@@ -1,10 +1,10 @@
 """Whether a Keras model config's recurrent layers are one cuDNN stack, and which cell each computes: the
 checks that ``keras_file`` makes before it reads a model file's weights, as ``onnx_stack`` makes them for an
-ONNX graph. Each recurrent layer (``SimpleRNN``, ``GRU``, ``LSTM``, alone or in a ``Bidirectional``) must
-compute a cuDNN cell (activations, ``reset_after``, ``merge_mode="concat"``, no ``go_backwards`` of its own),
-all alike, and each after the first must read the one before's output, with only layers that pass it on at
-inference between them (``INFERENCE_IDENTITY``) and no initial state of another layer's making. Before the
-first and after the last, anything goes: the model is the stack. The stack may lie in a model nested in
+ONNX graph. Each recurrent layer (``SimpleRNN``, ``GRU``, ``LSTM``, ``CuDNNLSTM``, ``CuDNNGRU``, alone or in a
+``Bidirectional``) must compute a cuDNN cell (activations, ``reset_after``, ``merge_mode="concat"``, no
+``go_backwards`` of its own), all alike, and each after the first must read the one before's output, with
+only layers that pass it on at inference between them (``INFERENCE_IDENTITY``) and no initial state of another
+layer's making. Before the first and after the last, anything goes: the model is the stack. The stack may lie in a model nested in
 the one saved (a ``Sequential`` used as a layer), at any depth, but in one model only. Configs are read
 leniently (a part of the wrong type reads as absent) and whatever they say that is not a cuDNN stack is a
 ValueError naming the layer.
@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GATES = {"SimpleRNN": 1, "GRU": 3, "LSTM": 4}  # the recurrent layer classes and their gate counts
+from reference.formats.keras import CUDNN_LAYERS
+from reference.modes import MODES
+
+# the recurrent layer classes and their gate counts; tf.keras 2's CuDNN layers keep their weights in cuDNN's layout
+GATES = {"SimpleRNN": 1, "GRU": 3, "LSTM": 4, **{cls: len(MODES[m].gates) for cls, m in CUDNN_LAYERS.items()}}
 WRAPPER = "Bidirectional"
 # Layers that hand their input on unchanged at inference: what may sit between two recurrent layers.
 INFERENCE_IDENTITY = ("Dropout", "SpatialDropout1D", "GaussianDropout", "GaussianNoise", "AlphaDropout")
@@ -33,6 +37,24 @@ class Layer:
     cls: str
     config: dict | None
     weights: list[list[np.ndarray]]
+
+    @property
+    def cudnn_layout(self) -> list[bool]:
+        """Per direction, whether the weights are a ``CuDNNLSTM``'s or ``CuDNNGRU``'s (cuDNN's layout): by the
+        class in a model file, by the bias in a weights file (both bias sets, ``[2*G*H]``)."""
+        if self.config is not None:
+            cls = _dict(self.config.get("layer")).get("class_name") if self.cls == WRAPPER else self.cls
+            return [cls in CUDNN_LAYERS] * len(self.weights)
+        return [_cudnn_bias(w) for w in self.weights]
+
+
+def _cudnn_bias(weights: list[np.ndarray]) -> bool:
+    """Whether a weights file's ``[kernel, recurrent_kernel, bias]`` has a CuDNN layer's bias, ``[2 * G*H]`` for
+    a GRU or an LSTM (a ``GRU``'s is ``[2, 3H]`` or ``[3H]``, an ``LSTM``'s ``[4H]``)."""
+    if len(weights) < 3 or weights[1].ndim != 2 or not weights[1].shape[0]:
+        return False
+    gates = weights[1].shape[1] // weights[1].shape[0]
+    return gates in (3, 4) and weights[2].shape == (2 * weights[1].shape[1],)
 
 
 def _dict(value) -> dict:
@@ -174,7 +196,9 @@ def _cell_mode(name: str, cls: str, config: dict, backward: bool = False) -> str
         return v.get("class_name", v) if isinstance(v, dict) else v
 
     activation, recurrent = value("activation", "tanh"), value("recurrent_activation", "sigmoid")
-    if cls == "SimpleRNN":
+    if cls in CUDNN_LAYERS:  # cuDNN's cell itself: no activations to choose
+        mode = CUDNN_LAYERS[cls]
+    elif cls == "SimpleRNN":
         if activation not in ("tanh", "relu"):
             raise ValueError(f"layer {name!r}: activation {activation!r} has no cuDNN equivalent (tanh or relu)")
         mode = activation
@@ -203,7 +227,8 @@ def _kind(layer: Layer) -> tuple[str | None, str]:
         if gates not in (1, 3, 4):
             raise ValueError(f"layer {layer.name!r} has {gates} gates: not a SimpleRNN, GRU or LSTM")
         bias = layer.weights[0][2] if len(layer.weights[0]) > 2 else None
-        mode = {1: None, 4: "lstm", 3: "gru" if bias is None or bias.ndim == 2 else "classic_gru"}[gates]
+        reset_after = bias is None or bias.ndim == 2 or _cudnn_bias(layer.weights[0])  # [2, 3H] or CuDNNGRU's [6H]
+        mode = {1: None, 4: "lstm", 3: "gru" if reset_after else "classic_gru"}[gates]
         if gates == 3 and bias is None:
             raise ValueError(f"layer {layer.name!r}: a GRU without bias does not say whether it resets after the "
                              f"recurrent product (reset_after); read the model file")

@@ -7,9 +7,17 @@ Keras stores ``kernel [in, G*H]`` and ``recurrent_kernel [H, G*H]`` (transposed)
 bias sets as ``bias [2, 3H]`` (row 0 input, row 1 recurrent); ``LSTM``, ``SimpleRNN`` and the textbook
 ``GRU`` have one summed bias, restored as two halves. A layer with ``use_bias=False`` has no bias weight and
 reads as zero biases. Keras has no LSTM projection and no skip_input.
+
+tf.keras 2's GPU-only ``CuDNNLSTM`` and ``CuDNNGRU`` layers (``CUDNN_LAYERS``) hand their weights to cuDNN as
+they are: ``kernel [in, G*H]`` and ``recurrent_kernel [H, G*H]`` in Keras's gate order, each gate's block
+read by cuDNN as its ``[H, in]`` (``[H, H]``) matrix in row-major order (a reshape, not a transpose: Keras 2
+calls it the Fortran layout), and ``bias [2*G*H]``: the input biases, then the recurrent ones, both kept
+(``cudnn_layout=True``).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -20,6 +28,8 @@ ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "cl
 # mode -> (Keras layer class, the constructor arguments that make it compute that mode)
 KERAS_LAYERS = {"relu": ("SimpleRNN", {"activation": "relu"}), "tanh": ("SimpleRNN", {}), "lstm": ("LSTM", {}),
                 "gru": ("GRU", {"reset_after": True}), "classic_gru": ("GRU", {"reset_after": False})}
+# tf.keras 2's layers that run on cuDNN alone (tf.compat.v1.keras.layers) and the mode each computes
+CUDNN_LAYERS = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
 # the same as the call that makes the layer, for messages: "GRU(reset_after=True)"
 LAYERS = {mode: cls + (f"({', '.join(f'{k}={v!r}' for k, v in options.items())})" if options else "")
           for mode, (cls, options) in KERAS_LAYERS.items()}
@@ -46,35 +56,56 @@ def to_keras(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list
     return layers
 
 
-def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False) -> tuple[list, list]:
+def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False,
+               cudnn_layout: Sequence[bool] | None = None) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-pseudo-layer Keras weights; errors name the weight.
 
     ``gradients``: ``layers`` hold the gradients of Keras's weights, so a summed bias's gradient is the
-    gradient of each of its two canonical parts (rather than split in halves)."""
+    gradient of each of its two canonical parts (rather than split in halves). ``cudnn_layout[pl]``: pseudo-layer
+    ``pl``'s weights are a ``CuDNNLSTM``'s or ``CuDNNGRU``'s (``CUDNN_LAYERS``), in cuDNN's layout."""
     _supported(model)
     check_fits(model, sum(np.size(a) for layer in layers for a in layer), "the Keras weights")
     expected = to_keras(model, *zeros(model))
     if len(layers) != len(expected):
         raise ValueError(f"{model!r} has {len(expected)} Keras layers (directions), got {len(layers)}")
+    cudnn_layout = [False] * len(layers) if cudnn_layout is None else list(cudnn_layout)
+    if len(cudnn_layout) != len(layers):
+        raise ValueError(f"cudnn_layout must have one flag per Keras layer (direction), {len(layers)}, got "
+                         f"{len(cudnn_layout)}")
+    if any(cudnn_layout) and model.rnn_mode not in CUDNN_LAYERS.values():
+        raise ValueError(f"{model!r}: only {' and '.join(CUDNN_LAYERS)} weights come in cuDNN's layout")
     order, H = ORDER[model.rnn_mode], model.num_units
     groups = []
-    for pl, (got, want) in enumerate(zip(layers, expected)):
-        if len(got) == 2:  # use_bias=False: the same layer with zero biases
+    for pl, (got, want, cudnn) in enumerate(zip(layers, expected, cudnn_layout)):
+        what = f"{_cudnn_class(model.rnn_mode)} of {model!r}" if cudnn else f"{LAYERS[model.rnn_mode]} of {model!r}"
+        if cudnn:  # always with both bias sets, one after the other
+            want = [want[0], want[1], np.zeros(2 * want[0].shape[1], model.dtype)]
+        elif len(got) == 2:  # use_bias=False: the same layer with zero biases
             got = [*got, np.zeros(want[2].shape, model.dtype)]
         if len(got) != 3:
-            raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias] (or, without bias, "
-                             f"[kernel, recurrent_kernel]), got {len(got)} weights")
+            raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias]" +
+                             (f" (a {what} always has a bias)" if cudnn else
+                              " (or, without bias, [kernel, recurrent_kernel])") + f", got {len(got)} weights")
         for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
-            check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, f"{LAYERS[model.rnn_mode]} of {model!r}")
+            check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, what)
         kernel, recurrent, bias = got
-        if model.rnn_mode == "gru":  # both bias sets, as rows
+        if cudnn:
+            b_in, b_rec = bias[: bias.shape[0] // 2], bias[bias.shape[0] // 2 :]
+        elif model.rnn_mode == "gru":  # both bias sets, as rows
             b_in, b_rec = bias
         else:  # one summed bias: its gradient is each part's; weights are split in two halves
             b_in, b_rec = (bias, bias) if gradients else halves(bias)
         W, R, bW, bR = ([None] * len(order) for _ in range(4))
         for k, g in enumerate(order):
             block = slice(k * H, (k + 1) * H)
-            W[g], R[g] = kernel[:, block].T.copy(), recurrent[:, block].T.copy()
+            if cudnn:  # each block's row-major elements are cuDNN's matrix
+                W[g], R[g] = kernel[:, block].reshape(H, -1).copy(), recurrent[:, block].copy()
+            else:
+                W[g], R[g] = kernel[:, block].T.copy(), recurrent[:, block].T.copy()
             bW[g], bR[g] = b_in[block].copy(), b_rec[block].copy()
         groups.append(PseudoLayerTensors(W=W, R=R, b_W=bW, b_R=bR, P=None))
     return flatten(model, groups)
+
+
+def _cudnn_class(mode: str) -> str:
+    return next(cls for cls, m in CUDNN_LAYERS.items() if m == mode)
