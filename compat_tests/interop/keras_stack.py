@@ -4,10 +4,10 @@ ONNX graph. Each recurrent layer (``SimpleRNN``, ``GRU``, ``LSTM``, ``CuDNNLSTM`
 ``Bidirectional``) must compute a cuDNN cell (activations, ``reset_after``, ``merge_mode="concat"``, no
 ``go_backwards`` of its own), all alike, and each after the first must read the one before's output, with
 only layers that pass it on at inference between them (``INFERENCE_IDENTITY``) and no initial state of another
-layer's making. Before the first and after the last, anything goes: the model is the stack. The stack may lie in a model nested in
-the one saved (a ``Sequential`` used as a layer), at any depth, but in one model only. Configs are read
-leniently (a part of the wrong type reads as absent) and whatever they say that is not a cuDNN stack is a
-ValueError naming the layer.
+layer's making. Before the first and after the last, anything goes: the model is the stack. The stack may lie
+in a model nested in the one saved (a ``Sequential`` used as a layer), at any depth, but in one model only.
+Configs are read leniently (a part of the wrong type reads as absent) and whatever they say that is not a
+cuDNN stack is a ValueError naming the layer.
 """
 
 from __future__ import annotations
