@@ -185,9 +185,12 @@ def _read_model(args: argparse.Namespace, path: str):
 
     if args.scope and args.source not in convert.TF_NAMED:
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
+    if args.module is not None and args.source != "torch":
+        raise ValueError(f"--module applies to PyTorch files (--from torch), not to --from {args.source}")
     overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
                  "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
-                 "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope}
+                 "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope,
+                 "module": args.module}
     return convert.read(args.source, path, overrides)
 
 
@@ -320,6 +323,9 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     options.add_argument("--dtype", choices=DTYPE_NAMES)
     options.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's "
                                          "tensors, where the file holds several")
+    options.add_argument("--module", help="PyTorch files (--from torch) holding several recurrent modules: the "
+                                          "path of the one to read (e.g. encoder.rnn, or model.rnn in a training "
+                                          "checkpoint's 'model' entry)")
 
 
 def _plugin_option(parser: argparse.ArgumentParser) -> None:

@@ -125,6 +125,30 @@ def test_inference_conversion_and_a_reference_report_need_numpy_alone(tmp_path):
     assert report["passed"] and report["totals"]["units"] == 2 and (tmp_path / "run" / "index.html").exists()
 
 
+def test_a_torch_save_file_runs_with_numpy_alone(tmp_path):
+    """A training checkpoint that ``torch.save`` wrote (a whole model's state_dict inside it) runs where torch
+    is blocked, to the reference's outputs on the weights torch held, bit for bit."""
+    torch = pytest.importorskip("torch", reason="the file under test is written by torch.save")
+    import reference
+    from reference.formats import torch as torch_format
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.GRU(5, 4, num_layers=2, bidirectional=True))
+    torch.save({"model": net.state_dict(), "epoch": 7}, tmp_path / "ck.pt")
+    x = np.random.default_rng(1).standard_normal((6, 2, 5)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "blocker").mkdir()
+    (tmp_path / "blocker" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    run, tried = _run(tmp_path, "infer", "-m", "compat_tests.cli", "infer", "--from", "torch", str(tmp_path / "ck.pt"),
+                      str(tmp_path / "x.npy"), "--out", str(tmp_path / "y.npz"))
+    assert run.returncode == 0 and tried == [], (tried, run.stderr)
+    model = reference.CudnnGRU(2, 4, 5, direction="bidirectional")
+    state = {k[2:]: v.detach().numpy() for k, v in net.state_dict().items() if k.startswith("1.")}
+    want = model(x, None, model.canonical_to_params(*torch_format.from_state_dict(model, state)))
+    with np.load(tmp_path / "y.npz", allow_pickle=False) as got:
+        assert all(got[k].tobytes() == w.tobytes() for k, w in zip(("output", "output_h"), want, strict=True))
+
+
 def test_a_missing_package_is_named_and_a_broken_one_keeps_its_own_error(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx: ModuleNotFoundError, name "onnx"
     with pytest.raises(MissingDependency, match="reading an ONNX model needs the onnx package"):

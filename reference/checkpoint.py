@@ -140,10 +140,11 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
                          "or `rnn-compat convert --from tf`")
     with open(path, "rb") as f:
         head = f.read(2)
-    if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or zipfile.is_zipfile(path) or \
+    if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK" or \
             path.suffix in (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"):
         raise ValueError(f"{path}: pickle-based files are refused (loading them can run arbitrary code); "
-                         "save the tensors with safetensors or numpy.savez instead")
+                         "save the tensors with safetensors or numpy.savez instead (a torch.save file is read, "
+                         "without unpickling, as format torch: `--from torch`)")
     raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
 
 

@@ -1,7 +1,9 @@
 """``rnn-compat convert``: weights between formats, through the canonical tensors.
 
-Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), ``torch`` (a ``state_dict``
-saved with safetensors or ``numpy.savez``: PyTorch's ``.pt`` pickles are refused), ``keras`` (Keras's own
+Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), ``torch`` (a file ``torch.save``
+wrote, parsed without unpickling by ``reference.formats.torch_archive``: a state_dict, a training checkpoint
+holding one, or a whole model; or a ``state_dict`` saved with safetensors or ``numpy.savez``; in a whole
+model's, the recurrent module's tensors, picked by ``module`` where there are several), ``keras`` (Keras's own
 files, ``.keras`` models and ``.h5``/``.weights.h5`` models or weights, see ``keras_file``; or per
 pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from reference import checkpoint
-from reference.formats import keras, tf, tf_bundle, torch
+from reference.formats import keras, tf, tf_bundle, torch, torch_archive
 
 from . import keras_file
 
@@ -57,6 +59,10 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
 
 
 def _read(fmt: str, path: str | Path, overrides: dict):
+    overrides = dict(overrides)
+    module = overrides.pop("module", None)  # which recurrent module of a PyTorch file
+    if module is not None and fmt != "torch":
+        raise ValueError(f"a module path applies to PyTorch files (torch), not to {fmt}")
     if fmt in ("checkpoint", "tf"):  # TF names, with our config or (a foreign file) read off names and shapes
         ck = checkpoint.load(path, overrides)
         return Read(ck.model, ck.weights, ck.biases, ck.config.get("scope"))
@@ -66,11 +72,21 @@ def _read(fmt: str, path: str | Path, overrides: dict):
         return Read(*import_model(path, overrides))
     if fmt == "keras" and keras_file.is_keras_file(path):  # Keras's own .keras / .h5 files
         return Read(*keras_file.read(path, overrides))
+    if fmt == "torch" and Path(path).suffix not in checkpoint.SUFFIXES and torch_archive.is_torch_file(path):
+        # torch.save's own file, parsed, never unpickled
+        tensors, nonlinearity = torch_archive.load_state_dict(path, module)
+        found = torch.config_from_state_dict(tensors, nonlinearity or overrides.get("rnn_mode"))
+        model = checkpoint.model_from_config(_config(found, overrides, str(path), False), holds=len(tensors))
+        return Read(model, *torch.from_state_dict(model, tensors))
     tensors, found = checkpoint.read_tensors(path)
     carried = found is not None
     if fmt == "torch":
-        if found is None:
+        if found is None:  # a whole model's state_dict: its recurrent module's tensors
+            modules = torch.module_tensors(tensors)
+            tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors
             found = torch.config_from_state_dict(tensors, overrides.get("rnn_mode"))
+        elif module:
+            raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
         model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
         return Read(model, *torch.from_state_dict(model, tensors))
     if fmt == "keras":

@@ -66,6 +66,32 @@ def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     return flatten(model, groups)
 
 
+RNN_FIRST_WEIGHT = "weight_ih_l0"
+
+
+def module_tensors(state: dict) -> dict[str, dict]:
+    """The entries of each recurrent module (``nn.RNN``, ``nn.LSTM``, ``nn.GRU``) in a whole model's
+    ``state_dict``, by the module's path (``"encoder.rnn"``; ``""`` for a bare module's state_dict), each under
+    its own names (``weight_ih_l0``, ...): a module is known by its ``weight_ih_l0``, and its entries are the
+    names that continue its path with no further dot. Other modules' entries (an embedding, a head) are left
+    out."""
+    prefixes = [name[: -len(RNN_FIRST_WEIGHT)] for name in state if name.endswith(RNN_FIRST_WEIGHT)]
+    return {p[:-1]: {n[len(p):]: v for n, v in state.items() if n.startswith(p) and "." not in n[len(p):]}
+            for p in prefixes if p == "" or p.endswith(".")}
+
+
+def pick_module(modules: dict, module: str | None = None) -> str:
+    """The path of the one recurrent module of ``modules`` (``{path: ...}``, :func:`module_tensors`) that
+    ``module`` names, or of the only one; errors list the paths found."""
+    if not modules:
+        raise ValueError(f"holds no recurrent module's weights (no {RNN_FIRST_WEIGHT!r})")
+    if module is None and len(modules) > 1:
+        raise ValueError(f"holds {len(modules)} recurrent modules, {sorted(modules)}: say which (module / --module)")
+    if module is not None and module not in modules:
+        raise ValueError(f"holds no recurrent module {module!r}; it holds {sorted(modules)}")
+    return module if module is not None else next(iter(modules))
+
+
 def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = None) -> dict:
     """What a state_dict's names and shapes tell about the network; relu and tanh need ``rnn_mode``."""
     if "weight_ih_l0" not in state or "weight_hh_l0" not in state:

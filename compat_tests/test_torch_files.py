@@ -1,0 +1,368 @@
+"""PyTorch's own files (``torch.save``), read without unpickling (``reference.formats.torch_archive``): every
+tensor as torch holds it, state_dicts found in checkpoints and whole models, code a file names never run,
+damaged and malformed archives refused naming why."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compat_tests import cli
+import reference
+from compat_tests.strategies import damaged
+from reference import checkpoint
+from reference.formats import safetensors
+from reference.formats import torch as torch_format
+from reference.formats import torch_archive
+
+torch = pytest.importorskip("torch", reason="the files under test are written by torch.save")
+
+MODULES = {"relu": ("RNN", {"nonlinearity": "relu"}), "tanh": ("RNN", {"nonlinearity": "tanh"}),
+           "gru": ("GRU", {}), "lstm": ("LSTM", {})}
+DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+class Net(torch.nn.Module):
+    """A whole model around the recurrent module, as users save it."""
+
+    def __init__(self, rnn: torch.nn.Module):
+        super().__init__()
+        self.embed = torch.nn.Linear(2, rnn.input_size)
+        self.encoder = torch.nn.Sequential()
+        self.encoder.add_module("rnn", rnn)
+        self.head = torch.nn.Linear(rnn.hidden_size, 2)
+
+
+# How the recurrent module lies in the saved object: (the object, the module's path in it).
+CONTAINERS = {
+    "state_dict": lambda rnn: (rnn.state_dict(), ""),
+    "module": lambda rnn: (rnn, ""),
+    "model state_dict": lambda rnn: (Net(rnn).state_dict(), "encoder.rnn"),
+    "model": lambda rnn: (Net(rnn), "encoder.rnn"),
+    "training checkpoint": lambda rnn: ({"epoch": 3, "model": Net(rnn).state_dict(), "best": 0.25,
+                                         "optimizer": torch.optim.SGD(rnn.parameters(), lr=0.1).state_dict(),
+                                         "history": [1.5, (2, "x"), None, b"\x00\xff"]}, "model.encoder.rnn"),
+}
+
+
+@st.composite
+def torch_rnns(draw):
+    mode = draw(st.sampled_from(sorted(MODULES)), label="mode")
+    cls, kwargs = MODULES[mode]
+    hidden = draw(st.integers(2, 5), label="hidden")
+    if mode == "lstm" and draw(st.booleans(), label="projection"):
+        kwargs = {**kwargs, "proj_size": draw(st.integers(1, hidden - 1), label="proj_size")}
+    torch.manual_seed(draw(st.integers(0, 2**16), label="seed"))
+    rnn = getattr(torch.nn, cls)(draw(st.integers(1, 4), label="input_size"), hidden,
+                                 num_layers=draw(st.integers(1, 3), label="num_layers"),
+                                 bidirectional=draw(st.booleans(), label="bidirectional"),
+                                 bias=draw(st.booleans(), label="bias"), **kwargs)
+    return mode, rnn.to(DTYPES[draw(st.sampled_from(sorted(DTYPES)), label="dtype")])
+
+
+def _numpy(t) -> np.ndarray:
+    t = t.detach()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # bfloat16 widens to float32, exactly
+
+
+@given(rnn=torch_rnns(), container=st.sampled_from(sorted(CONTAINERS)), protocol=st.sampled_from([2, 3, 4, 5]))
+def test_a_torch_save_file_reads_as_torch_holds_it(rnn, container, protocol, tmp_path_factory):
+    """Every tensor bit for bit (bfloat16 widened to float32), from a bare state_dict, the module object, a
+    whole model (object or state_dict) and a training checkpoint, in every pickle protocol; then the model
+    ``convert`` reads carries the canonical tensors of that state_dict."""
+    from compat_tests.interop import convert
+
+    mode, module = rnn
+    obj, path_in_file = CONTAINERS[container](module)
+    path = tmp_path_factory.mktemp("torch") / "weights.pt"
+    torch.save(obj, path, pickle_protocol=protocol)
+    want = {k: _numpy(v) for k, v in module.state_dict().items()}
+    got, nonlinearity = torch_archive.load_state_dict(path)
+    assert sorted(got) == sorted(want)
+    for name, array in want.items():
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape, name
+        assert got[name].tobytes() == array.tobytes() and got[name].flags.c_contiguous, name
+    assert list(torch_archive.rnn_modules(torch_archive.Archive(path).obj)) == [path_in_file]
+    told = container in ("module", "model") and mode in ("relu", "tanh")  # an nn.RNN object says its nonlinearity
+    assert nonlinearity == (mode if told else None)
+
+    overrides = {"module": path_in_file, "rnn_mode": None if told or mode not in ("relu", "tanh") else mode}
+    model, weights, biases, _ = convert.read("torch", path, overrides)
+    assert model.rnn_mode == mode
+    expected_weights, expected_biases = torch_format.from_state_dict(model, want)
+    for got_tensor, want_tensor in zip(weights + biases, expected_weights + expected_biases, strict=True):
+        assert got_tensor.tobytes() == want_tensor.tobytes()
+
+
+def test_views_offsets_and_shared_storages_read_as_torch_holds_them(tmp_path):
+    base = torch.arange(60, dtype=torch.float64).reshape(5, 12)
+    tensors = {"whole": base, "rows": base[1:4], "columns": base[:, 3:9:2], "transposed": base.T,
+               "element": base[2, 5], "empty": base[:0, 2:4], "int16": torch.arange(7, dtype=torch.int16),
+               "flags": torch.tensor([True, False, True]), "complex": torch.tensor([1 + 2j, -3j])}
+    torch.save(tensors, tmp_path / "views.pt")
+    with torch_archive.Archive(tmp_path / "views.pt") as archive:
+        assert len({r.storage.key for k, r in archive.obj.items() if k not in ("int16", "flags", "complex")}) == 1
+        for name, tensor in tensors.items():
+            got = archive.array(archive.obj[name])
+            want = tensor.numpy()
+            assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), name
+
+
+@st.composite
+def plain_values(draw):
+    scalars = (st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8) | st.booleans()
+               | st.none() | st.binary(max_size=8))
+    keys = st.text(max_size=4) | st.integers(-5, 5)
+    return draw(st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                             | st.dictionaries(keys, inner, max_size=4), max_leaves=20))
+
+
+@given(value=plain_values(), protocol=st.sampled_from([2, 3, 4, 5]))
+def test_the_pickle_interpreter_builds_what_pickle_would(value, protocol):
+    """Plain data (what a checkpoint holds beside its tensors) comes out as ``pickle.loads`` gives it."""
+    assert torch_archive.parse_pickle(pickle.dumps(value, protocol=protocol)) == value
+
+
+def test_shared_and_self_referencing_containers_are_built_as_pickled():
+    shared = [1, 2]
+    loop: list = [0]
+    loop.append(loop)
+    got = torch_archive.parse_pickle(pickle.dumps({"a": shared, "b": shared, "loop": loop}, protocol=2))
+    assert got["a"] is got["b"] and got["loop"][1] is got["loop"]
+    assert torch_archive.parse_pickle(pickle.dumps({1, 2}, protocol=2)) in ((1, 2), (2, 1))
+
+
+def test_code_a_file_names_is_never_run(tmp_path):
+    """A pickle that would open (create) a file when unpickled: torch.load runs it, the reader does not, and
+    refuses it where the weights should be, naming what it is."""
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return open, (str(marker), "w")
+
+    rnn = torch.nn.GRU(2, 3)
+    torch.save({"rnn": rnn.state_dict(), "extra": Payload()}, tmp_path / "beside.pt")
+    torch.save({**rnn.state_dict(), "weight_hh_l0": Payload()}, tmp_path / "inside.pt")
+    torch.load(tmp_path / "beside.pt", weights_only=False)
+    assert marker.exists()  # the payload is live
+    marker.unlink()
+    got, _ = torch_archive.load_state_dict(tmp_path / "beside.pt")
+    assert got["weight_ih_l0"].tobytes() == rnn.weight_ih_l0.detach().numpy().tobytes()
+    with pytest.raises(ValueError, match=r"'weight_hh_l0' is not a tensor but a io\.open"):
+        torch_archive.load_state_dict(tmp_path / "inside.pt")
+    assert not marker.exists()
+
+
+def test_a_file_without_a_recurrent_module_says_what_it_holds(tmp_path):
+    torch.save(torch.nn.Linear(2, 3), tmp_path / "linear.pt")
+    with pytest.raises(ValueError, match=r"holds no recurrent module \(no 'weight_ih_l0'\); it holds objects of "
+                                         r"torch\.nn\.modules\.linear\.Linear"):
+        torch_archive.load_state_dict(tmp_path / "linear.pt")
+    torch.save({"lr": 0.1, "weights": [torch.ones(2)]}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"it holds a dict of 2 entries \('lr', 'weights'\)"):
+        torch_archive.load_state_dict(tmp_path / "other.pt")
+
+
+def test_several_recurrent_modules_are_told_apart_by_path(tmp_path, capsys):
+    encoder, decoder = torch.nn.GRU(2, 3), torch.nn.RNN(3, 4, nonlinearity="relu")
+    torch.save({"encoder": encoder, "decoder": decoder.state_dict()}, tmp_path / "two.pt")
+    with pytest.raises(ValueError, match=r"holds 2 recurrent modules, \['decoder', 'encoder'\]: say which"):
+        torch_archive.load_state_dict(tmp_path / "two.pt")
+    got, _ = torch_archive.load_state_dict(tmp_path / "two.pt", "encoder")
+    assert got["weight_hh_l0"].tobytes() == encoder.weight_hh_l0.detach().numpy().tobytes()
+    with pytest.raises(ValueError, match=r"holds no recurrent module 'encoder.rnn'; it holds \['decoder', 'encoder'\]"):
+        torch_archive.load_state_dict(tmp_path / "two.pt", "encoder.rnn")
+    base = ["convert", "--from", "torch", "--to", "checkpoint", str(tmp_path / "two.pt"), str(tmp_path / "d.npz")]
+    assert cli.main(base + ["--module", "decoder"]) == 2  # a state_dict does not say relu from tanh
+    assert "relu and tanh RNNs have the same weights: say which" in capsys.readouterr().err
+    assert cli.main(base + ["--module", "decoder", "--mode", "relu"]) == 0
+    assert checkpoint.load(tmp_path / "d.npz").model.rnn_mode == "relu"
+    assert cli.main(["convert", "--from", "onnx", "--to", "checkpoint", "--module", "decoder", "a.onnx", "b.npz"]) == 2
+    assert "--module applies to PyTorch files (--from torch), not to --from onnx" in capsys.readouterr().err
+
+
+def test_a_whole_model_state_dict_in_a_tensor_file_reads_its_recurrent_module(tmp_path):
+    """The same module paths in a safetensors or .npz state_dict of a whole model: other modules' tensors
+    are left out, several recurrent modules need a path."""
+    from compat_tests.interop import convert
+
+    net = Net(torch.nn.LSTM(3, 4, num_layers=2))
+    state = {k: v.detach().numpy() for k, v in net.state_dict().items()}
+    safetensors.save(tmp_path / "net.safetensors", state)
+    model, weights, biases, _ = convert.read("torch", tmp_path / "net.safetensors")
+    assert (model.rnn_mode, model.num_layers, model.num_units) == ("lstm", 2, 4)
+    own = {k[len("encoder.rnn."):]: v for k, v in state.items() if k.startswith("encoder.rnn.")}
+    for got, want in zip(weights + biases, sum(torch_format.from_state_dict(model, own), []), strict=True):
+        assert got.tobytes() == want.tobytes()
+    np.savez(tmp_path / "two.npz", **state, **{"other." + k: v for k, v in own.items()})
+    with pytest.raises(ValueError, match=r"holds 2 recurrent modules, \['encoder.rnn', 'other'\]: say which"):
+        convert.read("torch", tmp_path / "two.npz")
+    assert convert.read("torch", tmp_path / "two.npz", {"module": "other"}).model.num_layers == 2
+    with pytest.raises(ValueError, match="holds no recurrent module 'decoder'"):
+        convert.read("torch", tmp_path / "two.npz", {"module": "decoder"})
+
+
+class GRUWithHead(torch.nn.GRU):
+    """A recurrent module with a submodule of its own: the submodule's entries sit beside its weights."""
+
+    def __init__(self):
+        super().__init__(3, 4)
+        self.head = torch.nn.Linear(4, 2)
+
+
+def test_a_recurrent_modules_own_submodules_are_left_out(tmp_path):
+    module = GRUWithHead()
+    torch.save(module.state_dict(), tmp_path / "sd.pt")
+    got, _ = torch_archive.load_state_dict(tmp_path / "sd.pt")
+    assert sorted(got) == ["bias_hh_l0", "bias_ih_l0", "weight_hh_l0", "weight_ih_l0"]
+    assert got["weight_hh_l0"].tobytes() == module.weight_hh_l0.detach().numpy().tobytes()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Malformed archives, written opcode by opcode
+
+
+def _pickle(entries: dict) -> bytes:
+    """A protocol-2 pickle of ``{name: (storage kind, key, numel, offset, size, stride)}`` as torch.save
+    writes a state_dict, or ``{name: raw opcode bytes}`` for a value written as is."""
+    out = bytearray(b"\x80\x02}(")  # PROTO 2, EMPTY_DICT, MARK
+    for name, value in entries.items():
+        out += b"X" + struct.pack("<I", len(name.encode())) + name.encode()
+        if isinstance(value, bytes):
+            out += value
+            continue
+        kind, key, numel, offset, size, stride = value
+        ints = lambda xs: b"(" + b"".join(b"J" + struct.pack("<i", x) for x in xs) + b"t"  # MARK BININT... TUPLE
+        out += b"ctorch._utils\n_rebuild_tensor_v2\n("
+        out += b"(X\x07\x00\x00\x00storagectorch\n" + kind.encode() + b"\n"
+        out += b"X" + struct.pack("<I", len(key)) + key.encode() + b"X\x03\x00\x00\x00cpu" + b"J" + struct.pack("<i", numel)
+        out += b"tQ" + b"J" + struct.pack("<i", offset) + ints(size) + ints(stride) + b"\x89}tR"
+    return bytes(out + b"u.")  # SETITEMS, STOP
+
+
+def _archive(path, pkl: bytes, members: dict[str, bytes], compress: bool = False, root: str = "archive") -> None:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as z:
+        z.writestr(f"{root}/data.pkl", pkl)
+        z.writestr(f"{root}/byteorder", b"little")
+        z.writestr(f"{root}/version", b"3\n")
+        for name, blob in members.items():
+            z.writestr(f"{root}/{name}", blob)
+
+
+FLOATS = np.arange(6, dtype=np.float32).tobytes()
+GOOD = ("FloatStorage", "0", 6, 0, (2, 3), (3, 1))
+MALFORMED = {
+    "past its storage": ({"weight_ih_l0": ("FloatStorage", "0", 6, 1, (2, 3), (3, 1))}, {"data/0": FLOATS},
+                         r"'weight_ih_l0': a tensor of size \[2, 3\], stride \[3, 1\] from offset 1 reaches past "
+                         r"its storage of 6 elements"),
+    "expanded": ({"weight_ih_l0": ("FloatStorage", "0", 6, 0, (10**9, 6), (0, 1))}, {"data/0": FLOATS},
+                 "reaches past its storage"),
+    "negative stride": ({"weight_ih_l0": ("FloatStorage", "0", 6, 5, (6,), (-1,))}, {"data/0": FLOATS},
+                        r"a tensor of size \(6,\), stride \(-1,\), offset 5"),
+    "short storage": ({"weight_ih_l0": ("FloatStorage", "0", 7, 0, (2, 3), (3, 1))}, {"data/0": FLOATS},
+                      "archive/data/0 holds 24 bytes, not the 28 its storage claims"),
+    "missing storage": ({"weight_ih_l0": GOOD}, {}, "the archive lacks archive/data/0"),
+    "no such dtype": ({"weight_ih_l0": ("QInt8Storage", "0", 6, 0, (2, 3), (3, 1))}, {"data/0": FLOATS},
+                      "'weight_ih_l0': a QInt8Storage"),
+    "not a tensor": ({"weight_ih_l0": b"K\x05"}, {}, "'weight_ih_l0' is not a tensor but a int"),
+    "bad persistent id": ({"weight_ih_l0": b"X\x01\x00\x00\x00xQ"}, {},
+                          "a persistent id that is not a torch.save storage: a str"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_archive_is_refused_naming_why(case, tmp_path):
+    entries, members, message = MALFORMED[case]
+    _archive(tmp_path / "m.pt", _pickle(entries), members)
+    with pytest.raises(ValueError, match=message):
+        torch_archive.load_state_dict(tmp_path / "m.pt")
+
+
+def test_the_opcode_writer_of_these_tests_writes_what_torch_reads(tmp_path):
+    """The malformed cases above differ from this well-formed archive only where they say."""
+    _archive(tmp_path / "m.pt", _pickle({"weight_ih_l0": GOOD}), {"data/0": FLOATS})
+    want = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.array_equal(torch.load(tmp_path / "m.pt", weights_only=True)["weight_ih_l0"].numpy(), want)
+    assert np.array_equal(torch_archive.load_state_dict(tmp_path / "m.pt")[0]["weight_ih_l0"], want)
+
+
+def test_archives_of_other_kinds_are_refused_naming_why(tmp_path):
+    pkl, members = _pickle({"weight_ih_l0": GOOD}), {"data/0": FLOATS}
+    _archive(tmp_path / "compressed.pt", pkl, members, compress=True)
+    _archive(tmp_path / "torchscript.pt", pkl, {**members, "constants.pkl": pkl})
+    for name, message in [("compressed", "is compressed; torch.save stores its members uncompressed"),
+                          ("torchscript", r"a TorchScript archive \(torch.jit.save\), which holds code")]:
+        with pytest.raises(ValueError, match=message):
+            torch_archive.load_state_dict(tmp_path / f"{name}.pt")
+    with zipfile.ZipFile(tmp_path / "two.pt", "w") as z:
+        z.writestr("a/data.pkl", pkl)
+        z.writestr("b/data.pkl", pkl)
+    with pytest.raises(ValueError, match=r"a zip with 2 ROOT/data.pkl members, not a torch.save archive"):
+        torch_archive.load_state_dict(tmp_path / "two.pt")
+
+
+@pytest.mark.parametrize(("pkl", "message"), [
+    (b"\x80\x02}(]K\x01s.", "a dict key of type list"),
+    (b"\x80\x02}" + b"K\x01" + b"\x85" * 200_000 + b"K\x01s.", "a dict key of type tuple, not a string"),
+    (b"\x80\x02h\x07.", "memo entry 7 read before it is written"),
+    (b"\x80\x02K\x01K\x02.", "the pickle ends with a malformed stack"),
+    (b"\x80\x02K\x01", "STOP"),
+    (b"\x80\x02\x81.", "malformed pickle"),
+    (b"\x80\x02ccopyreg\n_reconstructor\n(i__main__\nX\n.", "opcode INST"),
+])
+def test_a_malformed_pickle_is_a_value_error(pkl, message):
+    with pytest.raises(ValueError, match=message):
+        torch_archive.parse_pickle(pkl)
+
+
+@pytest.fixture(scope="module")
+def saved_lstm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("intact") / "lstm.pt"
+    torch.manual_seed(0)
+    torch.save({"model": Net(torch.nn.LSTM(3, 4, proj_size=2, bidirectional=True)).state_dict(), "epoch": 1}, path)
+    return path.read_bytes()
+
+
+@given(data=st.data())
+def test_a_damaged_archive_loads_or_is_refused_naming_it(saved_lstm, data, tmp_path_factory):
+    from compat_tests.interop import convert
+
+    path = tmp_path_factory.mktemp("damaged") / "lstm.pt"
+    path.write_bytes(damaged(data, saved_lstm))
+    try:
+        model, weights, biases, _ = convert.read("torch", path)
+    except (ValueError, TypeError) as exc:
+        assert str(path) in str(exc), exc
+        return
+    x = np.zeros((2, 1, model.input_size), model.dtype)
+    with np.errstate(all="ignore"):
+        model(x, None, None, model.canonical_to_params(weights, biases))
+
+
+def test_infer_runs_a_torch_save_file_as_torch_does(tmp_path, capsys):
+    """``rnn-compat infer --from torch`` on a pickled ``nn.RNN`` (which says relu itself): the outputs of the
+    reference on the weights torch holds, bit for bit (the converter's outputs against torch's own are
+    ``test_interop.py``'s)."""
+    torch.manual_seed(3)
+    rnn = torch.nn.RNN(3, 5, num_layers=2, nonlinearity="relu", bidirectional=True)
+    torch.save(rnn, tmp_path / "rnn.pt")
+    x = torch.randn(6, 2, 3)
+    np.save(tmp_path / "x.npy", x.numpy())
+    assert cli.main(["infer", "--from", "torch", str(tmp_path / "rnn.pt"), str(tmp_path / "x.npy"),
+                     "--out", str(tmp_path / "y.npz")]) == 0
+    state = {k: v.detach().numpy() for k, v in rnn.state_dict().items()}
+    model = reference.CudnnRNNRelu(2, 5, 3, direction="bidirectional")
+    want = model(x.numpy(), None, model.canonical_to_params(*torch_format.from_state_dict(model, state)))
+    with np.load(tmp_path / "y.npz", allow_pickle=False) as got:
+        for name, mine in zip(("output", "output_h"), want, strict=True):
+            assert got[name].tobytes() == mine.tobytes(), name
+    assert cli.main(["infer", "--from", "torch", "--mode", "tanh", str(tmp_path / "rnn.pt"),
+                     str(tmp_path / "x.npy")]) == 2
+    assert "rnn_mode is 'relu', not 'tanh'" in capsys.readouterr().err
