@@ -87,8 +87,8 @@ def _rebuild_parameter(data, requires_grad=False, hooks=None, state=None):
     return data
 
 
-def _ordered_dict(items=()):
-    return dict(items)
+def _ordered_dict():
+    return {}  # torch.save writes OrderedDict() and then its items (SETITEMS), each key checked there
 
 
 def _encode(text, encoding="latin1"):
