@@ -207,6 +207,10 @@ def test_a_whole_model_state_dict_in_a_tensor_file_reads_its_recurrent_module(tm
     assert convert.read("torch", tmp_path / "two.npz", {"module": "other"}).model.num_layers == 2
     with pytest.raises(ValueError, match="holds no recurrent module 'decoder'"):
         convert.read("torch", tmp_path / "two.npz", {"module": "decoder"})
+    convert.write("torch", tmp_path / "ours.npz", model, weights, biases)  # one model's tensors and its config
+    with pytest.raises(ValueError, match="carries one model's weights \\(and its config\\), not a module 'rnn'"):
+        convert.read("torch", tmp_path / "ours.npz", {"module": "rnn"})
+    assert convert.read("torch", tmp_path / "ours.npz").model.num_units == 4
 
 
 class GRUWithHead(torch.nn.GRU):
