@@ -5,6 +5,7 @@ damaged and malformed archives refused naming why."""
 from __future__ import annotations
 
 import pickle
+import pickletools
 import struct
 import zipfile
 
@@ -139,8 +140,9 @@ def test_shared_and_self_referencing_containers_are_built_as_pickled():
 
 
 def test_code_a_file_names_is_never_run(tmp_path):
-    """A pickle that would open (create) a file when unpickled: torch.load runs it, the reader does not, and
-    refuses it where the weights should be, naming what it is."""
+    """A pickle that would open (create) a file when unpickled (its opcodes reduce ``io.open`` on the path,
+    which any unpickler calls; checked with ``pickletools``, since this suite unpickles nothing): the reader
+    does not open it, reads the weights beside it, and refuses it where the weights should be, naming it."""
     marker = tmp_path / "ran"
 
     class Payload:
@@ -150,9 +152,11 @@ def test_code_a_file_names_is_never_run(tmp_path):
     rnn = torch.nn.GRU(2, 3)
     torch.save({"rnn": rnn.state_dict(), "extra": Payload()}, tmp_path / "beside.pt")
     torch.save({**rnn.state_dict(), "weight_hh_l0": Payload()}, tmp_path / "inside.pt")
-    torch.load(tmp_path / "beside.pt", weights_only=False)
-    assert marker.exists()  # the payload is live
-    marker.unlink()
+    with zipfile.ZipFile(tmp_path / "beside.pt") as z:
+        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(z.read("beside/data.pkl")) if op.name != "BINPUT"]
+    call = ops.index(("GLOBAL", "io open"))  # the payload is live: io.open(marker, "w")
+    assert ops[call:call + 5] == [("GLOBAL", "io open"), ("BINUNICODE", str(marker)), ("BINUNICODE", "w"),
+                                  ("TUPLE2", None), ("REDUCE", None)], ops[call:call + 5]
     got, _ = torch_archive.load_state_dict(tmp_path / "beside.pt")
     assert got["weight_ih_l0"].tobytes() == rnn.weight_ih_l0.detach().numpy().tobytes()
     with pytest.raises(ValueError, match=r"'weight_hh_l0' is not a tensor but a io\.open"):
@@ -289,11 +293,16 @@ def test_a_malformed_archive_is_refused_naming_why(case, tmp_path):
         torch_archive.load_state_dict(tmp_path / "m.pt")
 
 
-def test_the_opcode_writer_of_these_tests_writes_what_torch_reads(tmp_path):
-    """The malformed cases above differ from this well-formed archive only where they say."""
+def test_the_opcode_writer_of_these_tests_writes_what_torch_save_writes(tmp_path):
+    """The malformed cases above differ from this well-formed archive only where they say: it describes the
+    same tensor as torch.save's file of it (parsed, not unpickled), in the same members."""
     _archive(tmp_path / "m.pt", _pickle({"weight_ih_l0": GOOD}), {"data/0": FLOATS})
     want = np.arange(6, dtype=np.float32).reshape(2, 3)
-    assert np.array_equal(torch.load(tmp_path / "m.pt", weights_only=True)["weight_ih_l0"].numpy(), want)
+    torch.save({"weight_ih_l0": torch.from_numpy(want)}, tmp_path / "torch.pt")
+    with torch_archive.Archive(tmp_path / "m.pt") as ours, torch_archive.Archive(tmp_path / "torch.pt") as theirs:
+        assert ours.obj == theirs.obj
+    members = [{n.split("/", 1)[1] for n in zipfile.ZipFile(tmp_path / name).namelist()} for name in ("m.pt", "torch.pt")]
+    assert members[0] <= members[1], members
     assert np.array_equal(torch_archive.load_state_dict(tmp_path / "m.pt")[0]["weight_ih_l0"], want)
 
 
