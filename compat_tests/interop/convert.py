@@ -72,23 +72,10 @@ def _read(fmt: str, path: str | Path, overrides: dict):
         return Read(*import_model(path, overrides))
     if fmt == "keras" and keras_file.is_keras_file(path):  # Keras's own .keras / .h5 files
         return Read(*keras_file.read(path, overrides))
-    if fmt == "torch" and Path(path).suffix not in checkpoint.SUFFIXES and torch_archive.is_torch_file(path):
-        # torch.save's own file, parsed, never unpickled
-        tensors, nonlinearity = torch_archive.load_state_dict(path, module)
-        found = torch.config_from_state_dict(tensors, nonlinearity or overrides.get("rnn_mode"))
-        model = checkpoint.model_from_config(_config(found, overrides, str(path), False), holds=len(tensors))
-        return Read(model, *torch.from_state_dict(model, tensors))
+    if fmt == "torch":
+        return _read_torch(path, overrides, module)
     tensors, found = checkpoint.read_tensors(path)
     carried = found is not None
-    if fmt == "torch":
-        if found is None:  # a whole model's state_dict: its recurrent module's tensors
-            modules = torch.module_tensors(tensors)
-            tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors
-            found = torch.config_from_state_dict(tensors, overrides.get("rnn_mode"))
-        elif module:
-            raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
-        model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
-        return Read(model, *torch.from_state_dict(model, tensors))
     if fmt == "keras":
         model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
         names = [[f"layer{k}/{n}" for n in ("kernel", "recurrent_kernel", "bias")]
@@ -103,6 +90,27 @@ def _read(fmt: str, path: str | Path, overrides: dict):
             raise ValueError(f"has tensors {model!r} does not: {extra[:3]}{' ...' if len(extra) > 3 else ''}")
         return Read(model, *keras.from_keras(model, [[tensors[n] for n in layer] for layer in names]))
     raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
+
+
+def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
+    """A file ``torch.save`` wrote (parsed, never unpickled), or a state_dict in a safetensors or ``.npz`` file
+    (ours, with its config, or a foreign one: a whole model's, whose recurrent module ``module`` picks)."""
+    nonlinearity = None  # what a pickled nn.RNN says of itself
+    if Path(path).suffix not in checkpoint.SUFFIXES and torch_archive.is_torch_file(path):
+        tensors, nonlinearity = torch_archive.load_state_dict(path, module)
+        found = None
+    else:
+        tensors, found = checkpoint.read_tensors(path)
+        if found is None:  # a whole model's state_dict: its recurrent module's tensors
+            modules = torch.module_tensors(tensors)
+            tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors
+        elif module:
+            raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
+    carried = found is not None
+    if found is None:
+        found = torch.config_from_state_dict(tensors, nonlinearity or overrides.get("rnn_mode"))
+    model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
+    return Read(model, *torch.from_state_dict(model, tensors))
 
 
 def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None = None) -> None:
