@@ -381,7 +381,7 @@ def test_restored_bias_halves_sum_to_the_saved_bias_exactly(dtype):
 
 # Every format a file can come in, one file set each (the TF bundle is two files).
 DAMAGEABLE = [("checkpoint", "gru.npz"), ("checkpoint", "gru.safetensors"), ("torch", "gru.npz"),
-              ("keras", "gru.npz"), ("keras", "gru.keras"), ("onnx", "gru.onnx"), ("tf", "gru")]
+              ("torch", "gru.pt"), ("keras", "gru.npz"), ("keras", "gru.keras"), ("onnx", "gru.onnx"), ("tf", "gru")]
 
 
 @pytest.fixture(scope="module")
@@ -584,8 +584,8 @@ def test_infer_refuses_a_damaged_input_naming_it(tmp_path, capsys):
     assert f"{tmp_path / 'x.npy'}: not a readable NumPy file (TokenError" in capsys.readouterr().err
 
 
-WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "w.safetensors"), ("keras", "w.npz"),
-           ("keras", "w.keras"), ("onnx", "w.onnx"), ("tf", "w"), ("infer", "y.npz"), ("infer", "y.npy")]
+WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "w.safetensors"), ("torch", "w.pt"),
+           ("keras", "w.npz"), ("keras", "w.keras"), ("onnx", "w.onnx"), ("tf", "w"), ("infer", "y.npz"), ("infer", "y.npy")]
 
 
 @pytest.mark.parametrize(("fmt", "name"), WRITTEN, ids=lambda v: v)
@@ -991,8 +991,9 @@ def test_a_foreign_torch_file_needs_only_the_mode(tmp_path):
     assert repr(checkpoint.load(tmp_path / "c.npz").model) == repr(cfg.model())
 
 
-@pytest.mark.parametrize(("fmt", "name"), [("torch", "w.safetensors"), ("keras", "w.npz"), ("onnx", "w.onnx"),
-                                          ("tf", "w"), ("checkpoint", "w.safetensors")], ids=lambda v: v)
+@pytest.mark.parametrize(("fmt", "name"), [("torch", "w.safetensors"), ("torch", "w.pt"), ("keras", "w.npz"),
+                                          ("onnx", "w.onnx"), ("tf", "w"), ("checkpoint", "w.safetensors")],
+                         ids=lambda v: v)
 def test_infer_runs_weights_of_every_format_directly(fmt, name, tmp_path, capsys):
     """``rnn-compat infer --from FORMAT`` runs a file of any format as ``convert`` would read it: the same
     outputs, bit for bit, as the checkpoint it was written from, and the reference's within the policy."""
@@ -1993,6 +1994,7 @@ OPTION_SOURCES = {
     "checkpoint": lambda p, m, c: checkpoint.save(p / "w.npz", m, c.weights, c.biases) or p / "w.npz",
     "tf-named-foreign": lambda p, m, c: _tf_named_without_config(p / "w.npz", m, c) or p / "w.npz",
     "torch": lambda p, m, c: _write("torch", p / "w.npz", m, c),
+    "torch-pt": lambda p, m, c: _write("torch", p / "w.pt", m, c),  # torch.save's format, with our config
     "torch-foreign": lambda p, m, c: checkpoint.write_tensors(
         p / "w.npz", torch_format.to_state_dict(m, c.weights, c.biases), None) or p / "w.npz",
     "keras": lambda p, m, c: _write("keras", p / "w.npz", m, c),

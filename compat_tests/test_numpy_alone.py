@@ -89,11 +89,15 @@ def test_inference_conversion_and_a_reference_report_need_numpy_alone(tmp_path):
                                            f"{t}/model.ckpt"]),
                        ("infer tf", ["infer", f"{t}/model.ckpt", f"{t}/x.npy", "--out", f"{t}/y_tf.npz"]),
                        ("checkpoint->keras", ["convert", "--from", "checkpoint", "--to", "keras",
-                                              f"{t}/ck.safetensors", f"{t}/keras.npz"])]:
+                                              f"{t}/ck.safetensors", f"{t}/keras.npz"]),
+                       ("checkpoint->torch.save", ["convert", "--from", "checkpoint", "--to", "torch",
+                                                   f"{t}/ck.safetensors", f"{t}/m.pt"]),
+                       ("infer torch.save", ["infer", "--from", "torch", f"{t}/m.pt", f"{t}/x.npy",
+                                             "--out", f"{t}/y_pt.npz"])]:
         run, tried = rnn_compat(name, *args)
         assert run.returncode == 0 and tried == [], (name, tried, run.stderr)
     expected = dict(np.load(tmp_path / "expected.npz", allow_pickle=False))
-    for name in ("y.npz", "y_tf.npz"):  # infer runs the same reference, bit for bit
+    for name in ("y.npz", "y_tf.npz", "y_pt.npz"):  # infer runs the same reference, bit for bit
         with np.load(tmp_path / name, allow_pickle=False) as y:
             assert all(np.array_equal(y[k], v) for k, v in expected.items()), name
 

@@ -1,9 +1,11 @@
 """PyTorch's own files (``torch.save``), read without unpickling (``reference.formats.torch_archive``): every
 tensor as torch holds it, state_dicts found in checkpoints and whole models, code a file names never run,
-damaged and malformed archives refused naming why."""
+damaged and malformed archives refused naming why; and written with NumPy alone
+(``reference.formats.torch_save``): what torch.save writes, byte for byte, which torch loads and runs."""
 
 from __future__ import annotations
 
+import collections
 import pickle
 import pickletools
 import struct
@@ -16,11 +18,14 @@ from hypothesis import strategies as st
 
 from compat_tests import cli
 import reference
-from compat_tests.strategies import damaged
+from compat_tests.compare import assert_agree_within_policy
+from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
+from compat_tests.peers import PEERS
+from compat_tests.strategies import damaged, rnn_configs
 from reference import checkpoint
 from reference.formats import safetensors
 from reference.formats import torch as torch_format
-from reference.formats import torch_archive
+from reference.formats import torch_archive, torch_save
 
 torch = pytest.importorskip("torch", reason="the files under test are written by torch.save")
 
@@ -53,7 +58,7 @@ CONTAINERS = {
 
 
 @st.composite
-def torch_rnns(draw):
+def torch_rnns(draw, dtypes=tuple(sorted(DTYPES))):
     mode = draw(st.sampled_from(sorted(MODULES)), label="mode")
     cls, kwargs = MODULES[mode]
     hidden = draw(st.integers(2, 5), label="hidden")
@@ -64,7 +69,7 @@ def torch_rnns(draw):
                                  num_layers=draw(st.integers(1, 3), label="num_layers"),
                                  bidirectional=draw(st.booleans(), label="bidirectional"),
                                  bias=draw(st.booleans(), label="bias"), **kwargs)
-    return mode, rnn.to(DTYPES[draw(st.sampled_from(sorted(DTYPES)), label="dtype")])
+    return mode, rnn.to(DTYPES[draw(st.sampled_from(dtypes), label="dtype")])
 
 
 def _numpy(t) -> np.ndarray:
@@ -141,7 +146,7 @@ def test_shared_and_self_referencing_containers_are_built_as_pickled():
 
 def test_code_a_file_names_is_never_run(tmp_path):
     """A pickle that would open (create) a file when unpickled (its opcodes reduce ``io.open`` on the path,
-    which any unpickler calls; checked with ``pickletools``, since this suite unpickles nothing): the reader
+    which any unpickler calls; checked with ``pickletools``, since unpickling it would run it): the reader
     does not open it, reads the weights beside it, and refuses it where the weights should be, naming it."""
     marker = tmp_path / "ran"
 
@@ -379,3 +384,111 @@ def test_infer_runs_a_torch_save_file_as_torch_does(tmp_path, capsys):
     assert cli.main(["infer", "--from", "torch", "--mode", "tanh", str(tmp_path / "rnn.pt"),
                      str(tmp_path / "x.npy")]) == 2
     assert "rnn_mode is 'relu', not 'tanh'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Written here for PyTorch (reference.formats.torch_save)
+
+
+def _members(path) -> dict[str, tuple[bytes, int]]:
+    """Each member's bytes and the offset in the file at which they start (read off its local header)."""
+    raw = path.read_bytes()
+    out = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+            out[info.filename] = (z.read(info), info.header_offset + 30 + name_len + extra_len)
+    return out
+
+
+@given(rnn=torch_rnns(dtypes=("float16", "float32", "float64")))
+def test_a_pt_file_written_here_is_what_torch_save_writes(rnn, tmp_path_factory):
+    """A module's state_dict written with NumPy alone: its pickle and every storage byte for byte as torch.save
+    writes them, the same members (but for the serialization id, which torch.save draws at random), each
+    starting on a 64-byte boundary, as torch's writer aligns them for ``torch.load(mmap=True)``."""
+    _, module = rnn
+    ours, theirs = (tmp_path_factory.mktemp(side) / "sd.pt" for side in ("ours", "theirs"))
+    torch_save.write_state_dict(ours, {k: v.numpy() for k, v in module.state_dict().items()})
+    torch.save(module.state_dict(), theirs)
+    mine, want = _members(ours), _members(theirs)
+    assert sorted(mine) == sorted(want)
+    for name, (blob, _) in want.items():
+        assert name == "sd/.data/serialization_id" or mine[name][0] == blob, name
+    assert all(start % torch_save.ALIGNMENT == 0 for _, start in mine.values()), mine
+
+
+@given(cfg=rnn_configs(PEERS["torch-cpu"].capabilities, dtypes_=("float32", "float64"), max_layers=2, max_units=5,
+                       max_input=4, max_time=5, max_batch=3),
+       suffix=st.sampled_from(torch_save.SUFFIXES), mmap=st.booleans())
+def test_torch_loads_and_runs_a_pt_file_converted_here(cfg, suffix, mmap, tmp_path_factory):
+    """``convert --to torch m.pt``: ``torch.load`` (weights only, its safe loader, on a file this test just
+    wrote; mapped or read) gives the state_dict tensors bit for bit, an ``nn.RNN``/``LSTM``/``GRU`` loads them
+    strictly and runs to the reference's outputs within the torch-cpu peer's budget, and the file reads back
+    as the same model (relu or tanh included: it carries its config) and weights."""
+    from compat_tests.interop import convert
+    from compat_tests.peers.torch_peers import _numpy as from_torch
+    from compat_tests.peers.torch_peers import _Run
+
+    case, model = make_case(cfg), cfg.model()
+    path = tmp_path_factory.mktemp("pt") / f"m{suffix}"
+    convert.write("torch", path, model, case.weights, case.biases)
+    loaded = torch.load(path, weights_only=True, mmap=mmap)
+    want = torch_format.to_state_dict(model, case.weights, case.biases)
+    assert list(loaded) == list(want)
+    assert all(loaded[k].numpy().tobytes() == v.tobytes() and loaded[k].dtype == DTYPES[cfg.dtype]
+               for k, v in want.items())
+    with torch.no_grad():
+        run = _Run(cfg, case, requires_grad=False, device="cpu", state_dict=loaded)
+    got = Outputs(*(None if t is None else from_torch(cfg, t, is_state) for t, is_state in
+                    ((run.y, False), (run.h, True), (run.c, True))))
+    assert_agree_within_policy(cfg, case, got, run_reference(cfg, case), peer="torch-cpu")
+    back = convert.read("torch", path)
+    assert repr(back.model) == repr(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(back.weights + back.biases, case.weights + case.biases,
+                                                          strict=True))
+
+
+def test_a_large_state_dict_is_pickled_as_torch_save_pickles_it(tmp_path):
+    """2,500 entries (items in batches of 1,000, memo indices past 255) and sizes past one and two bytes: the
+    pickle byte for byte as torch.save's of the same tensors under a module's ``_metadata``."""
+    tensors = {f"t{k}": np.full((k % 3 + 1,), k, np.float32) for k in range(2500)}
+    tensors |= {"wide": np.ones((3, 100), np.float64), "wider": np.zeros((70_000,), np.float16)}
+    torch_save.write_state_dict(tmp_path / "many.pt", tensors)
+    state = collections.OrderedDict((k, torch.from_numpy(v)) for k, v in tensors.items())
+    state._metadata = collections.OrderedDict([("", {"version": 1})])  # as a module's state_dict() carries
+    (tmp_path / "torch").mkdir()
+    torch.save(state, tmp_path / "torch" / "many.pt")
+    mine, want = _members(tmp_path / "many.pt"), _members(tmp_path / "torch" / "many.pt")
+    assert mine["many/data.pkl"][0] == want["many/data.pkl"][0]
+    assert mine["many/data/2501"][0] == want["many/data/2501"][0]
+
+
+def test_a_member_past_zip64s_limit_starts_aligned_too(tmp_path, monkeypatch):
+    """zipfile adds a zip64 field to a large member's local header, which the padding allows for (the limit
+    lowered here, so that a small tensor counts as large); torch and the reader here read the file."""
+    monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 4096)
+    tensors = {"weight_ih_l0": np.arange(8192, dtype=np.float32).reshape(512, 16),
+               "weight_hh_l0": np.ones((512, 128), np.float32)}
+    torch_save.write_state_dict(tmp_path / "big.pt", tensors)
+    monkeypatch.undo()
+    members = _members(tmp_path / "big.pt")
+    assert all(start % torch_save.ALIGNMENT == 0 for _, start in members.values()), members
+    with zipfile.ZipFile(tmp_path / "big.pt") as z:
+        assert len(z.getinfo("big/data/0").extra) > 20  # it has its zip64 field (besides the padding)
+    loaded = torch.load(tmp_path / "big.pt", weights_only=True, mmap=True)
+    got, _ = torch_archive.load_state_dict(tmp_path / "big.pt")
+    for name, array in tensors.items():
+        assert np.array_equal(loaded[name].numpy(), array) and np.array_equal(got[name], array), name
+
+
+def test_pytorch_files_are_written_under_pytorchs_names_only(tmp_path):
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("tanh", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    with pytest.raises(ValueError, match=r"a PyTorch file must end in \.pt or \.pth \(torch\.save's format\) "
+                                         r"or \.safetensors or \.npz, got 'w\.bin'"):
+        convert.write("torch", tmp_path / "w.bin", cfg.model(), case.weights, case.biases)
+    with pytest.raises(TypeError, match=r"tensor 'weight_ih_l0': dtype int32, expected float16, float32 or float64"):
+        torch_save.write_state_dict(tmp_path / "w.pt", {"weight_ih_l0": np.zeros((2, 2), np.int32)})
+    assert not list(tmp_path.iterdir())

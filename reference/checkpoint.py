@@ -128,13 +128,13 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
     path = Path(path)
     if path.suffix == ".safetensors":
         tensors, metadata = safetensors.load(path)
-        return tensors, _config(metadata.get(CONFIG_KEY), path)
+        return tensors, parse_config(metadata.get(CONFIG_KEY), path)
     if path.suffix == ".npz":
         tensors = load_arrays(path)
         if not isinstance(tensors, dict):
             raise ValueError(f"{path}: holds a single array, not an .npz archive of named tensors")
         raw = tensors.pop(NPZ_CONFIG, None)
-        return tensors, None if raw is None else _config(raw.tobytes().decode(errors="replace"), path)
+        return tensors, None if raw is None else parse_config(raw.tobytes().decode(errors="replace"), path)
     if tf_bundle.is_bundle(path):
         raise ValueError(f"{path}: a TensorFlow checkpoint (tensor bundle); load it with reference.checkpoint.load "
                          "or `rnn-compat convert --from tf`")
@@ -222,7 +222,8 @@ def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
         return loaded
 
 
-def _config(text: str | None, path) -> dict | None:
+def parse_config(text: str | None, path) -> dict | None:
+    """The model config a file carries as JSON text (``None``: none); errors name the file."""
     if text is None:
         return None
     try:

@@ -3,7 +3,8 @@
 Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), ``torch`` (a file ``torch.save``
 wrote, parsed without unpickling by ``reference.formats.torch_archive``: a state_dict, a training checkpoint
 holding one, or a whole model; or a ``state_dict`` saved with safetensors or ``numpy.savez``; in a whole
-model's, the recurrent module's tensors, picked by ``module`` where there are several), ``keras`` (Keras's own
+model's, the recurrent module's tensors, picked by ``module`` where there are several; written as
+``torch.save`` writes a state_dict for a ``.pt``/``.pth`` name, by ``reference.formats.torch_save``), ``keras`` (Keras's own
 files, ``.keras`` models and ``.h5``/``.weights.h5`` models or weights, see ``keras_file``; or per
 pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from reference import checkpoint
-from reference.formats import keras, tf, tf_bundle, torch, torch_archive
+from reference.formats import keras, tf, tf_bundle, torch, torch_archive, torch_save
 
 from . import keras_file
 
@@ -96,17 +97,19 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
     """A file ``torch.save`` wrote (parsed, never unpickled), or a state_dict in a safetensors or ``.npz`` file
     (ours, with its config, or a foreign one: a whole model's, whose recurrent module ``module`` picks)."""
     nonlinearity = None  # what a pickled nn.RNN says of itself
-    if Path(path).suffix not in checkpoint.SUFFIXES and torch_archive.is_torch_file(path):
-        tensors, nonlinearity = torch_archive.load_state_dict(path, module)
-        found = None
+    archive = Path(path).suffix not in checkpoint.SUFFIXES and torch_archive.is_torch_file(path)
+    if archive:  # ours carry their config beside the state_dict
+        found = checkpoint.parse_config(torch_archive.carried_config(path), path)
     else:
         tensors, found = checkpoint.read_tensors(path)
-        if found is None:  # a whole model's state_dict: its recurrent module's tensors
-            modules = torch.module_tensors(tensors)
-            tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors
-        elif module:
-            raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
     carried = found is not None
+    if carried and module:
+        raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
+    if archive:
+        tensors, nonlinearity = torch_archive.load_state_dict(path, module)
+    elif not carried:  # a whole model's state_dict: its recurrent module's tensors
+        modules = torch.module_tensors(tensors)
+        tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors
     if found is None:
         found = torch.config_from_state_dict(tensors, nonlinearity or overrides.get("rnn_mode"))
     model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
@@ -122,7 +125,12 @@ def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None 
     if fmt == "checkpoint":
         checkpoint.save(path, model, weights, biases, scope)
     elif fmt == "torch":
-        checkpoint.write_tensors(path, torch.to_state_dict(model, weights, biases), config)
+        suffix = Path(path).suffix
+        if suffix not in torch_save.SUFFIXES + checkpoint.SUFFIXES:
+            raise ValueError(f"a PyTorch file must end in {' or '.join(torch_save.SUFFIXES)} (torch.save's format) "
+                             f"or {' or '.join(checkpoint.SUFFIXES)}, got {Path(path).name!r}")
+        write_state_dict = torch_save.write_state_dict if suffix in torch_save.SUFFIXES else checkpoint.write_tensors
+        write_state_dict(path, torch.to_state_dict(model, weights, biases), config)
     elif fmt == "keras" and keras_file.is_keras_file(path):
         keras_file.write(path, model, weights, biases)
     elif fmt == "keras":

@@ -90,9 +90,11 @@ def _numpy(cfg: RNNConfig, t, is_state: bool) -> np.ndarray:
 
 
 class _Run:
-    """One forward pass of ``case`` through an ``nn.RNN``/``LSTM``/``GRU`` holding the canonical weights."""
+    """One forward pass of ``case`` through an ``nn.RNN``/``LSTM``/``GRU`` holding the canonical weights (or
+    ``state_dict``, torch tensors by name as ``torch.load`` gives them, loaded instead)."""
 
-    def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool, device: str) -> None:
+    def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool, device: str,
+                 state_dict: dict | None = None) -> None:
         import torch
 
         torch.set_num_threads(1)  # OpenBLAS and torch's pools spin against each other on 2 cores
@@ -100,8 +102,10 @@ class _Run:
         torch.backends.cuda.matmul.allow_tf32 = False
         dtype = getattr(torch, cfg.dtype)
         self.module = _module(cfg, dtype)
-        state = to_state_dict(cfg.model(), case.weights, case.biases)
-        self.module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        if state_dict is None:
+            state = to_state_dict(cfg.model(), case.weights, case.biases)
+            state_dict = {k: torch.from_numpy(v) for k, v in state.items()}
+        self.module.load_state_dict(state_dict)
         self.module.to(device)
 
         def state(a: np.ndarray | None, width: int):

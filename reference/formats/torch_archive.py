@@ -28,6 +28,7 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from .torch import module_tensors, pick_module
+from .torch_save import CONFIG_MEMBER
 
 # Storage classes of ``torch.save`` and their NumPy dtypes; bfloat16 (no NumPy dtype) is widened to float32,
 # exactly (a bfloat16 is the upper half of a float32).
@@ -321,6 +322,8 @@ class Archive:
             raise ValueError(f"byteorder {order[:16]!r}, not 'little' or 'big'")
         self.byteorder = "<" if order in (None, b"little") else ">"
         self.obj = parse_pickle(self._member("data.pkl"))
+        config = self._member(CONFIG_MEMBER, optional=True)
+        self.config = None if config is None else config.decode(errors="replace")  # our files' model config
         self._storages: dict[str, np.ndarray] = {}
 
     def close(self) -> None:
@@ -507,8 +510,15 @@ def load_state_dict(path: str | Path, module: str | None = None) -> tuple[dict[s
         return out, modules[name].nonlinearity
 
 
+def carried_config(path: str | Path) -> str | None:
+    """The model config (JSON text) that a file :mod:`reference.formats.torch_save` wrote carries beside its
+    state_dict; ``None`` for any other ``torch.save`` file."""
+    with Archive(path) as archive:
+        return archive.config
+
+
 def _qualified(module: str, key: str) -> str:
     return repr(f"{module}.{key}" if module else key)
 
 
-__all__ = ["Archive", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict"]
+__all__ = ["Archive", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict", "carried_config"]
