@@ -5,6 +5,7 @@ something else or cannot be told from the file."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -218,6 +219,25 @@ def test_a_written_keras_file_loads_in_keras_and_runs_to_the_reference(keras, cf
     assert_agree_within_policy(cfg, case, restored, run_reference(cfg, case))  # summed biases: split in halves
     if cfg.mode == "gru":  # both bias sets kept: bit for bit
         assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases))
+
+
+@pytest.mark.parametrize("cfg", WRITE_CONFIGS, ids=lambda c: c.short())
+def test_keras_loads_a_weights_file_written_here_into_its_model(keras, cfg, tmp_path):
+    """``m.weights.h5`` (other weights than the model's) goes into the model a ``.keras`` file holds through
+    ``model.load_weights``: Keras then holds them, bit for bit, and runs to the reference's outputs on them."""
+    case, model = make_case(cfg), cfg.model()
+    other = make_case(dataclasses.replace(cfg, seed=cfg.seed + 1))
+    keras_file.write(tmp_path / "m.keras", model, case.weights, case.biases)
+    keras_file.write(tmp_path / "other.weights.h5", model, other.weights, other.biases)
+    net = keras.saving.load_model(tmp_path / "m.keras")
+    net.load_weights(tmp_path / "other.weights.h5")
+    flat = [w for layer in keras_format.to_keras(model, other.weights, other.biases) for w in layer]
+    assert [np.asarray(w).tobytes() for w in net.get_weights()] == [w.tobytes() for w in flat]
+    if cfg.dtype != "float64":  # Keras computes float64 RNNs in float32 (known_divergences.py)
+        got = keras.ops.convert_to_numpy(net.predict(other.x, verbose=0))
+        verdict = judge("keras", cfg.dtype, "output", error_stats(got, run_reference(cfg, other).output.astype(np.float64)),
+                        sensitivity(cfg, other)["output"])
+        assert verdict.passed, verdict.explain("output")
 
 
 def test_convert_and_infer_take_keras_files(keras, tmp_path):
@@ -638,16 +658,30 @@ def test_a_weights_file_without_recurrent_weights_is_refused(tmp_path):
         keras_file.read(tmp_path / "w.weights.h5")
 
 
+def test_the_legacy_h5_formats_are_not_written(tmp_path):
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    with pytest.raises(ValueError, match=r"a Keras file is written as \.keras \(a model\) or \.weights\.h5 \(its "
+                                         r"weights\), got 'm\.h5' \(the legacy \.h5 formats are read only\)"):
+        convert.write("keras", tmp_path / "m.h5", cfg.model(), case.weights, case.biases)
+    assert not list(tmp_path.iterdir())
+
+
 @settings(max_examples=30)  # each read is a child process
 @given(cfg=rnn_configs(Capabilities(skip_input=False, projection=False), max_layers=3, max_units=5, max_input=4,
-                       max_time=3, max_batch=2))  # what a Keras file can hold: no skip_input, no projection
-def test_a_written_keras_file_reads_back_as_the_same_model(cfg, tmp_path_factory):
-    """Without Keras: every config Keras can hold, every float dtype, written and read back is the same model
-    with the same weights (summed biases split in halves, bit for bit their sum; the cuDNN GRU's both kept)."""
+                       max_time=3, max_batch=2),  # what a Keras file can hold: no skip_input, no projection
+       name=st.sampled_from(["m.keras", "m.weights.h5"]))
+def test_a_written_keras_file_reads_back_as_the_same_model(cfg, name, tmp_path_factory):
+    """Without Keras: every config Keras can hold, every float dtype, written (a model or its weights) and read
+    back is the same model with the same weights (summed biases split in halves, bit for bit their sum; the cuDNN
+    GRU's both kept); a weights file says the rest but relu from tanh."""
     case, model = make_case(cfg), cfg.model()
-    path = tmp_path_factory.mktemp("written") / "m.keras"
+    path = tmp_path_factory.mktemp("written") / name
     keras_file.write(path, model, case.weights, case.biases)
-    back, weights, biases = keras_file.read(path)
+    told = {"rnn_mode": cfg.mode} if name.endswith(".weights.h5") and cfg.mode in ("relu", "tanh") else {}
+    back, weights, biases = keras_file.read(path, told)
     assert repr(back) == repr(model)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights, case.weights))
     per_layer = keras_format.to_keras(model, case.weights, case.biases)

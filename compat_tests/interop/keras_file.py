@@ -5,7 +5,9 @@
 - ``.h5``/``.hdf5``: the legacy HDF5 format of tf.keras / Keras 2 (and of Keras 3's ``save_model(m,
   "m.h5")``): a whole model (its config in the ``model_config`` attribute) or weights alone
   (``save_weights``);
-- ``.weights.h5``: weights alone, as Keras 3's ``save_weights`` writes them.
+- ``.weights.h5``: weights alone, as Keras 3's ``save_weights`` writes them; written here for
+  ``model.load_weights`` into the model a ``.keras`` file written here holds (a ``Sequential`` of the recurrent
+  layers, or any model whose layers are those).
 
 A model file is read as the stack of its recurrent layers (``SimpleRNN``, ``GRU``, ``LSTM``, tf.keras 2's
 ``CuDNNLSTM`` and ``CuDNNGRU``, each alone or in a ``Bidirectional``), once ``keras_stack`` finds its config to
@@ -367,11 +369,14 @@ def keras_config(model) -> dict:
 
 
 def write(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray]) -> None:
-    """``model`` with its canonical weights as a ``.keras`` archive that ``keras.saving.load_model`` loads."""
-    h5py = require("h5py", "writing a Keras .keras file")
+    """``model`` with its canonical weights as a ``.keras`` archive that ``keras.saving.load_model`` loads, or
+    its weights alone as a ``.weights.h5`` file that ``model.load_weights`` loads (Keras 3's formats)."""
     path = Path(path)
-    if path.suffix != ".keras":
-        raise ValueError(f"a Keras model file is written as .keras, got {path.name!r} (read-only: .h5, .weights.h5)")
+    weights_only = path.name.endswith(".weights.h5")
+    if path.suffix != ".keras" and not weights_only:
+        raise ValueError(f"a Keras file is written as .keras (a model) or .weights.h5 (its weights), got "
+                         f"{path.name!r} (the legacy .h5 formats are read only)")
+    h5py = require("h5py", f"writing a Keras {'.weights.h5' if weights_only else '.keras'} file")
     per_direction = keras_weights.to_keras(model, weights, biases)
     config = keras_config(model)
     recurrent = [e for e in config["config"]["layers"] if is_recurrent(e["class_name"])]
@@ -392,6 +397,10 @@ def write(path: str | Path, model, weights: list[np.ndarray], biases: list[np.nd
                 vars_.attrs["name"] = snake_case(cell["class_name"]) + "_cell"
                 for i, array in enumerate(per_direction[k * model.num_dirs + d]):
                     vars_.create_dataset(str(i), data=array)
+    if weights_only:
+        with replacing(path) as partial:
+            partial.write_bytes(buffer.getvalue())
+        return
     # Keras writes its version here and does not read it back; this archive was not written by Keras.
     metadata = {"written_by": "cudnn-rnn-compat",
                 "date_saved": datetime.now(timezone.utc).strftime("%Y-%m-%d@%H:%M:%S")}
