@@ -16,7 +16,7 @@ from pathlib import Path
 from reference.model import DIRECTIONS
 
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
-from .interop.convert import FORMATS
+from .interop.convert import AUTO, FORMATS
 from .optional import MissingDependency
 
 
@@ -183,6 +183,8 @@ def _read_model(args: argparse.Namespace, path: str):
     (``_model_options``) on top: they may say only what the file cannot tell."""
     from .interop import convert
 
+    if args.source == convert.AUTO:  # told by the file: the options below are checked against what it is
+        args.source = convert.detect(path)
     if args.scope and args.source not in convert.TF_NAMED:
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
     if args.module is not None and args.source != "torch":
@@ -363,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
     conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx, tf)")
-    conv.add_argument("--from", dest="source", required=True, choices=FORMATS)
+    conv.add_argument("--from", dest="source", default=AUTO, choices=FORMATS + (AUTO,),
+                      help="the input's format (default auto: told by its name and contents)")
     conv.add_argument("--to", dest="target", required=True, choices=FORMATS)
     conv.add_argument("input")
     conv.add_argument("output")
@@ -373,10 +376,10 @@ def main(argv: list[str] | None = None) -> int:
 
     infer = sub.add_parser("infer", help="run a checkpoint (or weights of another format) on the CPU with the "
                                          "NumPy reference")
-    infer.add_argument("checkpoint", help="the weights: our checkpoint, or a file of the format --from names")
-    infer.add_argument("--from", dest="source", default="checkpoint", choices=FORMATS,
-                       help="the weights' format (default checkpoint: ours, a TensorFlow checkpoint or TF-named "
-                            "tensors)")
+    infer.add_argument("checkpoint", help="the weights: our checkpoint or a file of any format (see --from)")
+    infer.add_argument("--from", dest="source", default=AUTO, choices=FORMATS + (AUTO,),
+                       help="the weights' format (default auto: told by the file's name and contents, see "
+                            "compat_tests.interop.convert.detect)")
     _model_options(infer)
     infer.add_argument("input", help=".npy of [T, B, input_size] (or [B, T, input_size] with --batch-major)")
     infer.add_argument("--out", help=".npz (output, output_h, output_c) or .npy (output only)")

@@ -412,8 +412,9 @@ def test_a_damaged_file_loads_or_is_refused_naming_it(intact_files, fmt, name, d
     folder = tmp_path_factory.mktemp("damaged")
     for file, blob in files.items():
         (folder / file).write_bytes(damaged(data, blob) if file == victim else blob)
+    told = data.draw(st.sampled_from([fmt, convert.AUTO]), label="--from")  # auto: detect reads names first
     try:
-        model, weights, biases, _ = convert.read(fmt, folder / name)
+        model, weights, biases, _ = convert.read(told, folder / name)
     except (ValueError, TypeError) as exc:
         assert str(folder / name) in str(exc), exc
         return
@@ -992,30 +993,66 @@ def test_a_foreign_torch_file_needs_only_the_mode(tmp_path):
 
 
 @pytest.mark.parametrize(("fmt", "name"), [("torch", "w.safetensors"), ("torch", "w.pt"), ("keras", "w.npz"),
-                                          ("onnx", "w.onnx"), ("tf", "w"), ("checkpoint", "w.safetensors")],
+                                          ("keras", "w.keras"), ("keras", "w.weights.h5"), ("onnx", "w.onnx"),
+                                          ("tf", "w"), ("tf", "w.index"), ("checkpoint", "w.safetensors")],
                          ids=lambda v: v)
 def test_infer_runs_weights_of_every_format_directly(fmt, name, tmp_path, capsys):
     """``rnn-compat infer --from FORMAT`` runs a file of any format as ``convert`` would read it: the same
-    outputs, bit for bit, as the checkpoint it was written from, and the reference's within the policy."""
+    outputs, bit for bit, as the checkpoint it was written from, and the reference's within the policy; and
+    so does ``infer`` without ``--from``, which tells the format from the file."""
+    if "keras" in name or name.endswith(".h5"):
+        pytest.importorskip("h5py")
     cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional", dtype="float32")
     case = make_case(cfg)
     checkpoint.save(tmp_path / "ours.npz", cfg.model(), case.weights, case.biases)
     np.save(tmp_path / "x.npy", case.x)
     np.savez(tmp_path / "h0.npz", input_h=case.h0)
     state = ["--state", str(tmp_path / "h0.npz")]
-    assert cli.main(["convert", "--from", "checkpoint", "--to", fmt, str(tmp_path / "ours.npz"), str(tmp_path / name)]) == 0
+    written = tmp_path / name.removesuffix(".index")  # a bundle is written by its prefix, read by either
+    assert cli.main(["convert", "--from", "checkpoint", "--to", fmt, str(tmp_path / "ours.npz"), str(written)]) == 0
     assert cli.main(["infer", str(tmp_path / "ours.npz"), str(tmp_path / "x.npy"), *state,
                      "--out", str(tmp_path / "want.npz")]) == 0
-    assert cli.main(["infer", "--from", fmt, str(tmp_path / name), str(tmp_path / "x.npy"), *state,
-                     "--out", str(tmp_path / "got.npz")]) == 0
-    with np.load(tmp_path / "want.npz", allow_pickle=False) as want, np.load(tmp_path / "got.npz", allow_pickle=False) as got:
-        assert sorted(got) == sorted(want) == ["output", "output_h"]
-        for key in want:
-            assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), key
-        assert_agree_within_policy(cfg, case, Outputs(got["output"], got["output_h"], None), run_reference(cfg, case))
+    for told in (["--from", fmt], []):
+        assert cli.main(["infer", *told, str(tmp_path / name), str(tmp_path / "x.npy"), *state,
+                         "--out", str(tmp_path / "got.npz")]) == 0, (told, capsys.readouterr().err)
+        with np.load(tmp_path / "want.npz", allow_pickle=False) as want, \
+                np.load(tmp_path / "got.npz", allow_pickle=False) as got:
+            assert sorted(got) == sorted(want) == ["output", "output_h"]
+            for key in want:
+                assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), (told, key)
+            assert_agree_within_policy(cfg, case, Outputs(got["output"], got["output_h"], None),
+                                       run_reference(cfg, case))
+    capsys.readouterr()
+    assert cli.main(["convert", "--to", "checkpoint", str(tmp_path / name), str(tmp_path / "back.npz")]) == 0
+    assert f"{tmp_path / name} ({fmt}) -> " in capsys.readouterr().out
     if fmt not in ("tf", "checkpoint"):
         assert cli.main(["infer", "--from", fmt, str(tmp_path / name), str(tmp_path / "x.npy"), "--scope", "rnn"]) == 2
         assert f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {fmt}" in capsys.readouterr().err
+
+
+def test_the_format_is_told_by_the_files_names_and_contents(tmp_path, capsys):
+    """``detect`` (``--from auto``, the default) reads a tensor file's names, not its data: a whole model's
+    state_dict is torch, TF names are checkpoint; a file it cannot tell is left to the checkpoint reader, which
+    names what is wrong with it."""
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("tanh", num_units=4, input_size=3, dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    state = torch_format.to_state_dict(model, case.weights, case.biases)
+    checkpoint.write_tensors(tmp_path / "net.npz", {"embed.weight": np.ones((3, 2), np.float32),
+                                                    **{f"encoder.rnn.{k}": v for k, v in state.items()}}, None)
+    checkpoint.write_tensors(tmp_path / "tf.safetensors", tf.to_tf(model, case.weights, case.biases), None)
+    (tmp_path / "odd.npz").write_bytes(b"PK\x03\x04 not a zip")
+    (tmp_path / "odd.dat").write_bytes(b"weights")
+    for name, fmt in [("net.npz", "torch"), ("tf.safetensors", "checkpoint"), ("odd.npz", "checkpoint"),
+                      ("odd.dat", "checkpoint")]:
+        assert convert.detect(tmp_path / name) == fmt, name
+    read = convert.read("auto", tmp_path / "net.npz", {"rnn_mode": "tanh"})
+    assert repr(read.model) == repr(model)
+    for name, message in [("odd.npz", "odd.npz: not a readable NumPy file (BadZipFile"),
+                          ("odd.dat", "odd.dat: unknown checkpoint type")]:
+        assert cli.main(["infer", str(tmp_path / name), str(tmp_path / "x.npy")]) == 2
+        assert message in capsys.readouterr().err, name
 
 
 def test_infer_takes_what_a_foreign_file_cannot_tell_and_refuses_what_it_contradicts(tmp_path, capsys):

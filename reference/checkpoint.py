@@ -222,6 +222,17 @@ def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
         return loaded
 
 
+def tensor_names(path: str | Path) -> list[str]:
+    """The names of the tensors of a safetensors or ``.npz`` file, read off its header or member list alone."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return safetensors.names(path)
+    if path.suffix == ".npz":
+        with _readable(path), zipfile.ZipFile(path) as z:
+            return [n[:-len(".npy")] for n in z.namelist() if n.endswith(".npy")]
+    raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
+
+
 def parse_config(text: str | None, path) -> dict | None:
     """The model config a file carries as JSON text (``None``: none); errors name the file."""
     if text is None:

@@ -14,11 +14,13 @@ checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``ch
 and a ``tf`` checkpoint get it from their names and shapes (plus ``--mode`` for relu/tanh, ``--scope`` where
 TF-named tensors sit under several scopes), a foreign ``keras`` tensor file needs the config options (a Keras
 model file tells them), which may not contradict what a file carries or tells. A TF-named target keeps a
-TF-named source's variable scope unless given another (``--out-scope``).
+TF-named source's variable scope unless given another (``--out-scope``). Format ``auto`` (reading only) tells
+the format from the file: :func:`detect`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,6 +31,7 @@ from . import keras_file
 
 FORMATS = ("checkpoint", "torch", "keras", "onnx", "tf")
 TF_NAMED = ("checkpoint", "tf")
+AUTO = "auto"  # read as the file's name and contents say (detect)
 
 
 class Read(NamedTuple):
@@ -53,10 +56,35 @@ def _config(found: dict | None, overrides: dict, what: str, carried: bool) -> di
     return config
 
 
+def detect(path: str | Path) -> str:
+    """The format of the file at ``path``, by its name and contents: ``.onnx`` is onnx; ``.keras``, ``.h5`` and
+    ``.hdf5`` are keras; a safetensors or ``.npz`` file is torch where a name ends in ``weight_ih_l0`` (a
+    state_dict, of a whole model too), keras where one is ``layer0/kernel`` (the per-layer tensor file), else
+    checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or ``PREFIX.index``) is tf; a file ``torch.save`` may
+    have written (a zip or a pickle, or named ``.pt``, ``.pth``, ``.bin``) is torch. Anything else is checkpoint,
+    whose reader says what is wrong with it, as it does for a tensor file whose names cannot be read."""
+    path = Path(path)
+    if path.suffix == ".onnx":
+        return "onnx"
+    if keras_file.is_keras_file(path):
+        return "keras"
+    if path.suffix in checkpoint.SUFFIXES:
+        try:
+            names = checkpoint.tensor_names(path)
+        except (ValueError, OSError):
+            return "checkpoint"
+        if any(n.endswith(torch.RNN_FIRST_WEIGHT) for n in names):
+            return "torch"
+        return "keras" if any(re.fullmatch(r"layer\d+/kernel", n) for n in names) else "checkpoint"
+    if tf_bundle.is_bundle(path):
+        return "tf"
+    return "torch" if torch_archive.is_torch_file(path) else "checkpoint"
+
+
 def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
-    """The model and weights of a file of format ``fmt``; errors name the file."""
+    """The model and weights of a file of format ``fmt`` (``"auto"``: :func:`detect`'s); errors name the file."""
     with checkpoint.about(path):
-        return _read(fmt, path, overrides or {})
+        return _read(detect(path) if fmt == AUTO else fmt, path, overrides or {})
 
 
 def _read(fmt: str, path: str | Path, overrides: dict):

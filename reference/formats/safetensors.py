@@ -47,13 +47,13 @@ def save(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, s
             f.write(blob)
 
 
-def load(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """``(tensors, metadata)``; ``ValueError`` naming the problem for anything malformed."""
-    raw = Path(path).read_bytes()
-    if len(raw) < 8:
+def _header(raw: bytes, size: int, path) -> tuple[int, dict, dict]:
+    """``(n, entries, metadata)`` of the header of a file of ``size`` bytes that starts with ``raw`` (its first
+    8 + n bytes at least, n being the header's length)."""
+    if size < 8:
         raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
     (n,) = struct.unpack("<Q", raw[:8])
-    if n > min(MAX_HEADER, len(raw) - 8):
+    if n > min(MAX_HEADER, size - 8):
         raise ValueError(f"{path}: not a safetensors file (header length {n} exceeds the file)")
     try:
         header = json.loads(raw[8:8 + n])
@@ -65,6 +65,22 @@ def load(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in metadata.items()):
         raise ValueError(f"{path}: safetensors __metadata__ must map strings to strings")
+    return n, header, metadata
+
+
+def names(path: str | Path) -> list[str]:
+    """The tensors' names, from the header alone (the data is not read)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+        raw = head + f.read(min(n, MAX_HEADER))
+    return list(_header(raw, Path(path).stat().st_size, path)[1])
+
+
+def load(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``(tensors, metadata)``; ``ValueError`` naming the problem for anything malformed."""
+    raw = Path(path).read_bytes()
+    n, header, metadata = _header(raw, len(raw), path)
     data = memoryview(raw)[8 + n:]
     tensors, spans = {}, []
     for name, info in header.items():
