@@ -586,7 +586,8 @@ def test_infer_refuses_a_damaged_input_naming_it(tmp_path, capsys):
 
 
 WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "w.safetensors"), ("torch", "w.pt"),
-           ("keras", "w.npz"), ("keras", "w.keras"), ("keras", "w.weights.h5"), ("onnx", "w.onnx"), ("tf", "w"), ("infer", "y.npz"), ("infer", "y.npy")]
+           ("keras", "w.npz"), ("keras", "w.keras"), ("keras", "w.weights.h5"), ("onnx", "w.onnx"), ("tf", "w"),
+           ("infer", "y.npz"), ("infer", "y.npy")]
 
 
 @pytest.mark.parametrize(("fmt", "name"), WRITTEN, ids=lambda v: v)

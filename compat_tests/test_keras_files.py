@@ -235,8 +235,8 @@ def test_keras_loads_a_weights_file_written_here_into_its_model(keras, cfg, tmp_
     assert [np.asarray(w).tobytes() for w in net.get_weights()] == [w.tobytes() for w in flat]
     if cfg.dtype != "float64":  # Keras computes float64 RNNs in float32 (known_divergences.py)
         got = keras.ops.convert_to_numpy(net.predict(other.x, verbose=0))
-        verdict = judge("keras", cfg.dtype, "output", error_stats(got, run_reference(cfg, other).output.astype(np.float64)),
-                        sensitivity(cfg, other)["output"])
+        want = run_reference(cfg, other).output.astype(np.float64)
+        verdict = judge("keras", cfg.dtype, "output", error_stats(got, want), sensitivity(cfg, other)["output"])
         assert verdict.passed, verdict.explain("output")
 
 

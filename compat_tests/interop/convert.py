@@ -4,9 +4,9 @@ Formats (files): ``checkpoint`` (TF names + config, ``.safetensors``/``.npz``), 
 wrote, parsed without unpickling by ``reference.formats.torch_archive``: a state_dict, a training checkpoint
 holding one, or a whole model; or a ``state_dict`` saved with safetensors or ``numpy.savez``; in a whole
 model's, the recurrent module's tensors, picked by ``module`` where there are several; written as
-``torch.save`` writes a state_dict for a ``.pt``/``.pth`` name, by ``reference.formats.torch_save``), ``keras`` (Keras's own
-files, ``.keras`` models and ``.h5``/``.weights.h5`` models or weights, see ``keras_file``; or per
-pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
+``torch.save`` writes a state_dict for a ``.pt``/``.pth`` name, by ``reference.formats.torch_save``),
+``keras`` (Keras's own files, ``.keras`` models and ``.h5``/``.weights.h5`` models or weights, see
+``keras_file``; or per pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
 ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes and restores, with the canonical names
 of ``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config, but for a ``tf``

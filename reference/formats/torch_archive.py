@@ -521,4 +521,5 @@ def _qualified(module: str, key: str) -> str:
     return repr(f"{module}.{key}" if module else key)
 
 
-__all__ = ["Archive", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict", "carried_config"]
+__all__ = ["Archive", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict",
+           "carried_config"]
