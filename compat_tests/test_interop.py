@@ -590,6 +590,24 @@ WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "
            ("infer", "y.npz"), ("infer", "y.npy")]
 
 
+@pytest.mark.parametrize(("fmt", "name", "message"), [
+    ("torch", "w.bin", r"a PyTorch file must end in \.pt or \.pth \(torch\.save's format\) or \.safetensors or "
+                       r"\.npz, got 'w\.bin'"),
+    ("keras", "m.h5", r"a Keras file is written as \.keras \(a model\) or \.weights\.h5 \(its weights\), got "
+                      r"'m\.h5' \(the legacy \.h5 formats are read only\)"),
+    ("onnx", "m.pb", r"an ONNX file must end in \.onnx, got 'm\.pb'"),
+    ("checkpoint", "w.pt", r"tensor file path must end in \.safetensors or \.npz, got 'w\.pt'")], ids=lambda v: v[:12])
+def test_a_writer_refuses_a_name_it_does_not_write(fmt, name, message, tmp_path):
+    """Before anything is written (a name of another format would be read back as that format)."""
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    with pytest.raises(ValueError, match=message):
+        convert.write(fmt, tmp_path / name, cfg.model(), case.weights, case.biases)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("fmt", "name"), WRITTEN, ids=lambda v: v)
 def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, tmp_path, kill_before_replacing):
     """Every writer writes beside its file and replaces it last (reference.formats.files.replacing): killed

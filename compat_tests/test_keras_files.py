@@ -658,17 +658,6 @@ def test_a_weights_file_without_recurrent_weights_is_refused(tmp_path):
         keras_file.read(tmp_path / "w.weights.h5")
 
 
-def test_the_legacy_h5_formats_are_not_written(tmp_path):
-    from compat_tests.interop import convert
-
-    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
-    case = make_case(cfg)
-    with pytest.raises(ValueError, match=r"a Keras file is written as \.keras \(a model\) or \.weights\.h5 \(its "
-                                         r"weights\), got 'm\.h5' \(the legacy \.h5 formats are read only\)"):
-        convert.write("keras", tmp_path / "m.h5", cfg.model(), case.weights, case.biases)
-    assert not list(tmp_path.iterdir())
-
-
 @settings(max_examples=30)  # each read is a child process
 @given(cfg=rnn_configs(Capabilities(skip_input=False, projection=False), max_layers=3, max_units=5, max_input=4,
                        max_time=3, max_batch=2),  # what a Keras file can hold: no skip_input, no projection
