@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from compat_tests import cli
 import reference
 from compat_tests.compare import assert_agree_within_policy
-from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
+from compat_tests.config import Outputs, make_case, run_reference
 from compat_tests.peers import PEERS
 from compat_tests.strategies import damaged, rnn_configs
 from reference import checkpoint
