@@ -9,6 +9,7 @@ import json
 import pickle
 import re
 import struct
+import warnings
 import zipfile
 
 import numpy as np
@@ -572,6 +573,20 @@ def test_a_damaged_array_file_loads_or_is_refused_naming_it(suffix, data, tmp_pa
         assert str(path) in str(exc), exc
         return
     assert isinstance(loaded, np.ndarray if suffix == ".npy" else dict)
+
+
+def test_a_damaged_npy_header_is_refused_without_a_warning(tmp_path):
+    """NumPy reads a header as a Python literal, which warns of an invalid escape where damage put a backslash
+    before a comma: the file is refused naming it, and nothing is printed besides."""
+    np.save(tmp_path / "x.npy", np.zeros(3, np.float32))
+    blob = (tmp_path / "x.npy").read_bytes()
+    assert b"'<f4'" in blob
+    (tmp_path / "x.npy").write_bytes(blob.replace(b"'<f4'", b"'\\,4'"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match=re.escape(str(tmp_path / "x.npy"))):
+            checkpoint.load_arrays(tmp_path / "x.npy")
+    assert not caught, [str(w.message) for w in caught]
 
 
 def test_infer_refuses_a_damaged_input_naming_it(tmp_path, capsys):
