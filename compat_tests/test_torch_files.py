@@ -401,6 +401,34 @@ def _members(path) -> dict[str, tuple[bytes, int]]:
     return out
 
 
+TORCH_DTYPES = {"HalfStorage": torch.float16, "FloatStorage": torch.float32, "DoubleStorage": torch.float64}
+
+
+def _state_dict_saved_by_torch(tensors: dict, path) -> None:
+    """``torch.save`` of ``tensors`` as a module's ``state_dict()`` holds them (with its ``_metadata``)."""
+    state = collections.OrderedDict((k, torch.from_numpy(v)) for k, v in tensors.items())
+    state._metadata = collections.OrderedDict([("", {"version": 1})])
+    torch.save(state, path)
+
+
+def _read_by_torch(path) -> dict:
+    """The tensors of a state_dict file as torch.load builds them, without unpickling it (nothing in this suite
+    unpickles): torch's own archive reader (``PyTorchFileReader``, which torch.load opens files with) reads every
+    record, and each storage, at the offset it finds, on a 64-byte boundary (what ``torch.load(mmap=True)``
+    maps); each tensor is that storage viewed as the pickle, parsed here, describes it (``_rebuild_tensor_v2``'s
+    work in torch.load)."""
+    reader = torch._C.PyTorchFileReader(str(path))
+    sizes = {name: len(reader.get_record(name)) for name in reader.get_all_records()}
+    out = {}
+    with torch_archive.Archive(path) as archive:
+        for name, record in archive.obj.items():
+            key = f"data/{record.storage.key}"
+            assert sizes[key] and reader.get_record_offset(key) % torch_save.ALIGNMENT == 0, key
+            storage = torch.frombuffer(bytearray(reader.get_record(key)), dtype=TORCH_DTYPES[record.storage.kind])
+            out[name] = storage.as_strided(record.size, record.stride, record.offset)
+    return out
+
+
 @given(rnn=torch_rnns(dtypes=("float16", "float32", "float64")))
 def test_a_pt_file_written_here_is_what_torch_save_writes(rnn, tmp_path_factory):
     """A module's state_dict written with NumPy alone: its pickle and every storage byte for byte as torch.save
@@ -419,10 +447,10 @@ def test_a_pt_file_written_here_is_what_torch_save_writes(rnn, tmp_path_factory)
 
 @given(cfg=rnn_configs(PEERS["torch-cpu"].capabilities, dtypes_=("float32", "float64"), max_layers=2, max_units=5,
                        max_input=4, max_time=5, max_batch=3),
-       suffix=st.sampled_from(torch_save.SUFFIXES), mmap=st.booleans())
-def test_torch_loads_and_runs_a_pt_file_converted_here(cfg, suffix, mmap, tmp_path_factory):
-    """``convert --to torch m.pt``: ``torch.load`` (weights only, its safe loader, on a file this test just
-    wrote; mapped or read) gives the state_dict tensors bit for bit, an ``nn.RNN``/``LSTM``/``GRU`` loads them
+       suffix=st.sampled_from(torch_save.SUFFIXES))
+def test_torch_reads_and_runs_a_pt_file_converted_here(cfg, suffix, tmp_path_factory):
+    """``convert --to torch m.pt``: its pickle is torch.save's own for the same tensors, torch's archive reader
+    gives the state_dict tensors bit for bit (``_read_by_torch``), an ``nn.RNN``/``LSTM``/``GRU`` loads them
     strictly and runs to the reference's outputs within the torch-cpu peer's budget, and the file reads back
     as the same model (relu or tanh included: it carries its config) and weights."""
     from compat_tests.interop import convert
@@ -432,8 +460,11 @@ def test_torch_loads_and_runs_a_pt_file_converted_here(cfg, suffix, mmap, tmp_pa
     case, model = make_case(cfg), cfg.model()
     path = tmp_path_factory.mktemp("pt") / f"m{suffix}"
     convert.write("torch", path, model, case.weights, case.biases)
-    loaded = torch.load(path, weights_only=True, mmap=mmap)
     want = torch_format.to_state_dict(model, case.weights, case.biases)
+    _state_dict_saved_by_torch(want, path.with_name(f"torch{suffix}"))
+    with zipfile.ZipFile(path) as ours, zipfile.ZipFile(path.with_name(f"torch{suffix}")) as theirs:
+        assert ours.read("m/data.pkl") == theirs.read("torch/data.pkl")
+    loaded = _read_by_torch(path)
     assert list(loaded) == list(want)
     assert all(loaded[k].numpy().tobytes() == v.tobytes() and loaded[k].dtype == DTYPES[cfg.dtype]
                for k, v in want.items())
@@ -454,10 +485,8 @@ def test_a_large_state_dict_is_pickled_as_torch_save_pickles_it(tmp_path):
     tensors = {f"t{k}": np.full((k % 3 + 1,), k, np.float32) for k in range(2500)}
     tensors |= {"wide": np.ones((3, 100), np.float64), "wider": np.zeros((70_000,), np.float16)}
     torch_save.write_state_dict(tmp_path / "many.pt", tensors)
-    state = collections.OrderedDict((k, torch.from_numpy(v)) for k, v in tensors.items())
-    state._metadata = collections.OrderedDict([("", {"version": 1})])  # as a module's state_dict() carries
     (tmp_path / "torch").mkdir()
-    torch.save(state, tmp_path / "torch" / "many.pt")
+    _state_dict_saved_by_torch(tensors, tmp_path / "torch" / "many.pt")
     mine, want = _members(tmp_path / "many.pt"), _members(tmp_path / "torch" / "many.pt")
     assert mine["many/data.pkl"][0] == want["many/data.pkl"][0]
     assert mine["many/data/2501"][0] == want["many/data/2501"][0]
@@ -465,7 +494,8 @@ def test_a_large_state_dict_is_pickled_as_torch_save_pickles_it(tmp_path):
 
 def test_a_member_past_zip64s_limit_starts_aligned_too(tmp_path, monkeypatch):
     """zipfile adds a zip64 field to a large member's local header, which the padding allows for (the limit
-    lowered here, so that a small tensor counts as large); torch and the reader here read the file."""
+    lowered here, so that a small tensor counts as large); torch's archive reader and the reader here read
+    the file."""
     monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 4096)
     tensors = {"weight_ih_l0": np.arange(8192, dtype=np.float32).reshape(512, 16),
                "weight_hh_l0": np.ones((512, 128), np.float32)}
@@ -475,7 +505,7 @@ def test_a_member_past_zip64s_limit_starts_aligned_too(tmp_path, monkeypatch):
     assert all(start % torch_save.ALIGNMENT == 0 for _, start in members.values()), members
     with zipfile.ZipFile(tmp_path / "big.pt") as z:
         assert len(z.getinfo("big/data/0").extra) > 20  # it has its zip64 field (besides the padding)
-    loaded = torch.load(tmp_path / "big.pt", weights_only=True, mmap=True)
+    loaded = _read_by_torch(tmp_path / "big.pt")
     got, _ = torch_archive.load_state_dict(tmp_path / "big.pt")
     for name, array in tensors.items():
         assert np.array_equal(loaded[name].numpy(), array) and np.array_equal(got[name], array), name
