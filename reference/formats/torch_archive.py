@@ -22,6 +22,7 @@ import pickletools
 import zipfile
 import zlib
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
@@ -296,8 +297,9 @@ def _is_pickle(name: str) -> bool:
 
 
 class Archive:
-    """An open ``torch.save`` archive: ``obj`` is what its pickle describes (:func:`parse_pickle`);
-    :meth:`array` reads a :class:`TensorRecord` into a NumPy array."""
+    """An open ``torch.save`` archive: ``obj`` is what its pickle describes (:func:`parse_pickle`), ``config``
+    the model config a file written here carries; each is read when first asked for. :meth:`array` reads a
+    :class:`TensorRecord` into a NumPy array."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -321,10 +323,17 @@ class Archive:
         if order not in (None, b"little", b"big"):
             raise ValueError(f"byteorder {order[:16]!r}, not 'little' or 'big'")
         self.byteorder = "<" if order in (None, b"little") else ">"
-        self.obj = parse_pickle(self._member("data.pkl"))
-        config = self._member(CONFIG_MEMBER, optional=True)
-        self.config = None if config is None else config.decode(errors="replace")  # our files' model config
         self._storages: dict[str, np.ndarray] = {}
+
+    @cached_property
+    def obj(self) -> Any:
+        return parse_pickle(self._member("data.pkl"))
+
+    @cached_property
+    def config(self) -> str | None:
+        """The model config (JSON text) that :mod:`reference.formats.torch_save` writes beside the pickle."""
+        config = self._member(CONFIG_MEMBER, optional=True)
+        return None if config is None else config.decode(errors="replace")
 
     def close(self) -> None:
         self._zip.close()
@@ -512,7 +521,7 @@ def load_state_dict(path: str | Path, module: str | None = None) -> tuple[dict[s
 
 def carried_config(path: str | Path) -> str | None:
     """The model config (JSON text) that a file :mod:`reference.formats.torch_save` wrote carries beside its
-    state_dict; ``None`` for any other ``torch.save`` file."""
+    state_dict; ``None`` for any other ``torch.save`` file. The pickle is not read."""
     with Archive(path) as archive:
         return archive.config
 
