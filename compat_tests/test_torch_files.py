@@ -1,14 +1,16 @@
-"""PyTorch's own files (``torch.save``), read without unpickling (``reference.formats.torch_archive``): every
-tensor as torch holds it, state_dicts found in checkpoints and whole models, code a file names never run,
-damaged and malformed archives refused naming why; and written with NumPy alone
+"""PyTorch's own files (``torch.save``, its zip format and its legacy one), read without unpickling
+(``reference.formats.torch_archive``): every tensor as torch holds it, state_dicts found in checkpoints and whole
+models, code a file names never run, damaged and malformed files refused naming why; and written with NumPy alone
 (``reference.formats.torch_save``): what torch.save writes, byte for byte, which torch loads and runs."""
 
 from __future__ import annotations
 
 import collections
+import io
 import pickle
 import pickletools
 import struct
+import warnings
 import zipfile
 
 import numpy as np
@@ -77,24 +79,28 @@ def _numpy(t) -> np.ndarray:
     return (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # bfloat16 widens to float32, exactly
 
 
-@given(rnn=torch_rnns(), container=st.sampled_from(sorted(CONTAINERS)), protocol=st.sampled_from([2, 3, 4, 5]))
-def test_a_torch_save_file_reads_as_torch_holds_it(rnn, container, protocol, tmp_path_factory):
+@given(rnn=torch_rnns(), container=st.sampled_from(sorted(CONTAINERS)), protocol=st.sampled_from([2, 3, 4, 5]),
+       legacy=st.booleans())
+def test_a_torch_save_file_reads_as_torch_holds_it(rnn, container, protocol, legacy, tmp_path_factory):
     """Every tensor bit for bit (bfloat16 widened to float32), from a bare state_dict, the module object, a
-    whole model (object or state_dict) and a training checkpoint, in every pickle protocol; then the model
-    ``convert`` reads carries the canonical tensors of that state_dict."""
+    whole model (object or state_dict) and a training checkpoint, in every pickle protocol and both formats
+    (the zip, the legacy stream); then the model ``convert`` reads carries the canonical tensors of that
+    state_dict."""
     from compat_tests.interop import convert
 
     mode, module = rnn
     obj, path_in_file = CONTAINERS[container](module)
     path = tmp_path_factory.mktemp("torch") / "weights.pt"
-    torch.save(obj, path, pickle_protocol=protocol)
+    torch.save(obj, path, pickle_protocol=protocol, _use_new_zipfile_serialization=not legacy)
     want = {k: _numpy(v) for k, v in module.state_dict().items()}
     got, nonlinearity = torch_archive.load_state_dict(path)
     assert sorted(got) == sorted(want)
     for name, array in want.items():
         assert got[name].dtype == array.dtype and got[name].shape == array.shape, name
         assert got[name].tobytes() == array.tobytes() and got[name].flags.c_contiguous, name
-    assert list(torch_archive.rnn_modules(torch_archive.Archive(path).obj)) == [path_in_file]
+    with torch_archive.open_file(path) as opened:
+        assert isinstance(opened, torch_archive.LegacyFile if legacy else torch_archive.Archive)
+        assert list(torch_archive.rnn_modules(opened.obj)) == [path_in_file]
     told = container in ("module", "model") and mode in ("relu", "tanh")  # an nn.RNN object says its nonlinearity
     assert nonlinearity == (mode if told else None)
 
@@ -106,14 +112,20 @@ def test_a_torch_save_file_reads_as_torch_holds_it(rnn, container, protocol, tmp
         assert got_tensor.tobytes() == want_tensor.tobytes()
 
 
-def test_views_offsets_and_shared_storages_read_as_torch_holds_them(tmp_path):
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_views_offsets_and_shared_storages_read_as_torch_holds_them(legacy, tmp_path):
     base = torch.arange(60, dtype=torch.float64).reshape(5, 12)
+    subclass = torch.arange(4.0).as_subclass(TensorSubclass)  # pickled through _rebuild_from_type_v2
+    tagged = torch.arange(3.0)
+    tagged.note = "attributes of its own"  # likewise
     tensors = {"whole": base, "rows": base[1:4], "columns": base[:, 3:9:2], "transposed": base.T,
                "element": base[2, 5], "empty": base[:0, 2:4], "int16": torch.arange(7, dtype=torch.int16),
-               "flags": torch.tensor([True, False, True]), "complex": torch.tensor([1 + 2j, -3j])}
-    torch.save(tensors, tmp_path / "views.pt")
-    with torch_archive.Archive(tmp_path / "views.pt") as archive:
-        assert len({r.storage.key for k, r in archive.obj.items() if k not in ("int16", "flags", "complex")}) == 1
+               "flags": torch.tensor([True, False, True]), "complex": torch.tensor([1 + 2j, -3j]),
+               "subclass": subclass, "tagged": tagged}
+    torch.save(tensors, tmp_path / "views.pt", _use_new_zipfile_serialization=not legacy)
+    with torch_archive.open_file(tmp_path / "views.pt") as archive:
+        shared = ("whole", "rows", "columns", "transposed", "element", "empty")
+        assert len({archive.obj[k].storage.key for k in shared}) == 1
         for name, tensor in tensors.items():
             got = archive.array(archive.obj[name])
             want = tensor.numpy()
@@ -222,6 +234,10 @@ def test_a_whole_model_state_dict_in_a_tensor_file_reads_its_recurrent_module(tm
     assert convert.read("torch", tmp_path / "ours.npz").model.num_units == 4
 
 
+class TensorSubclass(torch.Tensor):
+    """A subclass of ``torch.Tensor``, which torch.save pickles through ``_rebuild_from_type_v2``."""
+
+
 class GRUWithHead(torch.nn.GRU):
     """A recurrent module with a submodule of its own: the submodule's entries sit beside its weights."""
 
@@ -242,9 +258,10 @@ def test_a_recurrent_modules_own_submodules_are_left_out(tmp_path):
 # Malformed archives, written opcode by opcode
 
 
-def _pickle(entries: dict) -> bytes:
+def _pickle(entries: dict, legacy: bool = False) -> bytes:
     """A protocol-2 pickle of ``{name: (storage kind, key, numel, offset, size, stride)}`` as torch.save
-    writes a state_dict, or ``{name: raw opcode bytes}`` for a value written as is."""
+    writes a state_dict (``legacy``: in its legacy format, whose storage ids end in a view's, ``None``), or
+    ``{name: raw opcode bytes}`` for a value written as is."""
     out = bytearray(b"\x80\x02}(")  # PROTO 2, EMPTY_DICT, MARK
     for name, value in entries.items():
         out += b"X" + struct.pack("<I", len(name.encode())) + name.encode()
@@ -256,7 +273,7 @@ def _pickle(entries: dict) -> bytes:
         out += b"ctorch._utils\n_rebuild_tensor_v2\n("
         out += b"(X\x07\x00\x00\x00storagectorch\n" + kind.encode() + b"\n"
         out += b"X" + struct.pack("<I", len(key)) + key.encode() + b"X\x03\x00\x00\x00cpu" + b"J" + struct.pack("<i", numel)
-        out += b"tQ" + b"J" + struct.pack("<i", offset) + ints(size) + ints(stride) + b"\x89}tR"
+        out += (b"N" if legacy else b"") + b"tQ" + b"J" + struct.pack("<i", offset) + ints(size) + ints(stride) + b"\x89}tR"
     return bytes(out + b"u.")  # SETITEMS, STOP
 
 
@@ -267,6 +284,17 @@ def _archive(path, pkl: bytes, members: dict[str, bytes], compress: bool = False
         z.writestr(f"{root}/version", b"3\n")
         for name, blob in members.items():
             z.writestr(f"{root}/{name}", blob)
+
+
+def _legacy_file(path, pkl: bytes, storages: list[tuple[int, bytes]], keys=("0",), after: bytes = b"",
+                 magic: int = torch_archive.LEGACY_MAGIC, version: int = torch_archive.LEGACY_PROTOCOL) -> None:
+    """A file in torch.save's legacy format: its three leading pickles, the object's pickle ``pkl``, the list of
+    storage ``keys`` (pickled; bytes: as they are), each storage as ``(element count, bytes)``, then ``after``."""
+    sizes = {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}
+    head = b"".join(pickle.dumps(v, protocol=2) for v in (magic, version, sizes))
+    body = b"".join(struct.pack("<q", numel) + blob for numel, blob in storages)
+    keys = keys if isinstance(keys, bytes) else pickle.dumps(list(keys), protocol=2)
+    path.write_bytes(head + pkl + keys + body + after)
 
 
 FLOATS = np.arange(6, dtype=np.float32).tobytes()
@@ -298,6 +326,63 @@ def test_a_malformed_archive_is_refused_naming_why(case, tmp_path):
         torch_archive.load_state_dict(tmp_path / "m.pt")
 
 
+def _legacy_parts(data: bytes) -> list[bytes]:
+    """A legacy file's five pickles (magic number, protocol, sizes, object, keys), then its storages' bytes."""
+    stream, parts = io.BytesIO(data), []
+    for _ in range(5):
+        start = stream.tell()
+        for _op in pickletools.genops(stream):
+            pass
+        parts.append(data[start:stream.tell()])
+    return parts + [data[stream.tell():]]
+
+
+LEGACY_MALFORMED = {  # name: (pickle entries, _legacy_file's keyword arguments, message)
+    "not torch's": ({"weight_ih_l0": GOOD}, {"magic": 7}, r"a pickle that is not a torch.save file \(it does not "
+                                                          r"start with torch's magic number\)"),
+    "another protocol": ({"weight_ih_l0": GOOD}, {"version": 1000}, "legacy torch.save protocol 1000, not 1001"),
+    "unlisted storage": ({"weight_ih_l0": GOOD}, {"keys": ()},
+                         "1 storages the pickle names are not in the file and 0 in it are not named"),
+    "unnamed storage": ({"weight_ih_l0": GOOD}, {"keys": ("0", "1"), "storages": [(6, FLOATS), (1, FLOATS[:4])]},
+                        "0 storages the pickle names are not in the file and 1 in it are not named"),
+    "keys not strings": ({"weight_ih_l0": GOOD}, {"keys": (0,)}, "not a list of distinct strings"),
+    "persistent keys": ({"weight_ih_l0": GOOD}, {"keys": b"\x80\x02K\x00Q."},
+                        "a persistent id where the legacy format has none"),
+    "another count": ({"weight_ih_l0": GOOD}, {"storages": [(5, FLOATS)]},
+                      "storage '0' holds 5 elements, not the 6 its pickle claims"),
+    "negative count": ({"weight_ih_l0": ("FloatStorage", "0", -1, 0, (0,), (1,))}, {"storages": [(-1, b"")]},
+                       "storage '0' of -1 elements"),
+    "cut inside": ({"weight_ih_l0": GOOD}, {"storages": [(6, FLOATS[:-1])]}, "the file ends inside storage '0'"),
+    "cut before": ({"weight_ih_l0": GOOD}, {"storages": []}, "the file ends before storage '0'"),
+    "bytes after": ({"weight_ih_l0": GOOD}, {"after": b"abc"}, "3 bytes after the last storage"),
+    "two kinds": ({"weight_ih_l0": GOOD, "weight_hh_l0": ("DoubleStorage", "0", 3, 0, (3,), (1,))}, {},
+                  "storage '0' named as 3 DoubleStorage elements and as 6 FloatStorage elements"),
+    "unknown size": ({"weight_ih_l0": ("Float8Storage", "0", 6, 0, (2, 3), (3, 1))}, {},
+                     "a Float8Storage, whose element size is not known here"),
+    "a view": ({"weight_ih_l0": b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00"
+                                b"\x00\x00cpuK\x06(X\x01\x00\x00\x001K\x00K\x03ttQ"}, {},
+               r"a storage view \(PyTorch before 1.0's format\)"),
+    "zip's storage id": ({"weight_ih_l0": b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000"
+                                          b"X\x03\x00\x00\x00cpuK\x06tQ"}, {},
+                         "a persistent id that is not a legacy torch.save storage or module class"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEGACY_MALFORMED))
+def test_a_malformed_legacy_file_is_refused_naming_why(case, tmp_path):
+    entries, options, message = LEGACY_MALFORMED[case]
+    _legacy_file(tmp_path / "m.pt", _pickle(entries, legacy=True), **{"storages": [(6, FLOATS)], **options})
+    with pytest.raises(ValueError, match=message):
+        torch_archive.load_state_dict(tmp_path / "m.pt")
+
+
+def test_a_file_neither_zip_nor_pickle_is_refused_naming_both(tmp_path):
+    (tmp_path / "m.pt").write_bytes(b"ustar\x00" + bytes(100))  # PyTorch's first (tar) format, say
+    with pytest.raises(ValueError, match=r"not a torch.save file: neither a zip \(its format since PyTorch 1.6\) "
+                                         r"nor a pickle \(the legacy format\)"):
+        torch_archive.load_state_dict(tmp_path / "m.pt")
+
+
 def test_the_opcode_writer_of_these_tests_writes_what_torch_save_writes(tmp_path):
     """The malformed cases above differ from this well-formed archive only where they say: it describes the
     same tensor as torch.save's file of it (parsed, not unpickled), in the same members."""
@@ -309,6 +394,17 @@ def test_the_opcode_writer_of_these_tests_writes_what_torch_save_writes(tmp_path
     members = [{n.split("/", 1)[1] for n in zipfile.ZipFile(tmp_path / name).namelist()} for name in ("m.pt", "torch.pt")]
     assert members[0] <= members[1], members
     assert np.array_equal(torch_archive.load_state_dict(tmp_path / "m.pt")[0]["weight_ih_l0"], want)
+
+    torch.save({"weight_ih_l0": torch.from_numpy(want)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    with torch_archive.open_file(tmp_path / "legacy.pt") as theirs:
+        key = theirs.obj["weight_ih_l0"].storage.key  # torch names a legacy storage by its address
+        _legacy_file(tmp_path / "ours.pt", _pickle({"weight_ih_l0": (*GOOD[:1], key, *GOOD[2:])}, legacy=True),
+                     [(6, FLOATS)], keys=(key,))
+        with torch_archive.open_file(tmp_path / "ours.pt") as ours:
+            assert ours.obj == theirs.obj
+    ours, theirs = (_legacy_parts((tmp_path / name).read_bytes()) for name in ("ours.pt", "legacy.pt"))
+    assert ours[:3] == theirs[:3] and ours[5] == theirs[5]  # the leading pickles, the storages (not their memos)
+    assert np.array_equal(torch_archive.load_state_dict(tmp_path / "ours.pt")[0]["weight_ih_l0"], want)
 
 
 def test_archives_of_other_kinds_are_refused_naming_why(tmp_path):
@@ -340,11 +436,23 @@ def test_a_malformed_pickle_is_a_value_error(pkl, message):
         torch_archive.parse_pickle(pkl)
 
 
-@pytest.fixture(scope="module")
-def saved_lstm(tmp_path_factory):
+def test_a_damaged_string_opcode_is_refused_without_a_warning():
+    """``pickletools`` decodes a ``STRING`` opcode's escapes as Python would, which warns of an invalid one
+    (damage in a legacy file, which has no checksums, can make one): refused, and nothing printed besides."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="opcode STRING"):
+            torch_archive.parse_pickle(b"\x80\x02S'a\\,'\n.")
+    assert not caught, [str(w.message) for w in caught]
+
+
+@pytest.fixture(scope="module", params=["zip", "legacy"])
+def saved_lstm(request, tmp_path_factory):
+    """A training checkpoint of a whole model, in each format (the legacy one has no checksums)."""
     path = tmp_path_factory.mktemp("intact") / "lstm.pt"
     torch.manual_seed(0)
-    torch.save({"model": Net(torch.nn.LSTM(3, 4, proj_size=2, bidirectional=True)).state_dict(), "epoch": 1}, path)
+    torch.save({"model": Net(torch.nn.LSTM(3, 4, proj_size=2, bidirectional=True)).state_dict(), "epoch": 1}, path,
+               _use_new_zipfile_serialization=request.param == "zip")
     return path.read_bytes()
 
 
@@ -364,13 +472,14 @@ def test_a_damaged_archive_loads_or_is_refused_naming_it(saved_lstm, data, tmp_p
         model(x, None, None, model.canonical_to_params(weights, biases))
 
 
-def test_infer_runs_a_torch_save_file_as_torch_does(tmp_path, capsys):
-    """``rnn-compat infer --from torch`` on a pickled ``nn.RNN`` (which says relu itself): the outputs of the
-    reference on the weights torch holds, bit for bit (the converter's outputs against torch's own are
-    ``test_interop.py``'s)."""
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_infer_runs_a_torch_save_file_as_torch_does(legacy, tmp_path, capsys):
+    """``rnn-compat infer --from torch`` on a pickled ``nn.RNN`` (which says relu itself), in either format:
+    the outputs of the reference on the weights torch holds, bit for bit (the converter's outputs against
+    torch's own are ``test_interop.py``'s)."""
     torch.manual_seed(3)
     rnn = torch.nn.RNN(3, 5, num_layers=2, nonlinearity="relu", bidirectional=True)
-    torch.save(rnn, tmp_path / "rnn.pt")
+    torch.save(rnn, tmp_path / "rnn.pt", _use_new_zipfile_serialization=not legacy)
     x = torch.randn(6, 2, 3)
     np.save(tmp_path / "x.npy", x.numpy())
     assert cli.main(["infer", "--from", "torch", str(tmp_path / "rnn.pt"), str(tmp_path / "x.npy"),

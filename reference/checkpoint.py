@@ -13,7 +13,6 @@ import io
 import json
 import math
 import tokenize
-import warnings
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ import numpy as np
 
 from .formats import safetensors, tf, tf_bundle
 from .formats.canonical import check_fits
-from .formats.files import replacing
+from .formats.files import quiet_escapes, replacing
 
 FORMAT = "cudnn-rnn-compat/tf-canonical"
 VERSION = 1
@@ -201,10 +200,7 @@ def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a ``.npy`` file, or the named arrays of an ``.npz``, read at once and never unpickled;
     a damaged file, a pickle (a PyTorch archive) or a member that is not an array is a ``ValueError`` naming
     it. Each header's claim is checked first (one pass over the file or the archive's members)."""
-    with _readable(path), warnings.catch_warnings():
-        # NumPy parses a header as a Python literal: a damaged one's "\," would warn of an invalid escape
-        for category in (DeprecationWarning, SyntaxWarning):
-            warnings.filterwarnings("ignore", "invalid escape sequence", category)
+    with _readable(path), quiet_escapes():
         with open(path, "rb") as fp:
             if fp.read(6) == np.lib.format.MAGIC_PREFIX:
                 fp.seek(0)

@@ -1,10 +1,12 @@
-"""Writing files whole: every writer of a weight, state, output or report file goes through :func:`replacing`."""
+"""Writing files whole: every writer of a weight, state, output or report file goes through :func:`replacing`;
+and reading damaged ones without Python's escape warnings (:func:`quiet_escapes`)."""
 
 from __future__ import annotations
 
 import os
 import secrets
 import shutil
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -32,3 +34,14 @@ def replacing(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def quiet_escapes() -> Iterator[None]:
+    """No "invalid escape sequence" warning while text from a file is decoded as a Python literal would be
+    (NumPy parses a ``.npy`` header as one, ``pickletools`` decodes a pickle's ``STRING``): a damaged file's
+    ``"\\,"`` is refused or read as it is, without a warning about Python syntax."""
+    with warnings.catch_warnings():
+        for category in (DeprecationWarning, SyntaxWarning):
+            warnings.filterwarnings("ignore", "invalid escape sequence", category)
+        yield

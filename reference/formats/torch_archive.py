@@ -1,8 +1,11 @@
-"""PyTorch's own files (``torch.save``, the zip format of PyTorch >= 1.6), read with NumPy alone and never
-unpickled.
+"""PyTorch's own files (``torch.save``), read with NumPy alone and never unpickled.
 
-A ``torch.save`` archive is a zip of ``ROOT/data.pkl`` (a pickle of the saved object), ``ROOT/data/KEY``
-(each storage's raw bytes, stored uncompressed) and ``ROOT/byteorder``. The pickle names Python callables
+A ``torch.save`` archive (PyTorch >= 1.6) is a zip of ``ROOT/data.pkl`` (a pickle of the saved object),
+``ROOT/data/KEY`` (each storage's raw bytes, stored uncompressed) and ``ROOT/byteorder``. The legacy format
+(before 1.6, and ``_use_new_zipfile_serialization=False`` since) is one stream instead: pickles of a magic
+number, a protocol version and the writer's sizes, then the object's pickle, then a pickle of its storages'
+keys, then each storage in that order (its element count as a little-endian int64, then its bytes,
+little-endian). Both pickle the object alike; the pickle names Python callables
 (``torch._utils._rebuild_tensor_v2``, ``collections.OrderedDict``, ...) that unpickling would import and
 call; loading an untrusted one can run any code. Here the pickle is only *parsed*
 (:func:`pickletools.genops` decodes opcodes and their arguments, nothing more) and a small interpreter builds
@@ -18,16 +21,18 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import pickletools
 import zipfile
 import zlib
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
 import numpy as np
 
+from .files import quiet_escapes
 from .torch import module_tensors, pick_module
 from .torch_save import CONFIG_MEMBER
 
@@ -39,7 +44,12 @@ STORAGE_DTYPES = {
     "ByteStorage": np.uint8, "CharStorage": np.int8, "ShortStorage": np.int16, "IntStorage": np.int32,
     "LongStorage": np.int64, "BoolStorage": np.bool_,
 }
+# The legacy format's element sizes of storages NumPy has no dtype for (to step over them; never read).
+OTHER_ITEMSIZES = {"QInt8Storage": 1, "QUInt8Storage": 1, "QInt32Storage": 4, "QUInt4x2Storage": 1,
+                   "QUInt2x4Storage": 1, "ComplexHalfStorage": 4}
 MAX_DIMS = 64
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the legacy format's first pickle
+LEGACY_PROTOCOL = 1001  # its second
 
 
 class Global(NamedTuple):
@@ -89,6 +99,14 @@ def _rebuild_parameter(data, requires_grad=False, hooks=None, state=None):
     return data
 
 
+def _rebuild_from_type(func, new_type, args, state):
+    """A tensor of a subclass of ``torch.Tensor``, or one with attributes of its own (``new_type`` and
+    ``state``, left out here): the tensor ``func(*args)`` rebuilds; any other object is left opaque."""
+    if not (isinstance(func, Global) and _REBUILDERS.get(str(func)) is _rebuild_tensor and isinstance(args, tuple)):
+        return Opaque(f"{new_type}" if isinstance(new_type, Global) else "torch._tensor._rebuild_from_type_v2")
+    return _rebuild_tensor(*args)
+
+
 def _ordered_dict():
     return {}  # torch.save writes OrderedDict() and then its items (SETITEMS), each key checked there
 
@@ -105,6 +123,7 @@ _REBUILDERS = {
     "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
     "torch._utils._rebuild_parameter": _rebuild_parameter,
     "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+    "torch._tensor._rebuild_from_type_v2": _rebuild_from_type,
     "_codecs.encode": _encode,
     "builtins.bytes": lambda: b"",  # protocol 2's empty bytes
     "builtins.set": lambda items=(): tuple(items),
@@ -116,10 +135,32 @@ _REBUILDERS.update({"__builtin__." + k.split(".")[1]: v for k, v in _REBUILDERS.
 
 def _persistent(pid) -> Storage:
     """``('storage', torch.<Kind>Storage, key, location, numel)``, as ``torch.save`` writes a storage."""
-    if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], Global)
-            and isinstance(pid[2], str) and isinstance(pid[4], int) and not isinstance(pid[4], bool)):
+    if not (isinstance(pid, tuple) and len(pid) == 5 and _is_storage(pid)):
         raise ValueError(f"a persistent id that is not a torch.save storage: {_short(pid)}")
     return Storage(pid[2], pid[1].name, pid[4])
+
+
+def _is_storage(pid: tuple) -> bool:
+    return pid[0] == "storage" and isinstance(pid[1], Global) and isinstance(pid[2], str) and \
+        isinstance(pid[4], int) and not isinstance(pid[4], bool)
+
+
+def _legacy_persistent(pid) -> Storage | Global:
+    """What the legacy format's persistent ids stand for: ``('storage', torch.<Kind>Storage, key, location,
+    numel, None)`` a storage (a storage view, the last item not ``None``, is of files before PyTorch 1.0 and
+    refused); ``('module', cls, source_file, source)`` the class of a pickled ``nn.Module`` (its source is
+    kept there to warn on load when the code has changed since)."""
+    if isinstance(pid, tuple) and len(pid) == 6 and _is_storage(pid):
+        if pid[5] is not None:
+            raise ValueError("a storage view (PyTorch before 1.0's format), which is not read")
+        return Storage(pid[2], pid[1].name, pid[4])
+    if isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "module" and isinstance(pid[1], Global):
+        return pid[1]
+    raise ValueError(f"a persistent id that is not a legacy torch.save storage or module class: {_short(pid)}")
+
+
+def _no_persistent(pid):
+    raise ValueError("a persistent id where the legacy format has none")
 
 
 _INTS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
@@ -131,10 +172,17 @@ _TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 _IGNORED = {"PROTO", "FRAME"}
 
 
-def parse_pickle(data: bytes) -> Any:
+def parse_pickle(data: bytes, persistent: Callable[[Any], Any] = _persistent) -> Any:
     """The object a pickle describes, built from plain containers, :class:`TensorRecord` (for
     ``torch.save``'s tensors) and :class:`Opaque` (anything else that names a class); nothing is imported or
-    called. A malformed pickle, or one that uses an opcode ``torch.save`` does not write, is a ``ValueError``."""
+    called. A malformed pickle, or one that uses an opcode ``torch.save`` does not write, is a ``ValueError``.
+    ``persistent`` maps a persistent id to what it stands for (the zip format's storages by default)."""
+    return _parse(io.BytesIO(data), persistent)
+
+
+@quiet_escapes()  # genops decodes a STRING's escapes as Python would
+def _parse(stream: BinaryIO, persistent: Callable[[Any], Any]) -> Any:
+    """:func:`parse_pickle` of the pickle at ``stream``'s position, which is left just past its STOP."""
     stack: list = []
     marks: list[int] = []
     memo: dict = {}
@@ -146,7 +194,7 @@ def parse_pickle(data: bytes) -> Any:
         return items
 
     try:
-        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+        for op, arg, pos in pickletools.genops(stream):
             name = op.name
             if name in _IGNORED:
                 continue
@@ -201,7 +249,7 @@ def parse_pickle(data: bytes) -> Any:
                     raise ValueError(f"STACK_GLOBAL of non-strings (at byte {pos})")
                 stack.append(Global(module, attr))
             elif name == "BINPERSID":
-                stack.append(_persistent(stack.pop()))
+                stack.append(persistent(stack.pop()))
             elif name == "REDUCE":
                 args, func = stack.pop(), stack.pop()
                 stack.append(_reduce(func, args, pos))
@@ -287,87 +335,62 @@ def is_torch_file(path: str | Path) -> bool:
     path = Path(path)
     if not path.is_file():
         return False
+    return _head(path) in (b"PK", b"\x80") or path.suffix in (".pt", ".pth", ".bin")
+
+
+def _head(path: Path) -> bytes:
+    """The first byte of a pickle, the first two of a zip."""
     with open(path, "rb") as f:
         head = f.read(2)
-    return head == b"PK" or head[:1] == b"\x80" or path.suffix in (".pt", ".pth", ".bin")
+    return head[:1] if head[:1] == b"\x80" else head
 
 
 def _is_pickle(name: str) -> bool:
     return name.count("/") == 1 and name.endswith("/data.pkl")
 
 
-class Archive:
-    """An open ``torch.save`` archive: ``obj`` is what its pickle describes (:func:`parse_pickle`), ``config``
-    the model config a file written here carries; each is read when first asked for. :meth:`array` reads a
-    :class:`TensorRecord` into a NumPy array."""
+def open_file(path: str | Path) -> "Archive | LegacyFile":
+    """The ``torch.save`` file at ``path`` opened as its first bytes say: a zip (:class:`Archive`) or a pickle
+    (:class:`LegacyFile`)."""
+    head = _head(Path(path))
+    if head not in (b"PK", b"\x80"):
+        raise ValueError("not a torch.save file: neither a zip (its format since PyTorch 1.6) nor a pickle "
+                         "(the legacy format)")
+    return Archive(path) if head == b"PK" else LegacyFile(path)
+
+
+class _Storages:
+    """What both formats share: ``obj`` (what the pickle describes, :func:`parse_pickle`), ``config`` and
+    :meth:`array`, which reads a :class:`TensorRecord` from the storage bytes that :meth:`_raw` reads."""
+
+    byteorder = "<"
+    config: str | None = None
+    obj: Any
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        with open(self.path, "rb") as f:
-            head = f.read(2)
-        if head != b"PK":
-            raise ValueError("not a torch.save archive (a zip)" + (
-                "; a pickle: PyTorch's legacy format (before 1.6, or _use_new_zipfile_serialization=False) is not "
-                "read, save it again with a current torch.save" if head[:1] == b"\x80" else ""))
-        with _readable():
-            self._zip = zipfile.ZipFile(self.path)
-        names = self._zip.namelist()
-        pickles = [n for n in names if _is_pickle(n)]
-        if len(pickles) != 1:
-            raise ValueError(f"a zip with {len(pickles)} ROOT/data.pkl members, not a torch.save archive")
-        self.root = pickles[0].split("/")[0]
-        if f"{self.root}/constants.pkl" in names or any(n.startswith(f"{self.root}/code/") for n in names):
-            raise ValueError("a TorchScript archive (torch.jit.save), which holds code; save the module's "
-                             "state_dict() with torch.save instead")
-        order = self._member("byteorder", optional=True)
-        if order not in (None, b"little", b"big"):
-            raise ValueError(f"byteorder {order[:16]!r}, not 'little' or 'big'")
-        self.byteorder = "<" if order in (None, b"little") else ">"
         self._storages: dict[str, np.ndarray] = {}
 
-    @cached_property
-    def obj(self) -> Any:
-        return parse_pickle(self._member("data.pkl"))
-
-    @cached_property
-    def config(self) -> str | None:
-        """The model config (JSON text) that :mod:`reference.formats.torch_save` writes beside the pickle."""
-        config = self._member(CONFIG_MEMBER, optional=True)
-        return None if config is None else config.decode(errors="replace")
+    def _raw(self, storage: Storage, nbytes: int) -> bytes:
+        raise NotImplementedError
 
     def close(self) -> None:
-        self._zip.close()
+        pass
 
-    def __enter__(self) -> "Archive":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _member(self, name: str, optional: bool = False, size: int | None = None) -> bytes | None:
-        full = f"{self.root}/{name}"
-        try:
-            info = self._zip.getinfo(full)
-        except KeyError:
-            if optional:
-                return None
-            raise ValueError(f"the archive lacks {full}") from None
-        if info.compress_type != zipfile.ZIP_STORED:  # a compressed member could expand to any size
-            raise ValueError(f"{full} is compressed; torch.save stores its members uncompressed")
-        if size is not None and info.file_size != size:
-            raise ValueError(f"{full} holds {info.file_size} bytes, not the {size} its storage claims")
-        with _readable():
-            return self._zip.read(full)
 
     def _storage(self, storage: Storage) -> np.ndarray:
         if storage.kind not in STORAGE_DTYPES:
             raise ValueError(f"a {storage.kind} (NumPy has no such dtype)")
         if storage.key not in self._storages:
             dtype = np.dtype(STORAGE_DTYPES[storage.kind]).newbyteorder(self.byteorder)
-            if storage.numel < 0 or "/" in storage.key:
+            if storage.numel < 0:
                 raise ValueError(f"storage {storage.key!r} of {storage.numel} elements")
-            raw = self._member(f"data/{storage.key}", size=storage.numel * dtype.itemsize)
-            self._storages[storage.key] = np.frombuffer(raw, dtype)
+            self._storages[storage.key] = np.frombuffer(self._raw(storage, storage.numel * dtype.itemsize), dtype)
         return self._storages[storage.key]
 
     def array(self, record: TensorRecord) -> np.ndarray:
@@ -389,6 +412,139 @@ class Archive:
         if record.storage.kind == "BFloat16Storage":
             out = (out.astype(np.uint32) << 16).view(np.float32)
         return out
+
+
+class Archive(_Storages):
+    """An open ``torch.save`` archive (the zip format): ``obj`` and ``config`` (the model config a file
+    written here carries) are read when first asked for."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(path)
+        if _head(self.path) != b"PK":
+            raise ValueError("not a torch.save archive (a zip)")
+        with _readable():
+            self._zip = zipfile.ZipFile(self.path)
+        names = self._zip.namelist()
+        pickles = [n for n in names if _is_pickle(n)]
+        if len(pickles) != 1:
+            raise ValueError(f"a zip with {len(pickles)} ROOT/data.pkl members, not a torch.save archive")
+        self.root = pickles[0].split("/")[0]
+        if f"{self.root}/constants.pkl" in names or any(n.startswith(f"{self.root}/code/") for n in names):
+            raise ValueError("a TorchScript archive (torch.jit.save), which holds code; save the module's "
+                             "state_dict() with torch.save instead")
+        order = self._member("byteorder", optional=True)
+        if order not in (None, b"little", b"big"):
+            raise ValueError(f"byteorder {order[:16]!r}, not 'little' or 'big'")
+        self.byteorder = "<" if order in (None, b"little") else ">"
+
+    @cached_property
+    def obj(self) -> Any:
+        return parse_pickle(self._member("data.pkl"))
+
+    @cached_property
+    def config(self) -> str | None:
+        """The model config (JSON text) that :mod:`reference.formats.torch_save` writes beside the pickle."""
+        config = self._member(CONFIG_MEMBER, optional=True)
+        return None if config is None else config.decode(errors="replace")
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def _member(self, name: str, optional: bool = False, size: int | None = None) -> bytes | None:
+        full = f"{self.root}/{name}"
+        try:
+            info = self._zip.getinfo(full)
+        except KeyError:
+            if optional:
+                return None
+            raise ValueError(f"the archive lacks {full}") from None
+        if info.compress_type != zipfile.ZIP_STORED:  # a compressed member could expand to any size
+            raise ValueError(f"{full} is compressed; torch.save stores its members uncompressed")
+        if size is not None and info.file_size != size:
+            raise ValueError(f"{full} holds {info.file_size} bytes, not the {size} its storage claims")
+        with _readable():
+            return self._zip.read(full)
+
+    def _raw(self, storage: Storage, nbytes: int) -> bytes:
+        if "/" in storage.key:
+            raise ValueError(f"storage {storage.key!r}, not a member name")
+        return self._member(f"data/{storage.key}", size=nbytes)
+
+
+class LegacyFile(_Storages):
+    """An open file in ``torch.save``'s legacy format (memory-mapped; pickle lengths and storage sizes that a
+    damaged file claims are never allocated beyond its end). Its pickles are parsed when ``obj`` is first asked
+    for, and each storage's place in the file found then: every storage the pickle names is in the list of
+    keys after it and the other way round, each one's element count is what the pickle says, and the last
+    one ends where the file does."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(path)
+        with open(self.path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._offsets: dict[str, int] = {}
+
+    def close(self) -> None:
+        self._map.close()
+
+    @cached_property
+    def obj(self) -> Any:
+        stream = self._map
+        stream.seek(0)
+        if _parse(stream, _no_persistent) != LEGACY_MAGIC:
+            raise ValueError("a pickle that is not a torch.save file (it does not start with torch's magic number)")
+        version = _parse(stream, _no_persistent)
+        if version != LEGACY_PROTOCOL:
+            raise ValueError(f"legacy torch.save protocol {_short(version)}, not {LEGACY_PROTOCOL}")
+        _parse(stream, _no_persistent)  # the writer's byte order and C type sizes (storages are little-endian)
+        storages: dict[str, Storage] = {}
+
+        def persistent(pid):
+            found = _legacy_persistent(pid)
+            if isinstance(found, Storage) and storages.setdefault(found.key, found) != found:
+                raise ValueError(f"storage {found.key!r} named as {found.numel} {found.kind} elements and as "
+                                 f"{storages[found.key].numel} {storages[found.key].kind} elements")
+            return found
+
+        obj = _parse(stream, persistent)
+        keys = _parse(stream, _no_persistent)
+        if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys) and len(set(keys)) == len(keys)):
+            raise ValueError("the storages' keys after the pickle are not a list of distinct strings")
+        if set(keys) != set(storages):
+            raise ValueError(f"{len(set(storages) - set(keys))} storages the pickle names are not in the file and "
+                             f"{len(set(keys) - set(storages))} in it are not named")
+        self._offsets = self._places([storages[k] for k in keys], stream.tell())
+        return obj
+
+    def _places(self, storages: list[Storage], offset: int) -> dict[str, int]:
+        """Where each storage's bytes start, the storages following each other from ``offset``."""
+        places = {}
+        for storage in storages:
+            itemsize = np.dtype(STORAGE_DTYPES[storage.kind]).itemsize if storage.kind in STORAGE_DTYPES else \
+                OTHER_ITEMSIZES.get(storage.kind)
+            if itemsize is None:
+                raise ValueError(f"a {storage.kind}, whose element size is not known here")
+            head = self._map[offset:offset + 8]
+            if len(head) < 8:
+                raise ValueError(f"the file ends before storage {storage.key!r}")
+            numel = int.from_bytes(head, "little", signed=True)
+            if numel != storage.numel:
+                raise ValueError(f"storage {storage.key!r} holds {numel} elements, not the {storage.numel} "
+                                 "its pickle claims")
+            if numel < 0:
+                raise ValueError(f"storage {storage.key!r} of {numel} elements")
+            places[storage.key] = offset + 8
+            offset += 8 + numel * itemsize
+            if offset > len(self._map):
+                raise ValueError(f"the file ends inside storage {storage.key!r}")
+        if offset != len(self._map):
+            raise ValueError(f"{len(self._map) - offset} bytes after the last storage")
+        return places
+
+    def _raw(self, storage: Storage, nbytes: int) -> bytes:
+        self.obj  # parsed first: it finds the storages' places
+        start = self._offsets[storage.key]
+        return self._map[start:start + nbytes]
 
 
 # What zipfile raises on a damaged archive besides ValueError: a bad CRC or header, a flag bit it does not
@@ -502,7 +658,7 @@ def load_state_dict(path: str | Path, module: str | None = None) -> tuple[dict[s
     holds the module object itself (``"relu"``/``"tanh"`` of an ``nn.RNN``; else ``None``). ``module`` picks one
     by path (see :func:`rnn_modules`) where the file holds several. Errors are ``ValueError`` s naming what is
     wrong."""
-    with Archive(path) as archive:
+    with open_file(path) as archive:
         modules = rnn_modules(archive.obj)
         if not modules:
             raise ValueError(f"holds no recurrent module (no 'weight_ih_l0'); it holds {describe(archive.obj)}")
@@ -522,7 +678,7 @@ def load_state_dict(path: str | Path, module: str | None = None) -> tuple[dict[s
 def carried_config(path: str | Path) -> str | None:
     """The model config (JSON text) that a file :mod:`reference.formats.torch_save` wrote carries beside its
     state_dict; ``None`` for any other ``torch.save`` file. The pickle is not read."""
-    with Archive(path) as archive:
+    with open_file(path) as archive:
         return archive.config
 
 
@@ -530,5 +686,5 @@ def _qualified(module: str, key: str) -> str:
     return repr(f"{module}.{key}" if module else key)
 
 
-__all__ = ["Archive", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict",
+__all__ = ["Archive", "LegacyFile", "open_file", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict",
            "carried_config"]
