@@ -601,15 +601,13 @@ def test_infer_refuses_a_damaged_input_naming_it(tmp_path, capsys):
 
 
 WRITTEN = [("checkpoint", "w.npz"), ("checkpoint", "w.safetensors"), ("torch", "w.safetensors"), ("torch", "w.pt"),
-           ("keras", "w.npz"), ("keras", "w.keras"), ("keras", "w.weights.h5"), ("onnx", "w.onnx"), ("tf", "w"),
-           ("infer", "y.npz"), ("infer", "y.npy")]
+           ("keras", "w.npz"), ("keras", "w.keras"), ("keras", "w.weights.h5"), ("keras", "w.h5"), ("onnx", "w.onnx"),
+           ("tf", "w"), ("infer", "y.npz"), ("infer", "y.npy")]
 
 
 @pytest.mark.parametrize(("fmt", "name", "message"), [
     ("torch", "w.bin", r"a PyTorch file must end in \.pt or \.pth \(torch\.save's format\) or \.safetensors or "
                        r"\.npz, got 'w\.bin'"),
-    ("keras", "m.h5", r"a Keras file is written as \.keras \(a model\) or \.weights\.h5 \(its weights\), got "
-                      r"'m\.h5' \(the legacy \.h5 formats are read only\)"),
     ("onnx", "m.pb", r"an ONNX file must end in \.onnx, got 'm\.pb'"),
     ("checkpoint", "w.pt", r"tensor file path must end in \.safetensors or \.npz, got 'w\.pt'")], ids=lambda v: v[:12])
 def test_a_writer_refuses_a_name_it_does_not_write(fmt, name, message, tmp_path):
@@ -1027,8 +1025,9 @@ def test_a_foreign_torch_file_needs_only_the_mode(tmp_path):
 
 
 @pytest.mark.parametrize(("fmt", "name"), [("torch", "w.safetensors"), ("torch", "w.pt"), ("keras", "w.npz"),
-                                          ("keras", "w.keras"), ("keras", "w.weights.h5"), ("onnx", "w.onnx"),
-                                          ("tf", "w"), ("tf", "w.index"), ("checkpoint", "w.safetensors")],
+                                          ("keras", "w.keras"), ("keras", "w.weights.h5"), ("keras", "w.h5"),
+                                          ("onnx", "w.onnx"), ("tf", "w"), ("tf", "w.index"),
+                                          ("checkpoint", "w.safetensors")],
                          ids=lambda v: v)
 def test_infer_runs_weights_of_every_format_directly(fmt, name, tmp_path, capsys):
     """``rnn-compat infer --from FORMAT`` runs a file of any format as ``convert`` would read it: the same

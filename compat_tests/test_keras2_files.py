@@ -109,3 +109,34 @@ def test_only_a_gru_or_an_lstm_comes_in_cudnn_layout():
         keras_format.from_keras(model, layers, cudnn_layout=[True])
     with pytest.raises(ValueError, match="one flag per Keras layer"):
         keras_format.from_keras(model, layers, cudnn_layout=[False, False])
+
+
+def _within(ours, theirs) -> bool:
+    """Whether every entry of the config ``ours`` is in ``theirs`` with the same value (dicts inside too)."""
+    if isinstance(ours, dict):
+        return isinstance(theirs, dict) and all(k in theirs and _within(v, theirs[k]) for k, v in ours.items())
+    return ours == theirs
+
+
+@pytest.mark.parametrize("fixture", ["lstm", "relu_bi"])  # the plain Sequential stacks tf.keras 2 saved
+def test_a_legacy_model_written_here_is_laid_out_as_tf_keras_2_saved_it(fixture, keras_file, tmp_path):
+    """The stack a tf.keras 2 file holds, written back as a legacy ``.h5`` model with the weights read from it:
+    every group, attribute and weight (dtype, shape, bytes) as in the file tf.keras 2 saved, and each layer's
+    config a part of tf.keras 2's (which adds its default initializers, regularizers and constraints).
+    ``scripts/check_tf_keras2_loads.py`` loads such files in tf.keras 2 itself and runs them."""
+    import h5py
+
+    from compat_tests.interop import hdf5_tree
+
+    saved = DATA / PROVENANCE["fixtures"][fixture]["files"][0]
+    model, weights, biases = keras_file.read(saved)
+    keras_file.write(tmp_path / "m.h5", model, weights, biases)
+    ours, theirs = (hdf5_tree.layout(p, leave_out=("model_config",)) for p in (tmp_path / "m.h5", saved))
+    assert ours == theirs, sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    configs = []
+    for path in (tmp_path / "m.h5", saved):
+        with h5py.File(path, "r") as h5:
+            configs.append(json.loads(h5.attrs["model_config"]))
+    assert configs[0]["class_name"] == configs[1]["class_name"] == "Sequential"
+    for mine, keras2 in zip(configs[0]["config"]["layers"], configs[1]["config"]["layers"], strict=True):
+        assert _within(mine, keras2), (mine, keras2)

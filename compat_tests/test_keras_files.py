@@ -221,16 +221,19 @@ def test_a_written_keras_file_loads_in_keras_and_runs_to_the_reference(keras, cf
         assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases))
 
 
+@pytest.mark.parametrize("name", ["other.weights.h5", "other.h5"])
 @pytest.mark.parametrize("cfg", WRITE_CONFIGS, ids=lambda c: c.short())
-def test_keras_loads_a_weights_file_written_here_into_its_model(keras, cfg, tmp_path):
-    """``m.weights.h5`` (other weights than the model's) goes into the model a ``.keras`` file holds through
-    ``model.load_weights``: Keras then holds them, bit for bit, and runs to the reference's outputs on them."""
+def test_keras_loads_a_weights_file_written_here_into_its_model(keras, cfg, name, tmp_path):
+    """Other weights than the model's go into the model a ``.keras`` file holds through ``model.load_weights``,
+    from ``other.weights.h5`` (Keras 3's weights file) and from ``other.h5`` (a legacy tf.keras 2 model, whose
+    weights Keras 3 reads by layer order): Keras then holds them, bit for bit, and runs to the reference's outputs
+    on them."""
     case, model = make_case(cfg), cfg.model()
     other = make_case(dataclasses.replace(cfg, seed=cfg.seed + 1))
     keras_file.write(tmp_path / "m.keras", model, case.weights, case.biases)
-    keras_file.write(tmp_path / "other.weights.h5", model, other.weights, other.biases)
+    keras_file.write(tmp_path / name, model, other.weights, other.biases)
     net = keras.saving.load_model(tmp_path / "m.keras")
-    net.load_weights(tmp_path / "other.weights.h5")
+    net.load_weights(tmp_path / name)
     flat = [w for layer in keras_format.to_keras(model, other.weights, other.biases) for w in layer]
     assert [np.asarray(w).tobytes() for w in net.get_weights()] == [w.tobytes() for w in flat]
     if cfg.dtype != "float64":  # Keras computes float64 RNNs in float32 (known_divergences.py)
@@ -661,11 +664,11 @@ def test_a_weights_file_without_recurrent_weights_is_refused(tmp_path):
 @settings(max_examples=30)  # each read is a child process
 @given(cfg=rnn_configs(Capabilities(skip_input=False, projection=False), max_layers=3, max_units=5, max_input=4,
                        max_time=3, max_batch=2),  # what a Keras file can hold: no skip_input, no projection
-       name=st.sampled_from(["m.keras", "m.weights.h5"]))
+       name=st.sampled_from(["m.keras", "m.weights.h5", "m.h5"]))
 def test_a_written_keras_file_reads_back_as_the_same_model(cfg, name, tmp_path_factory):
-    """Without Keras: every config Keras can hold, every float dtype, written (a model or its weights) and read
-    back is the same model with the same weights (summed biases split in halves, bit for bit their sum; the cuDNN
-    GRU's both kept); a weights file says the rest but relu from tanh."""
+    """Without Keras: every config Keras can hold, every float dtype, written (a model, as a ``.keras`` archive or
+    a legacy ``.h5``, or its weights) and read back is the same model with the same weights (summed biases split
+    in halves, bit for bit their sum; the cuDNN GRU's both kept); a weights file says the rest but relu from tanh."""
     case, model = make_case(cfg), cfg.model()
     path = tmp_path_factory.mktemp("written") / name
     keras_file.write(path, model, case.weights, case.biases)
@@ -676,6 +679,16 @@ def test_a_written_keras_file_reads_back_as_the_same_model(cfg, name, tmp_path_f
     per_layer = keras_format.to_keras(model, case.weights, case.biases)
     assert all(a.tobytes() == b.tobytes() for a, b in zip([w for layer in keras_format.to_keras(back, weights, biases)
                                                            for w in layer], [w for layer in per_layer for w in layer]))
+
+
+def test_the_keras_writer_refuses_a_name_keras_does_not_read(tmp_path):
+    """(``convert --to keras`` sends other names to the tensor-file writer, which refuses its own.)"""
+    cfg = RNNConfig("gru", num_units=3, input_size=2, dtype="float32")
+    case = make_case(cfg)
+    with pytest.raises(ValueError, match=r"a Keras file is written as \.keras \(a model\), \.weights\.h5 \(its "
+                                         r"weights\) or \.h5 / \.hdf5 \(a legacy tf\.keras 2 model\), got 'm\.zip'"):
+        keras_file.write(tmp_path / "m.zip", cfg.model(), case.weights, case.biases)
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_damaged_deflated_member_is_refused_naming_the_file(tmp_path):

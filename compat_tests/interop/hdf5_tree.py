@@ -84,6 +84,23 @@ def read(source: str | Path | BinaryIO) -> Group:
     return Group(tree, arrays)
 
 
+def layout(path: str | Path, leave_out: tuple[str, ...] = ()) -> dict:
+    """Every group and dataset of a *trusted* HDF5 file (one written here or by Keras, in a test; read in this
+    process), by path (the root is ``"/"``): its attributes as stored (bytes stay bytes, arrays become lists),
+    and a dataset's dtype, shape and bytes; the root's attributes named in ``leave_out`` are left out."""
+    import h5py
+
+    def entry(node) -> tuple:
+        attrs = {k: np.asarray(v).tolist() for k, v in node.attrs.items() if node.name != "/" or k not in leave_out}
+        data = (node.dtype.str, node.shape, node[()].tobytes()) if isinstance(node, h5py.Dataset) else None
+        return attrs, data
+
+    with h5py.File(path, "r") as h5:
+        found = {"/": entry(h5)}
+        h5.visititems(lambda name, node: found.__setitem__(name, entry(node)))
+    return found
+
+
 def _text_attrs(attrs) -> dict:
     """The attributes that are text (a string, or an array of strings; an empty array reads as an empty list)."""
     found = {}

@@ -368,16 +368,24 @@ def keras_config(model) -> dict:
             "build_config": {"input_shape": [None, None, model.input_size]}}
 
 
+# The Keras version a legacy ``.h5`` model written here gives: the tf.keras 2 whose layout it follows. Its loaders
+# read a file without one as Keras 1's, whose recurrent weights they convert.
+LEGACY_KERAS_VERSION = "2.21.0"
+
+
 def write(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray]) -> None:
     """``model`` with its canonical weights as a ``.keras`` archive that ``keras.saving.load_model`` loads, or
-    its weights alone as a ``.weights.h5`` file that ``model.load_weights`` loads (Keras 3's formats)."""
+    its weights alone as a ``.weights.h5`` file that ``model.load_weights`` loads (Keras 3's formats), or as a
+    legacy ``.h5`` / ``.hdf5`` model laid out as tf.keras 2 saves one (:func:`_write_legacy`)."""
     path = Path(path)
     weights_only = path.name.endswith(".weights.h5")
-    if path.suffix != ".keras" and not weights_only:
-        raise ValueError(f"a Keras file is written as .keras (a model) or .weights.h5 (its weights), got "
-                         f"{path.name!r} (the legacy .h5 formats are read only)")
-    h5py = require("h5py", f"writing a Keras {'.weights.h5' if weights_only else '.keras'} file")
+    if path.suffix not in SUFFIXES:
+        raise ValueError(f"a Keras file is written as .keras (a model), .weights.h5 (its weights) or .h5 / .hdf5 "
+                         f"(a legacy tf.keras 2 model), got {path.name!r}")
+    h5py = require("h5py", f"writing a Keras {path.suffix if not weights_only else '.weights.h5'} file")
     per_direction = keras_weights.to_keras(model, weights, biases)
+    if path.suffix != ".keras" and not weights_only:
+        return _write_legacy(h5py, path, model, per_direction)
     config = keras_config(model)
     recurrent = [e for e in config["config"]["layers"] if is_recurrent(e["class_name"])]
     buffer = io.BytesIO()
@@ -408,3 +416,53 @@ def write(path: str | Path, model, weights: list[np.ndarray], biases: list[np.nd
         zf.writestr("metadata.json", json.dumps(metadata))
         zf.writestr("config.json", json.dumps(config))
         zf.writestr("model.weights.h5", buffer.getvalue())
+
+
+def _write_legacy(h5py, path: Path, model, per_direction: list[list[np.ndarray]]) -> None:
+    """A legacy ``.h5`` model as tf.keras 2 (``tf_keras``) saves a ``Sequential`` of the stack, which its
+    ``load_model`` loads and any Keras's ``load_weights`` reads by layer order: the config in the root's
+    ``model_config`` (Keras 2's layer configs: ``batch_input_shape``, ``time_major``, a ``Bidirectional`` whose
+    backward layer it derives), the weights under ``model_weights/LAYER/`` named ``LAYER/CELL/kernel:0``, ...
+    Keras 3 does not load such a config (``time_major`` is gone); its ``load_weights`` takes the file."""
+    cls, options = keras_weights.KERAS_LAYERS[model.rnn_mode]
+    dtype, snake = model.dtype.name, snake_case(cls)
+    layers = [{"class_name": "InputLayer", "config": {"batch_input_shape": [None, None, model.input_size],
+                                                      "dtype": dtype, "sparse": False, "ragged": False,
+                                                      "name": "input_1"}}]
+    weight_names = {}
+    for layer in range(model.num_layers):
+        suffix = f"_{layer}" if layer else ""
+        cell = {"name": snake + suffix, "trainable": True, "dtype": dtype, "return_sequences": True,
+                "return_state": False, "go_backwards": False, "stateful": False, "unroll": False,
+                "time_major": False, "units": model.num_units, "activation": "tanh",
+                **({} if cls == "SimpleRNN" else {"recurrent_activation": "sigmoid", "implementation": 2}),
+                "use_bias": True, "dropout": 0.0, "recurrent_dropout": 0.0, **options}
+        if model.num_dirs == 1:
+            name, scopes = cell["name"], [cell["name"]]
+            layers.append({"class_name": cls, "config": cell})
+        else:
+            name = f"bidirectional{suffix}"
+            scopes = [f"{name}/{side}_{cell['name']}" for side in ("forward", "backward")]
+            layers.append({"class_name": "Bidirectional", "config": {
+                "name": name, "trainable": True, "dtype": dtype, "merge_mode": "concat",
+                "layer": {"module": "keras.layers", "class_name": cls, "config": cell, "registered_name": None}}})
+        weight_names[name] = [f"{scope}/{snake}_cell/{w}:0" for scope in scopes
+                              for w in ("kernel", "recurrent_kernel", "bias")]
+    config = {"class_name": "Sequential", "config": {"name": "sequential", "layers": layers}}
+    arrays = iter(w for direction in per_direction for w in direction)
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as h5:
+        h5.attrs["backend"], h5.attrs["keras_version"] = "tensorflow", LEGACY_KERAS_VERSION
+        h5.attrs["model_config"] = json.dumps(config)
+        root = h5.create_group("model_weights")
+        root.attrs["layer_names"] = [name.encode() for name in weight_names]
+        root.attrs["backend"], root.attrs["keras_version"] = b"tensorflow", LEGACY_KERAS_VERSION.encode()
+        for name, names in sorted(weight_names.items()):
+            group = root.create_group(name)
+            group.attrs["weight_names"] = [n.encode() for n in names]
+        for name, names in weight_names.items():
+            for n in names:
+                root[name].create_dataset(n, data=next(arrays))
+        root.create_group("top_level_model_weights").attrs["weight_names"] = np.array([], np.float64)
+    with replacing(path) as partial:
+        partial.write_bytes(buffer.getvalue())
