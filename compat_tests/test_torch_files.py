@@ -273,7 +273,8 @@ def _pickle(entries: dict, legacy: bool = False) -> bytes:
         out += b"ctorch._utils\n_rebuild_tensor_v2\n("
         out += b"(X\x07\x00\x00\x00storagectorch\n" + kind.encode() + b"\n"
         out += b"X" + struct.pack("<I", len(key)) + key.encode() + b"X\x03\x00\x00\x00cpu" + b"J" + struct.pack("<i", numel)
-        out += (b"N" if legacy else b"") + b"tQ" + b"J" + struct.pack("<i", offset) + ints(size) + ints(stride) + b"\x89}tR"
+        out += (b"N" if legacy else b"") + b"tQ"  # a legacy storage id ends in a view's, None
+        out += b"J" + struct.pack("<i", offset) + ints(size) + ints(stride) + b"\x89}tR"
     return bytes(out + b"u.")  # SETITEMS, STOP
 
 

@@ -60,7 +60,8 @@ def main() -> int:
             for layers, direction in ((2, "bidirectional"), (3, "unidirectional")):
                 problems = check(mode, layers, direction, Path(folder), rng)
                 failed += bool(problems)
-                print(f"{mode:12} {layers} layers {direction:15}", "; ".join(problems) or "loads and runs to the reference")
+                verdict = "; ".join(problems) or "loads and runs to the reference"
+                print(f"{mode:12} {layers} layers {direction:15}", verdict)
     print(f"tf_keras {keras.__version__}: {failed} failed")
     return 1 if failed else 0
 

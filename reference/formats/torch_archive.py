@@ -686,5 +686,5 @@ def _qualified(module: str, key: str) -> str:
     return repr(f"{module}.{key}" if module else key)
 
 
-__all__ = ["Archive", "LegacyFile", "open_file", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle", "rnn_modules", "load_state_dict",
-           "carried_config"]
+__all__ = ["Archive", "LegacyFile", "open_file", "TensorRecord", "Opaque", "is_torch_file", "parse_pickle",
+           "rnn_modules", "load_state_dict", "carried_config"]
