@@ -143,7 +143,8 @@ def plain_values(draw):
 
 @given(value=plain_values(), protocol=st.sampled_from([2, 3, 4, 5]))
 def test_the_pickle_interpreter_builds_what_pickle_would(value, protocol):
-    """Plain data (what a checkpoint holds beside its tensors) comes out as ``pickle.loads`` gives it."""
+    """Plain data (what a checkpoint holds beside its tensors) comes out as the value that was pickled (compared
+    with the value itself: nothing here is unpickled)."""
     assert torch_archive.parse_pickle(pickle.dumps(value, protocol=protocol)) == value
 
 

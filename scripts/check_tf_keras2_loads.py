@@ -24,18 +24,16 @@ import tf_keras as keras  # noqa: E402
 import reference  # noqa: E402
 from compat_tests.interop import hdf5_tree, keras_file  # noqa: E402
 
-CLASSES = {"relu": reference.CudnnRNNRelu, "tanh": reference.CudnnRNNTanh, "lstm": reference.CudnnLSTM,
-           "gru": reference.CudnnGRU, "classic_gru": reference.ClassicGRU}
 T, B, I, H = 6, 3, 4, 5
 
 
 def check(mode: str, layers: int, direction: str, folder: Path, rng: np.random.Generator) -> list[str]:
-    model = CLASSES[mode](layers, H, I, direction=direction, dtype=np.float32)
+    model = reference.make_model(mode, layers, H, I, direction=direction, dtype=np.float32)
     weight_shapes, bias_shapes = model.canonical_shapes()
     weights = [rng.uniform(-0.5, 0.5, s).astype(np.float32) for s in weight_shapes]
     biases = [rng.uniform(-0.5, 0.5, s).astype(np.float32) for s in bias_shapes]
     x = rng.standard_normal((T, B, I)).astype(np.float32)
-    want = model(x, None, *([None] if mode == "lstm" else []), model.canonical_to_params(weights, biases))[0]
+    want = model.forward(x, None, model.canonical_to_params(weights, biases)).output
     path = folder / f"{mode}_{layers}_{direction}.h5"
     keras_file.write(path, model, weights, biases)
     net = keras.models.load_model(path, compile=False)
@@ -56,7 +54,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     failed = 0
     with tempfile.TemporaryDirectory() as folder:
-        for mode in CLASSES:
+        for mode in reference.MODELS:
             for layers, direction in ((2, "bidirectional"), (3, "unidirectional")):
                 problems = check(mode, layers, direction, Path(folder), rng)
                 failed += bool(problems)

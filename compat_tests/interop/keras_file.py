@@ -429,7 +429,7 @@ def _write_legacy(h5py, path: Path, model, per_direction: list[list[np.ndarray]]
     layers = [{"class_name": "InputLayer", "config": {"batch_input_shape": [None, None, model.input_size],
                                                       "dtype": dtype, "sparse": False, "ragged": False,
                                                       "name": "input_1"}}]
-    weight_names = {}
+    named = {}  # layer name: [(weight name, array)], in the stack's order
     for layer in range(model.num_layers):
         suffix = f"_{layer}" if layer else ""
         cell = {"name": snake + suffix, "trainable": True, "dtype": dtype, "return_sequences": True,
@@ -446,23 +446,23 @@ def _write_legacy(h5py, path: Path, model, per_direction: list[list[np.ndarray]]
             layers.append({"class_name": "Bidirectional", "config": {
                 "name": name, "trainable": True, "dtype": dtype, "merge_mode": "concat",
                 "layer": {"module": "keras.layers", "class_name": cls, "config": cell, "registered_name": None}}})
-        weight_names[name] = [f"{scope}/{snake}_cell/{w}:0" for scope in scopes
-                              for w in ("kernel", "recurrent_kernel", "bias")]
+        arrays = [w for direction in per_direction[layer * model.num_dirs:(layer + 1) * model.num_dirs]
+                  for w in direction]
+        named[name] = list(zip([f"{scope}/{snake}_cell/{w}:0" for scope in scopes
+                                for w in ("kernel", "recurrent_kernel", "bias")], arrays, strict=True))
     config = {"class_name": "Sequential", "config": {"name": "sequential", "layers": layers}}
-    arrays = iter(w for direction in per_direction for w in direction)
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as h5:
         h5.attrs["backend"], h5.attrs["keras_version"] = "tensorflow", LEGACY_KERAS_VERSION
         h5.attrs["model_config"] = json.dumps(config)
         root = h5.create_group("model_weights")
-        root.attrs["layer_names"] = [name.encode() for name in weight_names]
+        root.attrs["layer_names"] = [name.encode() for name in named]
         root.attrs["backend"], root.attrs["keras_version"] = b"tensorflow", LEGACY_KERAS_VERSION.encode()
-        for name, names in sorted(weight_names.items()):
+        for name, weights in sorted(named.items()):  # groups in name order, as tf.keras 2 creates them
             group = root.create_group(name)
-            group.attrs["weight_names"] = [n.encode() for n in names]
-        for name, names in weight_names.items():
-            for n in names:
-                root[name].create_dataset(n, data=next(arrays))
+            group.attrs["weight_names"] = [n.encode() for n, _ in weights]
+            for n, array in weights:
+                group.create_dataset(n, data=array)
         root.create_group("top_level_model_weights").attrs["weight_names"] = np.array([], np.float64)
     with replacing(path) as partial:
         partial.write_bytes(buffer.getvalue())
