@@ -11,7 +11,9 @@ import itertools
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from reference.model import DIRECTIONS
 
@@ -71,6 +73,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{folder}-{stamp}"
     if (out / RESULTS).exists() and not args.resume:
         raise ValueError(f"{out / RESULTS} exists: pass --resume to continue that run, or another --out")
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out, the folder of the run to continue")
+    if args.resume and not (out / RESULTS).exists():
+        raise ValueError(f"--resume: there is no run in {out} to resume (no {RESULTS}); --out names the folder of "
+                         f"the run to continue")
     units, skipped = plan(specs, peers)
     if args.resume:
         check_resumable(out, units)
@@ -170,6 +177,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     try:
         comparison = compare_peer(peer, cfg, backward=args.backward)
+    except MemoryError as exc:  # the config's size, not the peer's doing
+        print(f"{cfg.short()} does not fit in this machine's memory: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # the peer's own failure: a finding (as in a report), not a bad argument
         print(f"{peer.name} failed on {cfg.short()} ({'gradients' if args.backward else 'forward'}): "
               f"{type(exc).__name__}: {exc}")
@@ -212,20 +222,42 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 # What ``infer --state`` reads: a state file of its own, or an earlier ``infer --out`` (whose output is skipped).
 STATE_KEYS = {"h": ("input_h", "output_h"), "c": ("input_c", "output_c")}
+# The key of ``infer --out``'s ``.npz`` that says the layout of its arrays, "time_major" or "batch_major".
+LAYOUT_KEY = "layout"
 
 
-def initial_state(path: str, model):
+def _layout(batch_major: bool) -> str:
+    return "batch_major" if batch_major else "time_major"
+
+
+@contextmanager
+def _reading(what: str, path: str) -> Iterator[None]:
+    """An OSError reading the file an argument names (missing, a folder, unreadable) names the argument."""
+    try:
+        yield
+    except OSError as exc:
+        raise type(exc)(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def initial_state(path: str, model, batch_major: bool = False):
     """``(input_h, input_c)`` for ``model`` from the ``.npz`` at ``path``: ``input_h`` (and the LSTM's
     ``input_c``), or the ``output_h``/``output_c`` an earlier ``infer --out`` wrote, so that a long sequence
     runs in chunks (unidirectional models only: a backward direction ends at its chunk's first step).
-    States are ``[L*D, B, H]`` (``[B, L*D, H]`` with ``--batch-major``); the model checks their shapes."""
+    States are ``[L*D, B, H]`` (``[B, L*D, H]`` with ``--batch-major``); the model checks their shapes, and a
+    file that says its layout (``infer --out`` does) must be in this run's, since at ``B = L*D`` the shapes
+    cannot tell."""
     from reference import checkpoint
     from reference.modes import MODES
 
-    arrays = checkpoint.load_arrays(path)
+    with _reading("--state", path):
+        arrays = checkpoint.load_arrays(path)
     if not isinstance(arrays, dict):
         raise ValueError(f"--state {path} must be an .npz holding input_h (and input_c for the LSTM), "
                          f"not a single array")
+    layout = arrays.pop(LAYOUT_KEY, None)
+    if layout is not None and (layout.shape != () or str(layout) != _layout(batch_major)):
+        raise ValueError(f"--state {path} holds states in the layout {str(layout)!r}, this run's is "
+                         f"{_layout(batch_major)!r}: run with{'out' if batch_major else ''} --batch-major")
     unknown = sorted(set(arrays) - {"output"} - {k for keys in STATE_KEYS.values() for k in keys})
     if unknown:
         raise ValueError(f"--state {path} holds {unknown}; expected input_h and input_c (or output_h and "
@@ -254,7 +286,8 @@ def _array(path: str, what: str):
     """The array of the ``.npy`` file an argument names (damaged files and archives refused, naming it)."""
     from reference import checkpoint
 
-    array = checkpoint.load_arrays(path)
+    with _reading(what, path):
+        array = checkpoint.load_arrays(path)
     if isinstance(array, dict):
         raise ValueError(f"{what} {path} must be a .npy array, not an .npz archive")
     return array
@@ -265,25 +298,36 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
     from reference.formats.files import replacing
 
+    if args.out is not None and not args.out:
+        raise ValueError("--out must name a file, got ''")
     out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
     if out.suffix not in (".npy", ".npz"):
         raise ValueError(f"--out must end in .npz (output, output_h, output_c) or .npy (output only), got {out.name!r}")
-    source = _read_model(args, args.checkpoint)
+    with _reading("CHECKPOINT", args.checkpoint):
+        source = _read_model(args, args.checkpoint)
     model = source.model
     x = _array(args.input, "INPUT")
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
-    h0, c0 = (None, None) if args.state is None else initial_state(args.state, model)
+    h0, c0 = (None, None) if args.state is None else initial_state(args.state, model, args.batch_major)
     if x.dtype != model.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {model.dtype}")
-    result = model.forward(x, h0, model.canonical_to_params(source.weights, source.biases), input_c=c0,
-                           is_training=False, sequence_lengths=lengths, time_major=not args.batch_major)
+    given = {"input_data": f"INPUT {args.input}", "sequence_lengths": f"--lengths {args.lengths}",
+             "input_h": f"--state {args.state}", "input_c": f"--state {args.state}"}
+    try:
+        result = model.forward(x, h0, model.canonical_to_params(source.weights, source.biases), input_c=c0,
+                               is_training=False, sequence_lengths=lengths, time_major=not args.batch_major)
+    except (ValueError, TypeError) as exc:  # the model names its arguments: say which of ours each is
+        argument = given.get(str(exc).split(" ", 1)[0])
+        if argument is None:
+            raise
+        raise type(exc)(f"{argument}: {exc}") from None
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
                                 ("output_c", result.output_c)) if v is not None}
     with replacing(out) as partial, open(partial, "wb") as f:
         if out.suffix == ".npy":
             np.save(f, result.output)
         else:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays, **{LAYOUT_KEY: np.array(_layout(args.batch_major))})
     print(f"{model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
           + f" -> {out}")
     return 0
@@ -382,11 +426,14 @@ def main(argv: list[str] | None = None) -> int:
                             "compat_tests.interop.convert.detect)")
     _model_options(infer)
     infer.add_argument("input", help=".npy of [T, B, input_size] (or [B, T, input_size] with --batch-major)")
-    infer.add_argument("--out", help=".npz (output, output_h, output_c) or .npy (output only)")
+    infer.add_argument("--out", help=".npz (output, output_h, output_c and their layout) or .npy (output only)")
     infer.add_argument("--lengths", help=".npy of sequence lengths [B]")
-    infer.add_argument("--batch-major", action="store_true")
+    infer.add_argument("--batch-major", action="store_true",
+                       help="INPUT is [B, T, input_size], and the output [B, T, D*H] and the states (--out's and "
+                            "--state's) [B, L*D, H], as TensorFlow's time_major=False")
     infer.add_argument("--state", help=".npz of initial states input_h (and input_c), or an earlier --out .npz "
-                                       "(its output_h, output_c), to go on from where that run ended")
+                                       "(its output_h, output_c), to go on from where that run ended (in its "
+                                       "layout: --out's .npz says it under 'layout')")
 
     peers = sub.add_parser("peers", help="every peer (built-in and plugins): available here or why not, and what "
                                          "it can run")

@@ -33,6 +33,20 @@ def _integer(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"a JSON object names {', '.join(map(repr, twice))} more than once")
+    return dict(pairs)
+
+
+def json_loads(text: str) -> object:
+    """``json.loads`` refusing an object that names a key twice (``json`` keeps the last silently, so
+    ``{"mode": "gru", "mode": "lstm"}`` would run an LSTM): a ``ValueError``, as malformed JSON is."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 @dataclass(frozen=True)
 class RNNConfig:
     """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long."""
@@ -123,7 +137,7 @@ class RNNConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "RNNConfig":
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(json_loads(text))
 
     @classmethod
     def from_dict(cls, data: dict) -> "RNNConfig":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,74 @@ def test_ctrl_c_ends_a_command_without_a_traceback(monkeypatch, capsys, tmp_path
     assert cli.main(["report", "--grid", "quick", "--backends", "reference", "--no-progress", "--out",
                      str(tmp_path)]) == 130
     assert "interrupted (its finished units are kept: the same command with --resume" in capsys.readouterr().err
+
+
+@pytest.fixture
+def gru_files(tmp_path, monkeypatch):
+    """A two-layer GRU's checkpoint ``m.npz`` and an input ``x.npy`` (T=3, B=2: B is L*D) in ``tmp_path``, the
+    working folder."""
+    import numpy as np
+
+    from compat_tests.config import make_case
+    from reference import checkpoint
+
+    cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=3, seq_len=3, batch=2, dtype="float32")
+    case = make_case(cfg)
+    checkpoint.save(tmp_path / "m.npz", cfg.model(), case.weights, case.biases)
+    np.save(tmp_path / "x.npy", case.x)
+    np.save(tmp_path / "x2d.npy", case.x[0])
+    np.save(tmp_path / "x_bm.npy", case.x.transpose(1, 0, 2))
+    (tmp_path / "folder.npz").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["infer", "m.npz", "x.npy", "--out", ""], "--out must name a file, got ''"),
+    (["infer", "m.npz", "x.npy", "--out", "folder.npz"], "cannot write folder.npz: it is a folder"),
+    (["infer", "m.npz", "x.npy", "--lengths", "none.npy"], "--lengths none.npy: No such file or directory"),
+    (["infer", "m.npz", "x.npy", "--state", "none.npz"], "--state none.npz: No such file or directory"),
+    (["infer", "none.npz", "x.npy"], "CHECKPOINT none.npz: No such file or directory"),
+    (["infer", "m.npz", "none.npy"], "INPUT none.npy: No such file or directory"),
+    (["infer", "m.npz", "x2d.npy"], "INPUT x2d.npy: input_data must be 3-D"),
+    (["infer", "m.npz", "x.npy", "--from", "torch"], r"m.npz: .*\(the file looks like format checkpoint: --from "
+                                                     r"checkpoint\)"),
+    (["convert", "--to", "tf", "m.npz", "w.onnx"], "give its PREFIX .*, not a name of another format's file, 'w.onnx'"),
+    (["convert", "--to", "tf", "m.npz", "folder.npz"], "give its PREFIX .*, not the folder 'folder.npz'"),
+    (["convert", "--to", "tf", "m.npz", "tf/"], r"give its PREFIX .*, not the folder 'tf/'"),
+    (["convert", "--to", "checkpoint", "--out-scope", "/", "m.npz", "w.npz"], "scope '/' is not a name TensorFlow"),
+    (["convert", "--to", "tf", "--out-scope", "a b", "m.npz", "w"], "scope 'a b' is not a name TensorFlow takes"),
+    (["check", "--peer", "reference", "--config", '{"mode": "gru", "mode": "lstm"}'],
+     "a JSON object names 'mode' more than once"),
+    (["report", "--grid", "quick", "--resume"], "--resume needs --out"),
+    (["report", "--grid", "quick", "--resume", "--out", "run"], "--resume: there is no run in run to resume"),
+    (["check", "--peer", "torch-cpu", "--config", '{"mode": "gru", "num_units": 1000000000000}'],
+     "does not fit in this machine's memory"),
+])
+def test_infer_convert_and_report_refuse_bad_arguments_naming_them(gru_files, argv, message, capsys):
+    """Found by fuzzing the command line: each of these ran, misread its input, or named a hidden temporary
+    file or an internal argument instead."""
+    before = sorted(p.name for p in gru_files.iterdir())
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert sorted(p.name for p in gru_files.iterdir()) == before, "refused before anything was written"
+
+
+def test_a_state_file_in_the_other_layout_is_refused(gru_files, capsys):
+    """At B = L*D a time-major run's final states ``[L*D, B, H]`` have the shape a batch-major run takes
+    (``[B, L*D, H]``): ``infer --out`` says the layout, and ``--state`` holds a run to it."""
+    import numpy as np
+
+    assert cli.main(["infer", "m.npz", "x.npy", "--out", "y.npz"]) == 0
+    with np.load("y.npz", allow_pickle=False) as y:
+        assert str(y["layout"]) == "time_major" and y["output_h"].shape == (2, 2, 4)
+    assert cli.main(["infer", "m.npz", "x_bm.npy", "--batch-major", "--state", "y.npz", "--out", "z.npz"]) == 2
+    assert ("--state y.npz holds states in the layout 'time_major', this run's is 'batch_major': run without "
+            "--batch-major") in capsys.readouterr().err
+    assert cli.main(["infer", "m.npz", "x.npy", "--state", "y.npz", "--out", "z.npz"]) == 0  # the control
+    assert cli.main(["infer", "m.npz", "x_bm.npy", "--batch-major", "--out", "y_bm.npz"]) == 0
+    assert cli.main(["infer", "m.npz", "x_bm.npy", "--batch-major", "--state", "y_bm.npz", "--out", "z_bm.npz"]) == 0
+    with np.load("z.npz", allow_pickle=False) as z, np.load("z_bm.npz", allow_pickle=False) as z_bm:
+        np.testing.assert_array_equal(z_bm["output"], z["output"].transpose(1, 0, 2))
+        assert str(z_bm["layout"]) == "batch_major"

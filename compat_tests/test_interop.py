@@ -1050,7 +1050,7 @@ def test_infer_runs_weights_of_every_format_directly(fmt, name, tmp_path, capsys
                          "--out", str(tmp_path / "got.npz")]) == 0, (told, capsys.readouterr().err)
         with np.load(tmp_path / "want.npz", allow_pickle=False) as want, \
                 np.load(tmp_path / "got.npz", allow_pickle=False) as got:
-            assert sorted(got) == sorted(want) == ["output", "output_h"]
+            assert sorted(got) == sorted(want) == ["layout", "output", "output_h"]  # layout: time_major
             for key in want:
                 assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), (told, key)
             assert_agree_within_policy(cfg, case, Outputs(got["output"], got["output_h"], None),

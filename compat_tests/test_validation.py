@@ -32,6 +32,7 @@ F32 = np.float32
         ({"dropout": 1.5}, ValueError, "dropout"),
         ({"dropout": float("nan")}, ValueError, "dropout"),
         ({"dropout": "0.1"}, TypeError, "dropout"),
+        ({"dropout": 10**400}, ValueError, r"dropout must be in \[0, 1\], got 1000.*\.\.\..*000$"),  # no float
         ({"seed": -1}, ValueError, "seed"),
     ],
 )
@@ -112,18 +113,34 @@ def call(model, case, weights_buffer, **changes):
                                                                  r"got values in 5..1180591620717411303424"),
         ({"sequence_lengths": np.array([5, 2, 2**70], dtype=object)}, ValueError,
          r"sequence_lengths must have shape \[B\] = \(2,\), got \(3,\)"),
+        ({"sequence_lengths": [2**63, 1]}, ValueError,  # NumPy reads int64 beside uint64 as float64
+         r"sequence_lengths must each be in 1..T = 1..5, got values in 1..9223372036854775808"),
+        ({"sequence_lengths": [np.uint64(5), np.int64(-1)]}, ValueError, r"got values in -1..5"),
+        ({"sequence_lengths": []}, ValueError, r"sequence_lengths must have shape \[B\] = \(2,\), got \(0,\)"),
+        ({"sequence_lengths": [5, "2"]}, TypeError, r"sequence_lengths must be integers, got str '2' among them"),
         ({"sequence_lengths": np.ma.masked_array([5, 9], mask=[False, True])}, TypeError,
          r"sequence_lengths must be a plain numpy.ndarray, got a masked array \(its mask would be ignored"),
         ({"input_data": np.ma.masked_array(np.zeros((5, 2, 3), F32))}, TypeError,
          r"input_data must be a plain numpy.ndarray, got a masked array"),
         ({"is_training": 1}, TypeError, r"is_training must be a bool"),
         ({"time_major": "yes"}, TypeError, r"time_major must be a bool"),
+        ({"is_training": np.zeros(10**4)}, TypeError,  # the array shown cut short
+         r"is_training must be a bool, got array\(\[0\., .{,60} \(ndarray\)$"),
     ],
 )
 def test_forward_rejects(lstm, changes, error, match):
     model, case, params = lstm
     with pytest.raises(error, match=match):
         call(model, case, params, **changes)
+
+
+def test_lengths_of_mixed_integer_types_are_read_as_integers(lstm):
+    """A list mixing NumPy's unsigned and signed integers (which NumPy itself reads as float64) is read as the
+    integers it holds."""
+    model, case, params = lstm
+    want = call(model, case, params, sequence_lengths=np.array([5, 2]))
+    got = call(model, case, params, sequence_lengths=[np.uint64(5), np.int64(2)])
+    np.testing.assert_array_equal(got.output, want.output)
 
 
 def test_lengths_held_as_python_integers_are_read_as_integers(lstm):
@@ -308,6 +325,7 @@ def gru_cells():
     ({"initial_c": np.zeros((4, 2, 4), F32)}, ValueError, "initial_c must be None for CudnnCompatibleGRUCell cells"),
     ({"num_dirs": 1}, ValueError, r"cells\[1\] \(layer 1\) has input width 3, the stack needs 4"),
     ({"num_dirs": 3}, ValueError, "num_dirs must be 1 or 2, got 3"),
+    ({"num_dirs": 2.0}, TypeError, r"num_dirs must be the int 1 or 2, got 2.0 \(float\)"),
     ({"cells": []}, TypeError, "cells must be a non-empty list"),
     ({"cells": "cells[:3]"}, ValueError, r"cells must hold num_dirs = 2 cells per layer, got 3"),
     ({"time_major": 0}, TypeError, "time_major must be a bool"),
@@ -339,3 +357,138 @@ def test_run_cells_refuses_a_stack_of_mixed_cells(gru_cells):
     mixed = cells[:3] + cells_from_tf(other.model(), tf.to_tf(other.model(), *make_case(other)[:2]))[3:]
     with pytest.raises(ValueError, match=r"cells\[3\] \(layer 1\) has dtype float64, the stack needs float32"):
         run_cells(mixed, 2, case.x)
+
+
+@pytest.fixture(scope="module")
+def lstm_cell():
+    from reference.cells import cells_from_tf
+    from reference.formats import tf
+
+    cfg = RNNConfig("lstm", num_units=4, input_size=3, batch=2, dtype="float32")
+    case, model = make_case(cfg), cfg.model()
+    return cells_from_tf(model, tf.to_tf(model, case.weights, case.biases))[0]
+
+
+def _zeros(*shape, dtype=F32):
+    return np.zeros(shape, dtype)
+
+
+@pytest.mark.parametrize(("inputs", "state", "error", "match"), [
+    (_zeros(2, 3), (_zeros(1, 4), _zeros(2, 4)), ValueError, r"c must have shape \[B, 4\] = \(2, 4\), got \(1, 4\)"),
+    (_zeros(2, 3), (_zeros(4), _zeros(2, 4)), ValueError, r"c must have shape \[B, 4\] = \(2, 4\), got \(4,\)"),
+    (_zeros(2, 3, dtype=np.float64), (_zeros(2, 4, dtype=np.float64),) * 2, TypeError,
+     r"inputs must be a numpy.ndarray of float32 with shape \[B, 3\], got float64"),
+    (_zeros(2, 5), (_zeros(2, 4),) * 2, ValueError, r"inputs must have shape \[B, 3\] = \(2, 3\), got \(2, 5\)"),
+    (_zeros(0, 3), (_zeros(0, 4),) * 2, ValueError, r"inputs must have shape \[B, 3\] with B >= 1, got \(0, 3\)"),
+    ([[0.0] * 3] * 2, (_zeros(2, 4),) * 2, TypeError, r"inputs must be a numpy.ndarray of float32"),
+    (_zeros(2, 3), _zeros(2, 4), TypeError, r"state must be the pair \(c, h\), got ndarray"),
+])
+def test_a_cell_called_on_its_own_checks_its_values(lstm_cell, inputs, state, error, match):
+    """A cell called as TF calls one, ``cell(inputs, state)``: before, a ``[1, H]`` state was broadcast over
+    the batch, float64 values ran through a float32 cell, and a wrong width failed inside NumPy."""
+    with pytest.raises(error, match=match):
+        lstm_cell(inputs, state)
+    out, (c, h) = lstm_cell(_zeros(2, 3), (_zeros(2, 4), _zeros(2, 4)))  # the control, and its state goes on
+    assert lstm_cell(_zeros(2, 3), [c, h])[0].shape == out.shape == (2, 4)
+
+
+def test_a_cell_is_made_of_what_the_models_take():
+    from reference.cells import BasicRNNCell
+
+    with pytest.raises(ValueError, match="Invalid activation: 'sigmoid', expecting one of 'tanh', 'relu'"):
+        BasicRNNCell(_zeros(7, 4), _zeros(4), activation="sigmoid")
+    with pytest.raises(TypeError, match="BasicRNNCell kernel must be a float16, float32 or float64 array, got "
+                                        "float128"):
+        BasicRNNCell(_zeros(7, 4, dtype=np.longdouble), _zeros(4, dtype=np.longdouble))
+
+
+def _lstm_and_tensors():
+    model = reference.CudnnLSTM(1, 4, 3)
+    return (model, *model.params_to_canonical(np.zeros(model.params_size(), F32)))
+
+
+@pytest.mark.parametrize("fmt", ["tf", "torch", "keras", "onnx"])
+def test_the_format_converters_check_the_canonical_lists(fmt):
+    """Before, a short list failed inside ``np.concatenate`` and float64 tensors of a float32 model were
+    written as float64."""
+    from reference.formats import keras, onnx, tf, torch
+
+    write = {"tf": tf.to_tf, "torch": torch.to_state_dict, "keras": keras.to_keras, "onnx": onnx.to_onnx}[fmt]
+    model, weights, biases = _lstm_and_tensors()
+    with pytest.raises(ValueError, match=r"weights must hold 8 tensors for CudnnLSTM\("):
+        write(model, weights[:-1], biases)
+    with pytest.raises(TypeError, match=r"biases\[0\] \(pseudo_layer 0, lin_layer_id 0\) must have dtype float32"):
+        write(model, weights, [b.astype(np.float64) for b in biases])
+    with pytest.raises(TypeError,
+                       match=r"model must be a model such as reference.CudnnLSTM\(...\), got 'lstm' \(str\)"):
+        write("lstm", weights, biases)
+    assert write(model, weights, biases)  # the control
+
+
+@pytest.mark.parametrize(("fmt", "given", "match"), [
+    ("tf", [], "tensors must be a dict of tensors by TF variable name, got list"),
+    ("torch", [], "state must be a dict of tensors by state_dict name, got list"),
+    ("keras", {}, "layers must be a list with one list of Keras weights .* per layer, got dict"),
+    ("keras", [np.zeros(3)], r"layers\[0\] must be a list of Keras weights .*, got ndarray"),
+    ("onnx", [[np.zeros(3)]], r"layers\[0\] must be a dict of ONNX W, R and B, got list"),
+    ("cells", None, "tensors must be a dict of tensors by TF variable name, got NoneType"),
+])
+def test_the_format_readers_check_what_they_are_given(fmt, given, match):
+    from reference.cells import cells_from_tf
+    from reference.formats import keras, onnx, tf, torch
+
+    read = {"tf": tf.from_tf, "torch": torch.from_state_dict, "keras": keras.from_keras, "onnx": onnx.from_onnx,
+            "cells": cells_from_tf}[fmt]
+    model, weights, biases = _lstm_and_tensors()
+    with pytest.raises(TypeError, match=match):
+        read(model, given)
+    with pytest.raises(TypeError, match=r"model must be a model such as reference.CudnnLSTM\(...\), got None"):
+        read(None, given)
+
+
+def test_a_scope_is_a_string(tmp_path):
+    from reference import checkpoint
+    from reference.cells import cells_from_tf
+    from reference.formats import tf
+
+    model, weights, biases = _lstm_and_tensors()
+    for call in (lambda: tf.to_tf(model, weights, biases, scope=5),
+                 lambda: cells_from_tf(model, tf.to_tf(model, weights, biases), scope=5),
+                 lambda: checkpoint.save(tmp_path / "a.npz", model, weights, biases, scope=5)):
+        with pytest.raises(TypeError, match="scope must be a str .* or None, got int"):
+            call()
+    config = {**checkpoint.model_config(model), "scope": 5}  # as a damaged file may say
+    checkpoint.write_tensors(tmp_path / "b.npz", tf.to_tf(model, weights, biases), config)
+    with pytest.raises(TypeError, match=r"b.npz: scope must be a str .* or None, got int"):
+        checkpoint.load(tmp_path / "b.npz")
+
+
+def test_a_checkpoint_s_arguments_are_checked(tmp_path):
+    from reference import checkpoint
+
+    model, weights, biases = _lstm_and_tensors()
+    with pytest.raises(TypeError, match=r"model must be a model such as reference.CudnnLSTM\(...\), got 'lstm'"):
+        checkpoint.save(tmp_path / "a.npz", "lstm", weights, biases)
+    assert not (tmp_path / "a.npz").exists()
+    checkpoint.save(tmp_path / "a.npz", model, weights, biases)
+    with pytest.raises(TypeError, match="overrides must be a dict of config fields, got list"):
+        checkpoint.load(tmp_path / "a.npz", overrides=["num_layers"])
+    assert checkpoint.load(tmp_path / "a.npz", overrides={"dtype": np.float32}).model.dtype == F32  # as 'float32'
+    with pytest.raises(ValueError, match="dtype is 'float32', not 'float64'"):
+        checkpoint.load(tmp_path / "a.npz", overrides={"dtype": np.float64})
+
+
+@pytest.mark.parametrize(("data", "match"), [
+    (b"not an archive", r"neither a .npy array nor an .npz archive \(it starts with b'not an'\)"),
+    (b"", r"neither a .npy array nor an .npz archive \(it starts with b''\)"),
+    (b"\x80\x04\x95\x00", r"a pickle; refused"),
+])
+def test_an_npz_that_is_no_numpy_file_is_named_for_what_it_is(tmp_path, data, match):
+    """Before, NumPy's reader took anything that is neither a zip nor a ``.npy`` for a pickle, and the
+    message said the file held pickled data."""
+    from reference import checkpoint
+
+    path = tmp_path / "w.npz"
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=f"w.npz: {match}"):
+        checkpoint.load(path)

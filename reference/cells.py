@@ -15,10 +15,10 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from . import checks
-from .formats.canonical import check_tensor, matrix_shape
+from .formats.canonical import check_mapping, check_model, check_tensor, matrix_shape
 from .formats.tf import cell_prefix, expected_shapes
 from .modes import relu, sigmoid
-from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
+from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, STORAGE_DTYPES, compute_dtype
 from .recurrence import caller_layout, feature_major, run_direction
 
 Array = np.ndarray
@@ -32,8 +32,9 @@ def _compute(*arrays: Array) -> list[Array]:
 def _matrix_shape(cell: str, name: str, a: object) -> tuple[int, int]:
     """``(rows, columns)`` of ``a``, which must be a non-empty float matrix (else an error naming it): the
     sizes a cell reads off its kernels before it checks its other tensors against them."""
-    if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
-        raise TypeError(f"{cell} {name} must be a float array, got {getattr(a, 'dtype', type(a).__name__)}")
+    if not isinstance(a, np.ndarray) or a.dtype not in STORAGE_DTYPES:
+        raise TypeError(f"{cell} {name} must be a float16, float32 or float64 array, got "
+                        f"{getattr(a, 'dtype', type(a).__name__)}")
     return matrix_shape(f"{cell} {name}", a.shape)
 
 
@@ -62,6 +63,23 @@ class _TFCell:
     def _sizes(self, dtype: np.dtype, num_units: int, input_width: int, state_width: int) -> None:
         self.dtype, self.num_units, self.input_width, self.state_width = dtype, num_units, input_width, state_width
 
+    def _check_call(self, inputs: object, h: object, c: object = None) -> None:
+        """The values of one call, checked as :func:`run_cells` checks its own: ``inputs [B, input_width]``,
+        ``h [B, state_width]`` and (LSTM) ``c [B, num_units]``, each of the cell's dtype or the dtype it
+        computes and returns in (float32 for float16 weights)."""
+        dtypes = {self.dtype, compute_dtype(self.dtype)}
+        values = (("inputs", inputs, self.input_width), ("h", h, self.state_width),
+                  ("c", c, self.num_units))[:3 if self.has_cell_state else 2]
+        for name, value, width in values:
+            if not isinstance(value, np.ndarray) or value.dtype not in dtypes:
+                raise TypeError(f"{name} must be a numpy.ndarray of {' or '.join(sorted(map(str, dtypes)))} with "
+                                f"shape [B, {width}], got {getattr(value, 'dtype', type(value).__name__)}")
+            checks.not_masked(name, value)
+        if inputs.ndim != 2 or inputs.shape[0] < 1:
+            raise ValueError(f"inputs must have shape [B, {self.input_width}] with B >= 1, got {inputs.shape}")
+        for name, value, width in values:
+            checks.shape(name, value, (inputs.shape[0], width), f"[B, {width}]")
+
     @classmethod
     def from_tf(cls, tensors: dict[str, Array], prefix: str, **options) -> _TFCell:
         """The cell whose tensors are ``tensors[f"{prefix}/{name}"]``; ``options`` go to the constructor.
@@ -83,8 +101,13 @@ class _StatelessCell(_TFCell):
         raise NotImplementedError
 
     def __call__(self, inputs: Array, state: Array) -> tuple[Array, Array]:
+        """``inputs [B, input_width]``, ``state = h [B, num_units]`` -> ``(h', h')``."""
+        self._check_call(inputs, state)
         h, _ = self.step(inputs, state, None)
         return h, h
+
+
+ACTIVATIONS = {"tanh": np.tanh, "relu": relu}
 
 
 class BasicRNNCell(_StatelessCell):
@@ -97,7 +120,7 @@ class BasicRNNCell(_StatelessCell):
         _check_cell("BasicRNNCell", {"kernel": (kernel, (max(rows, H + 1), H)), "bias": (bias, (H,))})
         self._sizes(kernel.dtype, H, rows - H, H)
         self.kernel, self.bias = _compute(kernel, bias)
-        self.activation = {"tanh": np.tanh, "relu": relu}[activation]
+        self.activation = ACTIVATIONS[checks.one_of("activation", activation, tuple(ACTIVATIONS))]
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         return self.activation(np.concatenate([x, h], axis=1) @ self.kernel + self.bias), None
@@ -133,7 +156,12 @@ class CudnnCompatibleLSTMCell(_TFCell):
         return (h_new if self.projection is None else h_new @ self.projection), c_new
 
     def __call__(self, inputs: Array, state: tuple[Array, Array]) -> tuple[Array, tuple[Array, Array]]:
+        """``inputs [B, input_width]``, ``state = (c [B, num_units], h [B, state_width])`` (TF's
+        ``LSTMStateTuple`` order) -> ``(h', (c', h'))``."""
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise TypeError(f"state must be the pair (c, h), got {type(state).__name__}")
         c, h = state
+        self._check_call(inputs, h, c)
         h_new, c_new = self.step(inputs, h, c)
         return h_new, (c_new, h_new)
 
@@ -203,6 +231,8 @@ in a checkpoint)."""
 def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) -> list:
     """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors (others, such as a
     ``global_step``, are ignored); a tensor of the wrong shape or dtype for ``model`` is an error naming it."""
+    check_model(model)
+    check_mapping("tensors", tensors, "tensors by TF variable name")
     for name, shape in expected_shapes(model, scope).items():
         if name in tensors:
             check_tensor(f"tensor {name!r}", tensors[name], model.dtype, shape, repr(model))
@@ -214,7 +244,9 @@ def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) ->
 def _check_stack(cells: object, num_dirs: object) -> None:
     """A stack :func:`run_cells` can run: cells of one class and dtype, ``num_dirs`` (1 or 2) per layer, one
     state width, each layer's input width the previous layer's output width."""
-    if isinstance(num_dirs, (bool, np.bool_)) or num_dirs not in (1, 2):
+    if isinstance(num_dirs, (bool, np.bool_)) or not isinstance(num_dirs, (int, np.integer)):
+        raise TypeError(f"num_dirs must be the int 1 or 2, got {checks.shown(num_dirs)} ({type(num_dirs).__name__})")
+    if num_dirs not in (1, 2):
         raise ValueError(f"num_dirs must be 1 or 2, got {num_dirs!r}")
     if not isinstance(cells, Sequence) or not cells or not all(isinstance(c, _TFCell) for c in cells):
         raise TypeError(f"cells must be a non-empty list of reference.cells cells, got {type(cells).__name__}")

@@ -23,8 +23,9 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .formats import safetensors, tf, tf_bundle
-from .formats.canonical import check_fits
+from .formats.canonical import check_canonical, check_fits, check_mapping
 from .formats.files import quiet_escapes, replacing
+from .precision import storage_dtype
 
 FORMAT = "cudnn-rnn-compat/tf-canonical"
 VERSION = 1
@@ -106,7 +107,8 @@ def model_from_config(config: dict, holds: int | None = None):
 def save(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray],
          scope: str | None = None) -> None:
     """Write ``model``'s canonical tensors (validated) under TF names, with its config."""
-    model.canonical_to_params(weights, biases)  # validates counts, shapes and dtypes
+    check_canonical(model, weights, biases)
+    tf.check_scope_to_write(scope)
     write_tensors(path, tf.to_tf(model, weights, biases, scope), {**model_config(model), "scope": scope})
 
 
@@ -137,15 +139,19 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         return tensors, None if raw is None else parse_config(raw.tobytes().decode(errors="replace"), path)
     if tf_bundle.is_bundle(path):
         raise ValueError(f"{path}: a TensorFlow checkpoint (tensor bundle); load it with reference.checkpoint.load "
-                         "or `rnn-compat convert --from tf`")
+                         "(`--from tf`)")
     with open(path, "rb") as f:
         head = f.read(2)
-    if (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK" or \
-            path.suffix in (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"):
+    if _pickle_head(head) or head == b"PK" or path.suffix in (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"):
         raise ValueError(f"{path}: pickle-based files are refused (loading them can run arbitrary code); "
                          "save the tensors with safetensors or numpy.savez instead (a torch.save file is read, "
                          "without unpickling, as format torch: `--from torch`)")
     raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
+
+
+def _pickle_head(head: bytes) -> bool:
+    """Whether a file's first bytes are a pickle's (the PROTO opcode 0x80, then a protocol 2-5)."""
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
 # What NumPy's and zipfile's readers raise on a damaged file besides ValueError: a bad CRC or header, a
@@ -202,9 +208,13 @@ def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
     it. Each header's claim is checked first (one pass over the file or the archive's members)."""
     with _readable(path), quiet_escapes():
         with open(path, "rb") as fp:
-            if fp.read(6) == np.lib.format.MAGIC_PREFIX:
+            head = fp.read(6)
+            if head == np.lib.format.MAGIC_PREFIX:
                 fp.seek(0)
                 _check_claim(fp, Path(path).stat().st_size, str(path))
+        if head != np.lib.format.MAGIC_PREFIX and not head.startswith(b"PK"):  # else NumPy tries it as a pickle
+            raise ValueError("a pickle; refused (unpickling can run arbitrary code)" if _pickle_head(head) else
+                             f"neither a .npy array nor an .npz archive (it starts with {head!r})")
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
                 if any(n.endswith(".pkl") for n in z.namelist()):
@@ -262,12 +272,16 @@ def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     safetensors or ``.npz`` file, or a TensorFlow checkpoint ``PREFIX``), whose config comes from its names
     and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``scope`` picks one of several
     variable scopes). ``overrides`` must agree with a config the file carries. Errors name the file."""
+    if overrides is not None:
+        check_mapping("overrides", overrides, "config fields")
     with about(path):
         return _load(path, overrides)
 
 
 def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if "dtype" in overrides:  # as a config says it: np.float32 is 'float32'
+        overrides["dtype"] = storage_dtype(overrides["dtype"]).name
     if tf_bundle.is_bundle(path):
         bundle = tf_bundle.open_bundle(path)  # the index is parsed once, for the names and for the reads
         return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in bundle.entries.items()}, bundle.read,

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Sequence
 
 import numpy as np
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short (an array passed by mistake would fill the message)."""
+    return _SHOWN.repr(value)
+
+
 def int_at_least(name: str, value: object, minimum: int) -> int:
     """``value`` as an int; ``TypeError`` unless an integer (bools and floats, finite or not, refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be an int >= {minimum}, got {shown(value)} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return int(value)
@@ -18,13 +28,13 @@ def int_at_least(name: str, value: object, minimum: int) -> int:
 
 def one_of(name: str, value: object, options: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in options:
-        raise ValueError(f"Invalid {name}: {value!r}, expecting one of {', '.join(map(repr, options))}")
+        raise ValueError(f"Invalid {name}: {shown(value)}, expecting one of {', '.join(map(repr, options))}")
     return value
 
 
 def flag(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a bool, got {shown(value)} ({type(value).__name__})")
     return bool(value)
 
 
@@ -62,33 +72,29 @@ def not_masked(name: str, value: object) -> None:
                         f"pass .filled(...) or select the valid entries)")
 
 
-def _lengths_in_range(lengths: np.ndarray, batch: int, max_time: int) -> None:
-    """``lengths`` (integers, or Python ints held as objects where they may pass int64) is ``[B]``, each in
-    ``1..T``."""
-    if lengths.shape != (batch,):
-        raise ValueError(f"sequence_lengths must have shape [B] = ({batch},), got {lengths.shape}")
-    low, high = (lengths.min(), lengths.max()) if batch else (1, max_time)
-    if low < 1 or high > max_time:
-        raise ValueError(f"sequence_lengths must each be in 1..T = 1..{max_time}, got values in {low}..{high}")
-
-
 def sequence_lengths(value: object, batch: int, max_time: int) -> np.ndarray:
     """Lengths as a read-only int64 ``[B]`` array of its own, each in ``1..T``: integers (bools refused, in a
     list too, where NumPy would read ``True`` as 1)."""
     not_masked("sequence_lengths", value)
     try:
-        lengths = np.asarray(value)
+        lengths = np.asarray(value)  # ragged nesting raises here
+        # A list's elements as given: NumPy reads a list mixing int64 and uint64 values as float64.
+        elements = lengths if isinstance(value, np.ndarray) else np.asarray(value, dtype=object)
     except (ValueError, TypeError, OverflowError) as exc:  # ragged nesting, unconvertible elements
         raise ValueError(f"sequence_lengths must be integers of shape [B] = ({batch},): {exc}") from None
-    if lengths.dtype == object and lengths.size and all(  # Python ints (some maybe beyond int64): range-checked
-            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in lengths.flat):
-        _lengths_in_range(lengths, batch, max_time)
-        lengths = lengths.astype(np.int64)
-    mixed_in = not isinstance(value, np.ndarray) and lengths.dtype.kind in "iu" and any(
-        isinstance(v, (bool, np.bool_)) for v in np.asarray(value, dtype=object).flat)
-    if lengths.dtype.kind not in "iu" or mixed_in:
-        raise TypeError(f"sequence_lengths must be integers, got {'a bool among them' if mixed_in else f'dtype {lengths.dtype}'}")
-    _lengths_in_range(lengths, batch, max_time)
-    lengths = lengths.astype(np.int64)  # a copy of the caller's: a forward result keeps it for backward
+    if lengths.shape != (batch,):
+        raise ValueError(f"sequence_lengths must have shape [B] = ({batch},), got {lengths.shape}")
+    if elements.dtype == object:  # Python ints (some maybe beyond int64) are range-checked as they are
+        for v in elements:
+            if isinstance(v, (bool, np.bool_)):
+                raise TypeError("sequence_lengths must be integers, got a bool among them")
+            if not isinstance(v, (int, np.integer)):
+                raise TypeError(f"sequence_lengths must be integers, got {type(v).__name__} {v!r} among them")
+    elif elements.dtype.kind not in "iu":
+        raise TypeError(f"sequence_lengths must be integers, got dtype {elements.dtype}")
+    low, high = (elements.min(), elements.max()) if batch else (1, max_time)
+    if low < 1 or high > max_time:
+        raise ValueError(f"sequence_lengths must each be in 1..T = 1..{max_time}, got values in {low}..{high}")
+    lengths = elements.astype(np.int64)  # a copy of the caller's: a forward result keeps it for backward
     lengths.flags.writeable = False
     return lengths

@@ -19,6 +19,7 @@ from .layout import LayoutSpec, Region
 from .modes import MODES, CellMode
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
 from .backward import backprop_layers
+from .formats.canonical import check_canonical
 from .recurrence import PseudoLayerParams, StackTrace, caller_layout, run_layers
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
@@ -124,9 +125,9 @@ class _CudnnRNN:
         self.num_dirs = 2 if direction == "bidirectional" else 1
         self.dtype = storage_dtype(dtype)
         if isinstance(dropout, (bool, np.bool_)) or not isinstance(dropout, (int, float, np.floating, np.integer)):
-            raise TypeError(f"dropout must be a float in [0, 1], got {dropout!r}")
-        if not 0.0 <= float(dropout) <= 1.0:  # also refuses NaN
-            raise ValueError(f"dropout must be in [0, 1], got {dropout}")
+            raise TypeError(f"dropout must be a float in [0, 1], got {checks.shown(dropout)}")
+        if not 0.0 <= dropout <= 1.0:  # also refuses NaN; compares an int too large for a float exactly
+            raise ValueError(f"dropout must be in [0, 1], got {checks.shown(dropout)}")
         self.dropout = float(dropout)
         self.seed = checks.int_at_least("seed", seed, 0)
         if _num_proj is not None:
@@ -186,16 +187,7 @@ class _CudnnRNN:
 
     def canonical_to_params(self, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> np.ndarray:
         """Pack canonical weights and biases (model dtype, canonical shapes) into a 1-D opaque buffer."""
-        for name, tensors, regions in (("weights", weights, self._weight_regions),
-                                       ("biases", biases, self._bias_regions)):
-            if isinstance(tensors, np.ndarray) or not isinstance(tensors, Sequence):
-                raise TypeError(f"{name} must be a list of {len(regions)} arrays, got {type(tensors).__name__}")
-            if len(tensors) != len(regions):
-                raise ValueError(f"{name} must hold {len(regions)} tensors for {self!r}, got {len(tensors)}")
-            for i, (tensor, region) in enumerate(zip(tensors, regions)):
-                what = f"{name}[{i}] (pseudo_layer {region.pseudo_layer}, lin_layer_id {region.lin_layer_id})"
-                checks.array(what, tensor, self.dtype, len(region.shape), str(list(region.shape)))
-                checks.shape(what, tensor, region.shape, str(list(region.shape)))
+        check_canonical(self, weights, biases)
         return layout.pack(self._weight_regions + self._bias_regions, list(weights) + list(biases),
                            self._params_size, self.dtype)
 

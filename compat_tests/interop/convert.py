@@ -20,6 +20,7 @@ the format from the file: :func:`detect`.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -51,8 +52,9 @@ def _config(found: dict | None, overrides: dict, what: str, carried: bool) -> di
     untold = tuple(overrides) if found is None else ()  # a foreign Keras file tells nothing: the options do
     config = checkpoint.complete_config(checkpoint.with_options(found or {}, overrides, teller, untold))
     missing = [k for k in ("rnn_mode", "num_layers", "num_units", "input_size", "dtype") if k not in config]
-    if missing:
-        raise ValueError(f"{what} carries no model config; give {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    if missing:  # the command line's options: --mode is rnn_mode
+        options = ", ".join("--" + {"rnn_mode": "mode"}.get(m, m).replace("_", "-") for m in missing)
+        raise ValueError(f"{what} carries no model config; give {options}")
     return config
 
 
@@ -82,9 +84,19 @@ def detect(path: str | Path) -> str:
 
 
 def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
-    """The model and weights of a file of format ``fmt`` (``"auto"``: :func:`detect`'s); errors name the file."""
+    """The model and weights of a file of format ``fmt`` (``"auto"``: :func:`detect`'s); errors name the file,
+    and where the file is not of format ``fmt`` but of one :func:`detect` tells, that one."""
     with checkpoint.about(path):
-        return _read(detect(path) if fmt == AUTO else fmt, path, overrides or {})
+        try:
+            return _read(detect(path) if fmt == AUTO else fmt, path, overrides or {})
+        except ValueError as exc:
+            try:
+                told = detect(path)
+            except (ValueError, OSError):
+                told = fmt
+            if fmt in (AUTO, told) or {fmt, told} <= set(TF_NAMED) or f"--from {told}" in str(exc):
+                raise  # (TF-named formats read alike)
+            raise ValueError(f"{exc} (the file looks like format {told}: --from {told})") from None
 
 
 def _read(fmt: str, path: str | Path, overrides: dict):
@@ -144,11 +156,30 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
     return Read(model, *torch.from_state_dict(model, tensors))
 
 
+# Names of the files the other formats write (and ``detect`` reads as theirs): not a TF checkpoint's prefix.
+OTHER_SUFFIXES = (".onnx", ".safetensors", ".npz", ".npy", ".pt", ".pth", ".bin", ".keras", ".h5", ".hdf5", ".json")
+
+
+def _bundle_prefix(path: str | Path) -> Path:
+    """The prefix of the TF checkpoint to write at ``path`` (a prefix such as ``model.ckpt``, or its
+    ``.index`` file's name), refusing a folder or a name of another format's file, where the checkpoint's
+    two files (``PREFIX.index``, ``PREFIX.data-00000-of-00001``) would lie under names nobody asked for."""
+    if str(path).endswith(("/", os.sep)) or Path(path).is_dir():
+        raise ValueError(f"a TensorFlow checkpoint is written as PREFIX.index and PREFIX.data-00000-of-00001: give "
+                         f"its PREFIX (such as {Path(path) / 'model.ckpt'}), not the folder {str(path)!r}")
+    if Path(path).suffix.lower() in OTHER_SUFFIXES:
+        raise ValueError(f"a TensorFlow checkpoint is written as PREFIX.index and PREFIX.data-00000-of-00001: give "
+                         f"its PREFIX (such as model.ckpt), not a name of another format's file, "
+                         f"{Path(path).name!r}")
+    return Path(path)
+
+
 def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None = None) -> None:
     """``model``'s canonical weights into a file of format ``fmt``; ``scope``: the variable scope of a
     TF-named file's tensors (``checkpoint``, ``tf``)."""
     if scope is not None and fmt not in TF_NAMED:
         raise ValueError(f"a variable scope applies to TF-named files ({' or '.join(TF_NAMED)}), not to {fmt}")
+    tf.check_scope_to_write(scope)
     config = checkpoint.model_config(model)
     if fmt == "checkpoint":
         checkpoint.save(path, model, weights, biases, scope)
@@ -172,6 +203,6 @@ def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None 
             raise ValueError(f"an ONNX file must end in .onnx, got {Path(path).name!r}")
         save(path, model, weights, biases)
     elif fmt == "tf":
-        tf_bundle.write(path, tf.to_tf(model, weights, biases, scope))
+        tf_bundle.write(_bundle_prefix(path), tf.to_tf(model, weights, biases, scope))
     else:
         raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")

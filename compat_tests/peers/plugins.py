@@ -131,7 +131,7 @@ def peers_of(obj, spec: str) -> list[Peer]:
     items = [obj] if isinstance(obj, Peer) else list(obj) if isinstance(obj, (list, tuple)) else []
     if not items or not all(isinstance(p, Peer) for p in items):
         raise TypeError(f"plugin {spec!r} must name a compat_tests.peers.Peer instance, a Peer subclass or a "
-                        f"list of Peer instances, got {type(obj).__name__}")
+                        f"list of Peer instances, got {type(obj).__name__}{' (empty)' if isinstance(obj, (list, tuple)) and not obj else ''}")
     for peer in items:
         _check(peer, spec)
     return items

@@ -12,7 +12,7 @@ import itertools
 import json
 from pathlib import Path
 
-from ..config import DTYPE_NAMES, MODE_NAMES, RNNConfig
+from ..config import DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
 from ..peers import Peer
 from .units import STUDIES, Unit
 
@@ -101,7 +101,7 @@ def load_grid(name: str, seed: int) -> list[Spec]:
     if not path.is_file():
         raise ValueError(f"--grid must be one of {', '.join(GRIDS)} or a JSON grid file, got {name!r}")
     try:
-        entries = json.loads(path.read_text())
+        entries = json_loads(path.read_text())
     except ValueError as exc:
         raise ValueError(f"grid file {name} is not JSON: {exc}") from None
     if not isinstance(entries, list) or not entries:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
+from .. import checks
 from ..layout import PROJECTION_LIN_LAYER_ID
 
 
@@ -24,8 +27,51 @@ class PseudoLayerTensors:
     P: np.ndarray | None
 
 
+_MODEL_ATTRIBUTES = ("rnn_mode", "num_layers", "num_dirs", "num_units", "num_proj", "input_mode", "dtype",
+                     "canonical_regions", "canonical_shapes")
+
+
+def check_model(model: object) -> None:
+    """``model`` is a model of this project (the reference's, or the cuDNN backend's), else a ``TypeError``."""
+    if not all(hasattr(model, a) for a in _MODEL_ATTRIBUTES):
+        raise TypeError(f"model must be a model such as reference.CudnnLSTM(...), got {checks.shown(model)} "
+                        f"({type(model).__name__})")
+
+
+def check_mapping(name: str, value: object, holds: str) -> None:
+    """``value`` is a mapping (``holds`` says of what), else a ``TypeError`` naming it."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of {holds}, got {type(value).__name__}")
+
+
+def check_layers(name: str, value: object, kind: type, holds: str) -> None:
+    """``value`` is a list (or tuple) of ``kind`` (``holds`` says what each holds), else a ``TypeError``."""
+    if isinstance(value, (str, bytes, np.ndarray)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a list with one {holds} per layer, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if isinstance(item, (str, bytes, np.ndarray)) or not isinstance(item, kind):
+            raise TypeError(f"{name}[{i}] must be a {holds}, got {type(item).__name__}")
+
+
+def check_canonical(model, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> None:
+    """``weights`` and ``biases`` are ``model``'s canonical lists (``canonical_shapes``, the model's dtype), else
+    an error naming the list and its entry."""
+    check_model(model)
+    for name, tensors, regions in zip(("weights", "biases"), (weights, biases), model.canonical_regions()):
+        if isinstance(tensors, np.ndarray) or not isinstance(tensors, Sequence):
+            raise TypeError(f"{name} must be a list of {len(regions)} arrays, got {type(tensors).__name__}")
+        if len(tensors) != len(regions):
+            raise ValueError(f"{name} must hold {len(regions)} tensors for {model!r}, got {len(tensors)}")
+        for i, (tensor, region) in enumerate(zip(tensors, regions)):
+            what = f"{name}[{i}] (pseudo_layer {region.pseudo_layer}, lin_layer_id {region.lin_layer_id})"
+            checks.array(what, tensor, model.dtype, len(region.shape), str(list(region.shape)))
+            checks.shape(what, tensor, region.shape, str(list(region.shape)))
+
+
 def by_pseudo_layer(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[PseudoLayerTensors]:
-    """Group a model's canonical lists per pseudo-layer (``layer * num_dirs + direction``)."""
+    """Group a model's canonical lists (checked: :func:`check_canonical`) per pseudo-layer
+    (``layer * num_dirs + direction``)."""
+    check_canonical(model, weights, biases)
     w_regions, b_regions = model.canonical_regions()
     tensors = {(r.kind, r.pseudo_layer, r.lin_layer_id): t
                for r, t in zip(w_regions + b_regions, list(weights) + list(biases))}
@@ -70,6 +116,7 @@ def check_fits(model, values: int, what: str) -> None:
     (``zeros``): every format stores each canonical weight matrix once (biases may be summed), so a file of
     fewer values than the model's weights cannot hold them. Matters for a config that claims, say, 10^9
     units; a smaller mismatch is left to the per-tensor checks, which name the tensor."""
+    check_model(model)
     need = sum(math.prod(shape) for shape in model.canonical_shapes()[0])
     if need > values and need * model.dtype.itemsize > STAND_IN_BYTES:
         raise ValueError(f"{what} hold {values} values in all, fewer than the {need} weights of {model!r}")
@@ -77,6 +124,7 @@ def check_fits(model, values: int, what: str) -> None:
 
 def zeros(model) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Zero canonical lists of ``model``: what a format's writer is run on to learn its names and shapes."""
+    check_model(model)
     w, b = model.canonical_shapes()
     return [np.zeros(s, model.dtype) for s in w], [np.zeros(s, model.dtype) for s in b]
 

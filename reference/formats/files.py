@@ -24,6 +24,8 @@ def replacing(path: str | Path) -> Iterator[Path]:
         path = Path(os.path.realpath(path))  # (a link loop resolves to a path whose write then fails, no hang)
     if not path.parent.is_dir():  # (else the error would name the hidden partial file)
         raise FileNotFoundError(f"cannot write {path}: there is no folder {path.parent}")
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a folder")
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
     try:
         yield tmp
@@ -32,6 +34,10 @@ def replacing(path: str | Path) -> Iterator[Path]:
         except OSError:  # no old file, or its mode cannot be read: the new one keeps the default mode
             pass
         os.replace(tmp, path)
+    except OSError as exc:  # writing the partial file or moving it: named by the file asked for
+        if str(tmp) not in (exc.filename, exc.filename2):
+            raise
+        raise type(exc)(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -21,7 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, zeros
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_layers, check_model, check_tensor,
+                        flatten, zeros)
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
@@ -36,6 +37,7 @@ LAYERS = {mode: cls + (f"({', '.join(f'{k}={v!r}' for k, v in options.items())})
 
 
 def _supported(model) -> None:
+    check_model(model)
     if model.num_proj:
         raise ValueError("Keras LSTM has no projection")
     if model.input_mode == "skip_input":
@@ -64,6 +66,7 @@ def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False,
     gradient of each of its two canonical parts (rather than split in halves). ``cudnn_layout[pl]``: pseudo-layer
     ``pl``'s weights are a ``CuDNNLSTM``'s or ``CuDNNGRU``'s (``CUDNN_LAYERS``), in cuDNN's layout."""
     _supported(model)
+    check_layers("layers", layers, Sequence, "list of Keras weights (one Keras layer's, a direction)")
     check_fits(model, sum(np.size(a) for layer in layers for a in layer), "the Keras weights")
     expected = to_keras(model, *zeros(model))
     if len(layers) != len(expected):

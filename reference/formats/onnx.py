@@ -9,9 +9,12 @@ input biases (the same function).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, input_blocks, zeros
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_layers, check_model, check_tensor,
+                        flatten, input_blocks, zeros)
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -25,6 +28,7 @@ ACTIVATIONS = {"relu": ("Relu",), "tanh": ("Tanh",), "lstm": ("Sigmoid", "Tanh",
 
 def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """``{"W", "R", "B"}`` per layer."""
+    check_model(model)
     if model.num_proj:
         raise ValueError("ONNX LSTM has no projection")
     order, D = ORDER[model.rnn_mode], model.num_dirs
@@ -43,6 +47,8 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
 
 def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-layer ``W``/``R``/``B``; errors name the tensor."""
+    check_model(model)
+    check_layers("layers", layers, Mapping, "dict of ONNX W, R and B")
     check_fits(model, sum(np.size(a) for layer in layers for a in layer.values()), "the ONNX W, R and B")
     expected = to_onnx(model, *zeros(model))
     if len(layers) != len(expected):

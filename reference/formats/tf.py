@@ -29,15 +29,36 @@ import re
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, input_blocks,
-                        matrix_shape, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_mapping, check_model, check_tensor,
+                        flatten, input_blocks, matrix_shape, zeros)
 
 CELL_NAMES = {"relu": "basic_rnn_cell", "tanh": "basic_rnn_cell", "lstm": "cudnn_compatible_lstm_cell",
               "gru": "cudnn_compatible_gru_cell", "classic_gru": "gru_cell"}
 LSTM_TF_ORDER = (0, 2, 1, 3)  # TF column blocks i, c, f, o as canonical (cuDNN i, f, c, o) gate indices
 
 
+# TensorFlow's rule for an op's (and so a variable's) name (``_VALID_OP_NAME_REGEX`` in
+# tensorflow/python/framework/ops.py): what a scope written here must keep to for TF to restore the names.
+TF_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")
+
+
+def check_scope_to_write(scope: str | None) -> None:
+    """A variable scope to write tensors under: ``None`` or ``''`` (none), or a name TensorFlow takes (see
+    :data:`TF_NAME`), not ending in ``/`` (joined to the names with one). Reading takes any string."""
+    _check_scope_type(scope)
+    if scope and (not TF_NAME.fullmatch(scope) or scope.endswith("/")):
+        raise ValueError(f"scope {scope!r} is not a name TensorFlow takes: letters, digits and '.' first, then "
+                         f"also '_', '-', '/', '\\' and '>', not ending in '/'")
+
+
+def _check_scope_type(scope: object) -> None:
+    if scope is not None and not isinstance(scope, str):
+        raise TypeError(f"scope must be a str (a variable scope) or None, got {type(scope).__name__}")
+
+
 def cell_prefix(model, pseudo_layer: int, scope: str | None = None) -> str:
+    """The name of pseudo-layer ``pseudo_layer``'s cell: every tensor name of the format starts with it."""
+    _check_scope_type(scope)
     layer, direction = divmod(pseudo_layer, model.num_dirs)
     if model.num_dirs == 1:
         base = f"rnn/multi_rnn_cell/cell_{layer}"
@@ -146,6 +167,8 @@ def expected_shapes(model, scope: str | None = None) -> dict[str, tuple[int, ...
 
 def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> tuple[list, list]:
     """``{TF variable name: tensor}`` -> canonical lists; errors name the offending tensor."""
+    check_model(model)
+    check_mapping("tensors", tensors, "tensors by TF variable name")
     check_fits(model, sum(np.size(v) for v in tensors.values()), "the checkpoint's tensors")
     shapes = expected_shapes(model, scope)
     missing = [n for n in shapes if n not in tensors]

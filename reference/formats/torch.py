@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import PseudoLayerTensors, by_pseudo_layer, check_fits, check_tensor, flatten, matrix_shape, zeros
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_mapping, check_model, check_tensor,
+                        flatten, matrix_shape, zeros)
 
 
 def _suffix(model, pl: int) -> str:
@@ -20,6 +21,7 @@ def _suffix(model, pl: int) -> str:
 
 
 def _supported(model) -> None:
+    check_model(model)
     if model.rnn_mode == "classic_gru":
         raise ValueError("PyTorch has no textbook GRU (its nn.GRU is the cuDNN variant)")
     if model.input_mode == "skip_input":
@@ -43,6 +45,7 @@ def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray]) ->
 def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     """The canonical lists of ``model`` from a state_dict; errors name the tensor."""
     _supported(model)
+    check_mapping("state", state, "tensors by state_dict name")
     check_fits(model, sum(np.size(v) for v in state.values()), "the state_dict's tensors")
     expected = {k: v.shape for k, v in to_state_dict(model, *zeros(model)).items()}
     if not any(name.startswith("bias_") for name in state):  # bias=False: zero biases, the same function
