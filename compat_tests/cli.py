@@ -232,11 +232,13 @@ def _layout(batch_major: bool) -> str:
 
 @contextmanager
 def _reading(what: str, path: str) -> Iterator[None]:
-    """An OSError reading the file an argument names (missing, a folder, unreadable) names the argument."""
+    """An OSError reading the file an argument names (missing, a folder, unreadable) names the argument, and
+    the file it was about where that is another (one a checkpoint's index leads to)."""
     try:
         yield
     except OSError as exc:
-        raise type(exc)(f"{what} {path}: {exc.strerror or exc}") from None
+        other = f" ({exc.filename})" if exc.filename is not None and str(exc.filename) != str(path) else ""
+        raise type(exc)(f"{what} {path}: {exc.strerror or exc}{other}") from None
 
 
 def initial_state(path: str, model, batch_major: bool = False):

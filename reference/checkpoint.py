@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .formats import safetensors, tf, tf_bundle
-from .formats.canonical import check_canonical, check_fits, check_mapping
+from .formats.canonical import check_fits, check_mapping
 from .formats.files import quiet_escapes, replacing
 from .precision import storage_dtype
 
@@ -106,8 +106,7 @@ def model_from_config(config: dict, holds: int | None = None):
 
 def save(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray],
          scope: str | None = None) -> None:
-    """Write ``model``'s canonical tensors (validated) under TF names, with its config."""
-    check_canonical(model, weights, biases)
+    """Write ``model``'s canonical tensors (validated by ``tf.to_tf``) under TF names, with its config."""
     tf.check_scope_to_write(scope)
     write_tensors(path, tf.to_tf(model, weights, biases, scope), {**model_config(model), "scope": scope})
 

@@ -116,7 +116,6 @@ def check_fits(model, values: int, what: str) -> None:
     (``zeros``): every format stores each canonical weight matrix once (biases may be summed), so a file of
     fewer values than the model's weights cannot hold them. Matters for a config that claims, say, 10^9
     units; a smaller mismatch is left to the per-tensor checks, which name the tensor."""
-    check_model(model)
     need = sum(math.prod(shape) for shape in model.canonical_shapes()[0])
     if need > values and need * model.dtype.itemsize > STAND_IN_BYTES:
         raise ValueError(f"{what} hold {values} values in all, fewer than the {need} weights of {model!r}")
