@@ -13,7 +13,7 @@ import platform
 import statistics
 from collections import Counter, defaultdict
 
-from .. import known_divergences, tolerances
+from .. import host, known_divergences, tolerances
 from ..config import MODE_NAMES, RNNConfig
 from .units import Unit, unit_command
 
@@ -30,7 +30,7 @@ def environment() -> dict:
     import numpy
 
     env = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-           "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "numpy": numpy.__version__}
+           **host.describe(), "cpu_count": os.cpu_count(), "numpy": numpy.__version__}
     for module in ("torch", "onnxruntime", "onnx", "hypothesis", "matplotlib"):
         try:
             env[module] = __import__(module).__version__
@@ -41,17 +41,6 @@ def environment() -> dict:
     ok, why = cudnn_backend.available()
     env["cudnn"] = cudnn_backend.versions() if ok else {"available": False, "reason": why}
     return env
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def config_label(config: dict, with_dtype: bool = True) -> str:
