@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.bench_backward [--rounds 3] [--seconds 1.5] [--lengths]``: prints reference/torch time ratios
 (goal <= 1.0) for GRU and LSTM at (T=100, B=32, I=128, H=256, L=1) and (T=100, B=64, I=256, H=512, L=2),
-and the same ratio for the reference's GEMMs alone (``floor``): the reference can come no closer to
-torch than ``floor/torch`` plus its elementwise work. ``--lengths``: padded batches (lengths drawn from
+and the same ratio for the reference's GEMMs alone (``floor``) and with each forward step's ``exp`` and
+``tanh`` (``floor_act``): the reference can come no closer to torch than ``floor_act/torch`` plus the rest
+of its elementwise work. ``--lengths``: padded batches (lengths drawn from
 T/2..T; torch packs them in each call) instead of full-length sequences.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .harness import Case, compare, ratio
+from .harness import Case, compare, machine, ratio
 
 SHAPES = [(100, 32, 128, 256, 1, False), (100, 64, 256, 512, 2, False)]
 
@@ -22,12 +23,15 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--lengths", action="store_true", help="padded batches of sequences of lengths T/2..T")
     a = p.parse_args()
+    print(machine())
     print("forward + backward, float32, each measurement in its own process; ratio = reference / torch")
-    print("floor = the reference's GEMMs alone (same shapes, numpy)")
+    print("floor = the reference's GEMMs alone (same shapes, numpy); floor_act = the same and each forward "
+          "step's exp and tanh (numpy's)")
     cases = [Case(mode, *shape, lengths=a.lengths) for shape in SHAPES for mode in ("gru", "lstm")]
-    rows = compare("train", cases, ["reference", "torch", "floor"], a.rounds, a.seconds)
+    rows = compare("train", cases, ["reference", "torch", "floor", "floor_act"], a.rounds, a.seconds)
     for row in rows:
-        print(f"{row['case']}: floor/torch = {ratio(row['times'], 'floor', 'torch')}")
+        print(f"{row['case']}: floor/torch = {ratio(row['times'], 'floor', 'torch')}  "
+              f"floor_act/torch = {ratio(row['times'], 'floor_act', 'torch')}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.bench_inference [--rounds 3] [--seconds 1.5] [--modes gru,lstm,tanh] [--lengths]``: for each
 (T, B, I, H, L, bidirectional) of the issue and each cell, the medians, the ratio reference / fastest peer,
-the same ratio for the reference's GEMMs alone (its floor), and the reference's GFLOP/s as a share of this
-machine's measured float32 GEMM rate (numpy, 2048^3).
+the same ratio for the reference's GEMMs alone (its floor) and for those GEMMs with the step's ``exp`` and
+``tanh`` (``floor+act``), and the reference's GFLOP/s as a share of this machine's measured float32 GEMM rate
+(numpy, 2048^3), after a line naming the machine (CPU, BLAS kernels, NumPy's SIMD loops).
 Goals: at batch >= 16 no slower than the fastest peer; at batch 1 within 1.5x; at H >= 512 at least 85%
 of the GEMM rate. ``--lengths``: padded batches (``benchmarks.worker.lengths``: drawn from T/2..T) instead of
 full-length sequences, each peer with its own way of taking them.
@@ -16,7 +17,7 @@ from statistics import median
 
 from reference.modes import MODES
 
-from .harness import Case, measure, ratio, samples
+from .harness import Case, machine, measure, ratio, samples
 
 SHAPES = [(100, 32, 128, 256, 1, False), (100, 64, 256, 512, 2, False), (50, 16, 128, 128, 1, True),
           (200, 1, 64, 128, 1, False), (100, 128, 512, 1024, 1, False)]
@@ -31,6 +32,12 @@ def flops(case: Case) -> float:
     return total
 
 
+def gemm_rate(seconds: float) -> float:
+    """This machine's float32 GEMM rate in GFLOP/s: the best of three processes (numpy, 2048^3)."""
+    return max(2 * 2048**3 / measure("gemm", "infer", Case("gemm", 2048, 0, 0, 0, 0, False), seconds) / 1e9
+               for _ in range(3))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -38,12 +45,13 @@ def main() -> None:
     p.add_argument("--modes", default="gru,lstm,tanh")
     p.add_argument("--lengths", action="store_true", help="padded batches of sequences of lengths T/2..T")
     a = p.parse_args()
-    gemm = median(measure("gemm", "infer", Case("gemm", 2048, 0, 0, 0, 0, False), a.seconds) for _ in range(3))
-    peak = 2 * 2048**3 / gemm / 1e9
-    print(f"float32 GEMM rate (numpy, 2048^3): {peak:.1f} GFLOP/s; ratios are reference / fastest peer")
+    print(machine())
+    peak = gemm_rate(a.seconds)
+    print(f"float32 GEMM rate (numpy, 2048^3, best of 3): {peak:.1f} GFLOP/s; ratios are reference / fastest peer")
     print("floor = the reference's GEMMs alone (same shapes, numpy); floor/fastest > 1 means no NumPy "
-          "implementation of this algorithm can reach the fastest peer here")
-    impls = ["reference", "torch", "onnxruntime", "floor"]
+          "implementation of this algorithm can reach the fastest peer here; floor+act = the same GEMMs and "
+          "each step's exp and tanh (numpy's): where floor+act/fastest > 1, none that uses them can")
+    impls = ["reference", "torch", "onnxruntime", "floor", "floor_act"]
     for mode in a.modes.split(","):
         for shape in SHAPES:
             case = Case(mode, *shape, lengths=a.lengths)
@@ -53,10 +61,14 @@ def main() -> None:
             rate, floor_rate = (flops(case) / med[impl] / 1e9 for impl in ("reference", "floor"))
             print(f"{case.label():52s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
                   f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
+                  f"floor+act {1e3 * med['floor_act']:8.2f}  "
                   f"reference/{fastest} = {ratio(times, 'reference', fastest)}  "
                   f"floor/{fastest} = {ratio(times, 'floor', fastest)}  "
+                  f"floor+act/{fastest} = {ratio(times, 'floor_act', fastest)}  "
                   f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM (floor {100 * floor_rate / peak:3.0f}%)",
                   flush=True)
+    print(f"float32 GEMM rate at the end: {gemm_rate(a.seconds):.1f} GFLOP/s (the host drifted where it is far "
+          f"from {peak:.1f}: the shares of it above moved with it)")
 
 
 if __name__ == "__main__":

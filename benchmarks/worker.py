@@ -1,7 +1,8 @@
 """Time one implementation on one config in this process; print one JSON line of seconds per call.
 
 ``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S]``
-IMPL: reference | torch | onnxruntime | floor (the reference's GEMMs alone) | gemm;
+IMPL: reference | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and
+tanh) | gemm;
 TASK: train (forward + backward, all gradients) | infer (forward only);
 ``--lengths``: a padded batch of sequences of :func:`lengths` (each implementation's own way: the reference's
 ``sequence_lengths``, torch's packed sequence, packed in each call as a user's padded batch is, ONNX's
@@ -12,6 +13,7 @@ Run by ``benchmarks.harness``, one process per measurement, so thread pools neve
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -103,13 +105,23 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
     return lambda: session.run(None, feed)
 
 
-def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
+# The [H, B] blocks of each forward step that go through NumPy's exp (the sigmoid gates) and tanh (tanh gates
+# and the LSTM's cell output): what any NumPy step of the cell must compute beside its GEMM. relu: none.
+ACTIVATION_BLOCKS = {"relu": (0, 0), "tanh": (0, 1), "lstm": (3, 2), "gru": (2, 1), "classic_gru": (2, 1)}
+
+
+def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None,
+               activations: bool = False):
     """Only the GEMMs the reference makes for this config, on the same shapes and layouts: per
     pseudo-layer the input projection ``W @ x_rows.T`` (``x_rows @ W.T`` at batch 1) and ``R @ h`` per step
     into a buffer; for ``train`` also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``,
     ``dW``, ``dx``). The time no NumPy implementation of this algorithm can beat on this machine's BLAS
-    (the same with lengths: the reference steps every sequence of the batch to the end)."""
+    (the same with lengths: the reference steps every sequence of the batch to the end).
+    ``activations`` (``floor_act``): each forward step also computes ``exp`` and ``tanh`` of its
+    :data:`ACTIVATION_BLOCKS` (from pre-activations drawn once), the least elementwise work a NumPy step
+    with NumPy's own accurate ``exp`` and ``tanh`` has; the time no such implementation can beat here."""
     G, D = MODES[mode].num_gates, 2 if bidi else 1
+    n_exp, n_tanh = ACTIVATION_BLOCKS[mode] if activations else (0, 0)
     rng = np.random.default_rng(0)
     layers, xs = [], []
     for layer in range(L):
@@ -123,12 +135,19 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     d_rows = rng.standard_normal((G * H, T * B)).astype(np.float32)
     h_rows = rng.standard_normal((H, T * B)).astype(np.float32)
     dh = np.empty((H, B), dtype=np.float32)
+    pre = rng.standard_normal(((n_exp + n_tanh) * H, B)).astype(np.float32)
+    act = np.empty_like(pre)
+    exp_rows, tanh_rows = slice(0, n_exp * H), slice(n_exp * H, None)
 
     def gemms():
         for k, (W, R) in enumerate(layers):
             xs[k // D] @ W.T if B == 1 else W @ xs[k // D].T
             for _ in range(T):
                 R.dot(h, out=z)
+                if n_exp:
+                    np.exp(pre[exp_rows], act[exp_rows])
+                if n_tanh:
+                    np.tanh(pre[tanh_rows], act[tanh_rows])
         if task == "train":
             for k, (W, R) in enumerate(layers):
                 RT = np.ascontiguousarray(R.T)
@@ -150,7 +169,7 @@ def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi
 
 
 IMPLS = {"reference": reference_call, "torch": torch_call, "onnxruntime": onnxruntime_call, "floor": floor_call,
-         "gemm": gemm_call}
+         "floor_act": functools.partial(floor_call, activations=True), "gemm": gemm_call}
 
 
 def main() -> None:
