@@ -116,7 +116,10 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     pseudo-layer the input projection ``W @ x_rows.T`` (``x_rows @ W.T`` at batch 1) and ``R @ h`` per step
     into a buffer; for ``train`` also ``R.T @ d`` per step and the gradient GEMMs over all steps (``dR``,
     ``dW``, ``dx``). The time no NumPy implementation of this algorithm can beat on this machine's BLAS
-    (the same with lengths: the reference steps every sequence of the batch to the end).
+    (the same with lengths: the reference steps every sequence of the batch to the end). Where the reference
+    runs a direction stacked (``reference.recurrence.stacks_input``), its per-step GEMM ``[W b R] @ [x; 1; h]``
+    does the projection's flops at the per-step GEMM's lower speed instead, so its GEMMs take longer than
+    these: the floor stays a floor for both schemes.
     ``activations`` (``floor_act``): each forward step also computes ``exp`` and ``tanh`` of its
     :data:`ACTIVATION_BLOCKS` (from pre-activations drawn once), the least elementwise work a NumPy step
     with NumPy's own accurate ``exp`` and ``tanh`` has; the time no such implementation can beat here."""

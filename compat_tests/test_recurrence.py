@@ -1,6 +1,7 @@
 """How the reference steps through time (``reference.recurrence``): the input projection made in chunks of
 steps (``PROJECTION_CHUNK_BYTES``; chunk sizes, agreement with one projection, the memory a long sequence
-takes) and the steps a direction runs."""
+takes), stacked steps (``[W b R] @ [x_t; 1; h]``: which directions take them, agreement with steps over a
+projection) and the steps a direction runs."""
 
 from __future__ import annotations
 
@@ -44,6 +45,52 @@ def test_projection_in_chunks_agrees_with_one_projection(cfg, limit):
     for comparison in (compare_peer(Recorded("reference", outputs=outputs), cfg, case),
                        compare_peer(Recorded("reference", gradients=gradients), cfg, case, backward=True)):
         assert comparison.passed, comparison.explain()
+
+
+def _stacked(on: bool):
+    """``stacks_input`` forced on wherever a direction can run stacked at all (whatever its widths and batch),
+    or off everywhere."""
+    return mock.patch.object(recurrence, "stacks_input",
+                             lambda mode, params, B: on and mode.stackable_input and params.W is not None)
+
+
+STACKABLE = tuple(name for name, mode in MODES.items() if mode.stackable_input)
+
+
+@given(cfg=rnn_configs(modes_=STACKABLE, dtypes_=("float32", "float64")), limit=st.sampled_from([1, 1 << 30]))
+def test_stacked_steps_agree_with_steps_over_a_projection(cfg, limit):
+    """Forward and backward with every direction that can run stacked running so (any widths, batch 1,
+    both directions, lengths, projection, in one chunk or one step per chunk) are judged against the float64
+    truth made by steps over an input projection, as a peer's run would be."""
+    case = make_case(cfg)
+    with _stacked(True), mock.patch.object(recurrence, "PROJECTION_CHUNK_BYTES", limit):
+        outputs = run_reference(cfg, case)
+        gradients = run_reference_backward(cfg, case)
+    with _stacked(False):
+        comparisons = (compare_peer(Recorded("reference", outputs=outputs), cfg, case),
+                       compare_peer(Recorded("reference", gradients=gradients), cfg, case, backward=True))
+    for comparison in comparisons:
+        assert comparison.passed, comparison.explain()
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_which_directions_run_stacked(mode):
+    """Stacked where the mode's step reads its state only through its GEMM, the input has a matrix, the batch
+    is over 1 and the input is no wider than the cell nor ``STACKED_INPUT_MAX``; else over a projection."""
+    row = MODES[mode]
+    G, H, cap = row.num_gates, 64, recurrence.STACKED_INPUT_MAX
+
+    def params(width: int | None, units: int = H):
+        W = None if width is None else np.zeros((G * units, width))
+        return recurrence.PseudoLayerParams(W, None, np.zeros((G * units, units)), np.zeros(G * units), None)
+
+    assert recurrence.stacks_input(row, params(H), 2) == row.stackable_input
+    assert recurrence.stacks_input(row, params(1), 32) == row.stackable_input
+    assert not recurrence.stacks_input(row, params(H), 1), "batch 1"
+    assert not recurrence.stacks_input(row, params(None), 8), "skip_input"
+    assert not recurrence.stacks_input(row, params(H + 1), 8), "an input wider than the cell"
+    assert recurrence.stacks_input(row, params(cap, 2 * cap), 8) == row.stackable_input
+    assert not recurrence.stacks_input(row, params(cap + 1, 2 * cap), 8), "an input wider than the cap"
 
 
 @pytest.mark.parametrize("lengths", [False, True], ids=["full", "lengths"])

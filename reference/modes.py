@@ -17,7 +17,8 @@ the inner recurrent biases, scratch buffers), the input projection of the curren
 recurrent bias that adds outside a product (``W x + b_W + b_R``, except the gates listed in the row's
 ``inner_bias_gates``), the previous recurrent state ``h [Hr, B]`` (``Hr`` = num_proj or num_units) and
 cell state ``c [H, B]`` or ``None``. It writes the new hidden output *before* any LSTM projection into
-``h_out [H, B]`` and the new cell state into ``c_out`` (LSTM); neither aliases an input.
+``h_out [H, B]`` and the new cell state into ``c_out`` (LSTM); neither aliases an input. A row with
+``stackable_input`` also takes ``xw=None`` with ``R = [W b R]`` and ``h = [x_t; 1; h]``.
 When ``acts`` (a contiguous ``[mode.saved_width * H, B]`` buffer, one time step of a training trace) is
 given, the step computes its gates in it rather than in the workspace, so the activations a backward pass
 needs (``saved`` in each row) are left there without a copy.
@@ -54,10 +55,10 @@ Array = np.ndarray
 
 @dataclass(frozen=True)
 class Workspace:
-    """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]``, the recurrent biases of the
-    row's ``inner_bias_gates`` repeated across the batch, ``[n*H, B]`` (or ``None``: adding a full array
-    takes a third of the time of broadcasting a ``[n*H, 1]`` column over 16-128 columns), and scratch
-    ``z [G*H, B]``, ``tmp [H, B]``."""
+    """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W R]``, see
+    ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
+    batch, ``[n*H, B]`` (or ``None``: adding a full array takes a third of the time of broadcasting a
+    ``[n*H, 1]`` column over 16-128 columns), and scratch ``z [G*H, B]``, ``tmp [H, B]``."""
 
     R: Array
     b_inner: Array | None
@@ -105,7 +106,8 @@ def relu(x: Array, out: Array | None = None) -> Array:
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         z = ws.R.dot(h, ws.z)
-        np.add(z, xw, z)
+        if xw is not None:
+            np.add(z, xw, z)
         activation(z, h_out)
         if acts is not None:
             acts[...] = h_out
@@ -136,7 +138,8 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
 def _lstm_step(ws, xw, h, c, h_out, c_out, acts=None):
     H = c.shape[0]
     z = ws.R.dot(h, ws.z if acts is None else acts[: 4 * H])
-    np.add(z, xw, z)
+    if xw is not None:
+        np.add(z, xw, z)
     sig = z[: 3 * H]
     sigmoid(sig, sig)  # i, f and o: one block in compute order
     i, f, o, g = z[:H], z[H : 2 * H], sig[2 * H :], z[3 * H :]
@@ -254,6 +257,10 @@ class CellMode:
 
     ``saved``: names of the ``[H, B]`` blocks a step records for backprop, in ``acts`` order.
     ``compute_order``: the canonical gate ids in the order the step stacks their blocks (``None``: canonical).
+    ``stackable_input``: every gate's pre-activation is ``W x + R h`` plus biases, and the step reads ``h``
+    only through ``R @ h`` (not the GRUs: a gate scales the candidate's recurrent product, and ``h'`` mixes
+    in ``h``), so the step may be given ``[W b R]`` as ``R``, the stacked ``[x_t; 1; h]`` as ``h`` and
+    ``xw=None``: its one GEMM then makes the whole pre-activation (``recurrence.stacks_input``).
     """
 
     name: str
@@ -267,6 +274,7 @@ class CellMode:
     inner_bias_gates: tuple[int, ...] = ()  # blocks (compute order) whose recurrent bias sits inside a product
     supports_projection: bool = False
     compute_order: tuple[int, ...] | None = None
+    stackable_input: bool = False
 
     @property
     def gate_order(self) -> tuple[int, ...]:
@@ -293,11 +301,12 @@ MODES: dict[str, CellMode] = {
     m.name: m
     for m in (
         CellMode("relu", 0, ("h",), False, _simple_step(relu), _simple_step_backward(_relu_backward),
-                 saved=("h",)),
+                 saved=("h",), stackable_input=True),
         CellMode("tanh", 1, ("h",), False, _simple_step(np.tanh), _simple_step_backward(_tanh_backward),
-                 saved=("h",)),
+                 saved=("h",), stackable_input=True),
         CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step, _lstm_step_backward,
-                 saved=("i", "f", "o", "c", "tanh_c"), supports_projection=True, compute_order=(0, 1, 3, 2)),
+                 saved=("i", "f", "o", "c", "tanh_c"), supports_projection=True, compute_order=(0, 1, 3, 2),
+                 stackable_input=True),
         CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True),
                  _gru_step_backward(reset_after=True), saved=("r", "z", "hn", "n"), inner_bias_gates=(2,)),
         CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=False),

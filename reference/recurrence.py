@@ -16,11 +16,21 @@ layer's output: at ``H = 128`` a step's NumPy calls cost about as much as its GE
 A projection larger than :data:`PROJECTION_CHUNK_BYTES` is made in chunks of steps, one GEMM each, just
 before the steps that read it, so a long sequence takes memory for its output (and, in training, its trace)
 but not for a projection ``G`` times its size.
+
+A step's slice of a ``[G*H, T, B]`` projection is ``G*H`` rows of ``B`` elements, each in another page: the
+strided read costs 1.5-2 ns an element, a quarter of an LSTM step's elementwise time at B=32 H=256. Where
+the mode allows it and the input is no wider than the state (:func:`stacks_input`), a direction runs
+**stacked** instead: its input goes, transposed in bulk, into a time-outer ``[T+1, in+1+Hr, B]`` buffer
+whose slot ``t`` is ``[x_t; 1; h_t]``, each step's GEMM ``[W b R] @ [x_t; 1; h_t]`` makes its whole
+pre-activation, biases included (no input projection at all), and each step writes its output straight into
+the next slot. The GEMM's larger ``K`` costs more than the bulk projection's share of it, so this pays where
+``in <= H`` (README, "Speed").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -85,6 +95,46 @@ def input_projection(x: Array, params: PseudoLayerParams, bias: Array, out: Arra
         np.matmul(x_rows, params.W.T, out=xw.T)
     xw += bias[:, None]
     return out
+
+
+STACKED_INPUT_MAX = 256
+"""The widest input a stacked direction takes (:func:`stacks_input`)."""
+
+
+def stacks_input(mode: CellMode, params: PseudoLayerParams, B: int) -> bool:
+    """Whether a direction runs stacked (module docstring): where the mode's step reads its state only
+    through the recurrent GEMM (``mode.stackable_input``), the input has a matrix (not skip_input), the
+    batch is over 1 (at batch 1 the projection's slices are contiguous already) and the input is no wider
+    than the cell nor than :data:`STACKED_INPUT_MAX`. Stacking saves the strided read, ``G*H*B`` elements a
+    step, and makes ``2*G*H*in*B`` flops a step at the per-step GEMM's speed rather than the bulk GEMM's:
+    on this project's machines that breaks even near ``in = 256`` (README, "Speed": inference at
+    ``in = 128`` took 0.81-0.89x the time, at ``in = 256`` 0.89-1.0x, at ``in = 512`` 1.0-1.04x, and at
+    ``in = 2H = 256`` 1.18x)."""
+    H = params.R.shape[0] // mode.num_gates
+    return (mode.stackable_input and params.W is not None and B > 1
+            and params.W.shape[1] <= min(H, STACKED_INPUT_MAX))
+
+
+def stacked_inputs(x_steps: Array, state_width: int) -> Array:
+    """The ``prepare`` of :func:`run_direction` for stacked steps: ``x_steps [n, B, in]`` (in run order) as a
+    time-outer ``[n+1, in+1+Hr, B]`` buffer whose slot ``k`` holds step ``k``'s input in rows ``:in`` and
+    ones in row ``in`` (for the biases' column of :func:`stacked_matrix`); the last ``Hr = state_width`` rows
+    take the recurrent state as the runner and the steps write it, and slot ``n``'s input is never read."""
+    n, B, width = x_steps.shape
+    stacked = buffers.empty((n + 1, width + 1 + state_width, B), x_steps.dtype)
+    stacked[:n, :width] = x_steps.transpose(0, 2, 1)
+    stacked[:, width] = 1
+    return stacked
+
+
+def stacked_matrix(params: PseudoLayerParams, bias: Array) -> Array:
+    """``[W b R]``, ``[G*H, in+1+Hr]``: the GEMM of a stacked step, ``bias`` from :func:`projection_bias`."""
+    width = params.W.shape[1]
+    matrix = buffers.empty((params.R.shape[0], width + 1 + params.R.shape[1]), params.R.dtype)
+    matrix[:, :width] = params.W
+    matrix[:, width] = bias
+    matrix[:, width + 1 :] = params.R
+    return matrix
 
 
 def run_steps(T: int, lengths: Array | None) -> int:
@@ -178,15 +228,20 @@ def feature_major(x_steps: Array) -> Array:
     return x_steps.transpose(2, 0, 1)
 
 
-def _step_inputs(prepare: Prepare, x: Array, index: tuple, reverse: bool, start: int, stop: int) -> Array:
+def _step_inputs(prepare: Prepare, x: Array, index: tuple, reverse: bool, start: int, stop: int,
+                 stacked: bool) -> Array:
     """``prepare``'s inputs for the steps ``start..stop-1`` in run order (``index`` from :func:`run_order`),
-    ``[width, n, B]``. ``prepare`` gets those steps' rows of ``x`` sequence-major and contiguous: gathered per
-    sequence when the backward direction runs within lengths, else a slice (flipped after ``prepare``), so
-    only ``x`` is ever reordered, never its ``G`` times wider projection."""
+    ``[width, n, B]`` (or ``stacked``, :func:`stacked_inputs`'s buffer). ``prepare`` gets those steps' rows
+    of ``x`` sequence-major: gathered per sequence when the backward direction runs within lengths, else a
+    slice, contiguous and flipped after ``prepare`` (a view), so only ``x`` is ever reordered, never its
+    ``G`` times wider projection; a stacked buffer's slots follow run order, so there the slice is flipped
+    before ``prepare`` copies it."""
     if not reverse:
         return prepare(x[start:stop])
     if len(index) == 1:  # a plain time flip
         T = x.shape[0]
+        if stacked:
+            return prepare(x[T - stop : T - start][::-1])
         return prepare(x[T - stop : T - start])[:, ::-1]
     time_index, batch_index = index
     return prepare(x[time_index[start:stop], batch_index])
@@ -210,6 +265,7 @@ def run_direction(
     reverse: bool,
     y: Array,
     chunk: int | None = None,
+    stacked: bool = False,
 ) -> tuple[Array, Array | None]:
     """Run one direction of one layer over time: the only place that knows about lengths and reversal.
 
@@ -221,6 +277,8 @@ def run_direction(
     full-length sequences. The backward direction runs over each sequence reversed within its length.
     Writes ``y [T, B, Hr]`` (any strides; zero at padded steps) and returns the final ``h`` and ``c``, each
     taken at the sequence's last valid step (possibly the step's buffers: copy them).
+    ``stacked`` (stacked steps, module docstring): ``prepare`` is :func:`stacked_inputs` and each step is
+    called as ``step(t, None, [x_t; 1; h], c, h_out)``, ``h_out`` being the state rows of the next slot.
 
     Sequences never mix (every step is column-wise in the batch), so a sequence past its length runs on over
     the padding, whatever it holds, and nothing of it is kept: its final state is copied out at its last
@@ -232,7 +290,7 @@ def run_direction(
     chunk = T if chunk is None else chunk
     index = run_order(T, lengths, reverse)
     gathered = reverse and lengths is not None  # run order is a gather, not a view: outputs are scattered back
-    direct = lengths is None and y[0].T.flags.c_contiguous  # batch 1: steps write their outputs into y
+    direct = not stacked and lengths is None and y[0].T.flags.c_contiguous  # batch 1: outputs straight into y
     h_buffers = buffers.empty((2, *h0.shape), h0.dtype)  # ping-pong: h_out never aliases h
     h, c = h0, c0
     last = last_steps(lengths)
@@ -241,14 +299,20 @@ def run_direction(
     for start in range(0, steps, chunk):
         stop = min(start + chunk, steps)
         inputs = x_t = None  # the previous chunk's (and its last step's view): its buffer is free for this one
-        inputs = _step_inputs(prepare, x, index, reverse, start, stop)
+        inputs = _step_inputs(prepare, x, index, reverse, start, stop, stacked)
         y_run = buffers.empty((stop - start, *y.shape[1:]), y.dtype) if gathered else y[index][start:stop]
         if direct:
             for x_t, y_t, t in zip(inputs.transpose(1, 0, 2), y_run.transpose(0, 2, 1), range(start, stop)):
                 h, c = step(t, x_t, h, c, y_t)
         else:
+            if stacked:  # step k reads [x; 1; h] from slot k and writes its h into slot k+1
+                state_rows = slice(inputs.shape[1] - h.shape[0], None)
+                inputs[0, state_rows] = h
             for t in range(start, stop):
-                h, c = step(t, inputs[:, t - start], h, c, h_buffers[t % 2])
+                if stacked:
+                    h, c = step(t, None, inputs[t - start], c, inputs[t - start + 1, state_rows])
+                else:
+                    h, c = step(t, inputs[:, t - start], h, c, h_buffers[t % 2])
                 y_run[t - start] = h.T
                 ends = last.get(t)
                 if ends is not None:
@@ -276,15 +340,18 @@ def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
     return bias
 
 
-def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None) -> Step:
+def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None,
+               stacked: bool = False) -> Step:
     """The step of a fused cuDNN cell (over an input projection made with :func:`projection_bias`) on
-    buffers allocated once; with ``record``, the step computes in the trace's slice for its time step."""
+    buffers allocated once; with ``record``, the step computes in the trace's slice for its time step.
+    ``stacked``: the step of a stacked direction (:func:`stacks_input`), whose GEMM is ``[W b R]``."""
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     dtype = params.R.dtype
     inner = [params.b_R[g * H : (g + 1) * H] for g in mode.inner_bias_gates]
     b_inner = np.repeat(np.concatenate(inner)[:, None], B, axis=1) if inner else None
-    ws = Workspace(params.R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
+    R = stacked_matrix(params, projection_bias(mode, params)) if stacked else params.R
+    ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
     cell_step = mode.step
@@ -364,6 +431,7 @@ def run_layers(
             pl = layer * num_dirs + direction
             params = layers[pl]
             bias = projection_bias(mode, params)
+            stacked = stacks_input(mode, params, B)
 
             def project(x_steps: Array, params: PseudoLayerParams = params, bias: Array = bias) -> Array:
                 out = projection_buffer(GH, x_steps.shape[0], B, x.dtype)
@@ -373,8 +441,9 @@ def run_layers(
             c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
             y_dir = y[:, :, direction * Hr : (direction + 1) * Hr]
             record = new_trace(mode, params, h_start, c_start, y_dir) if trace else None
-            h_end, c_end = run_direction(fused_step(mode, params, B, record), project, layer_input, h_start,
-                                         c_start, lengths, direction == 1, y_dir, chunk)
+            prepare = partial(stacked_inputs, state_width=Hr) if stacked else project
+            h_end, c_end = run_direction(fused_step(mode, params, B, record, stacked), prepare, layer_input,
+                                         h_start, c_start, lengths, direction == 1, y_dir, chunk, stacked)
             h_n[pl] = h_end.T
             if c_n is not None:
                 c_n[pl] = c_end.T
