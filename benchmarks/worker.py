@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S]``
 IMPL: reference | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and
-tanh) | gemm;
+tanh) | floor_steps (its own steps and GEMMs, data movement free) | gemm;
 TASK: train (forward + backward, all gradients) | infer (forward only);
 ``--lengths``: a padded batch of sequences of :func:`lengths` (each implementation's own way: the reference's
 ``sequence_lengths``, torch's packed sequence, packed in each call as a user's padded batch is, ONNX's
@@ -156,11 +156,68 @@ def floor_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
                 RT = np.ascontiguousarray(R.T)
                 for _ in range(T):
                     np.matmul(RT, z, out=dh)
-                d_rows @ h_rows.T
-                d_rows @ xs[k // D]
-                W.T @ d_rows
+                _gradient_gemms(d_rows, h_rows, xs[k // D], W)
 
     return gemms
+
+
+def _gradient_gemms(d_rows: np.ndarray, h_rows: np.ndarray, x_rows: np.ndarray, W: np.ndarray) -> None:
+    """A pseudo-layer's weight and input gradients, one GEMM over all steps each (``dR``, ``dW``, ``dx``)."""
+    d_rows @ h_rows.T
+    d_rows @ x_rows
+    W.T @ d_rows
+
+
+def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
+    """``floor_steps``: the reference's own arithmetic with none of its data movement. Per pseudo-layer, ``T``
+    calls of the step the reference builds (``recurrence.fused_step``, stacked where the reference stacks;
+    else after the input projection's GEMM) and for ``train`` ``T`` calls of ``mode.step_backward``, each
+    on the same buffers, which stay in cache, then the gradient GEMMs over all steps. What the reference
+    would take if its strided reads and writes of the projection and gate gradients, its output and state
+    copies, its trace's memory traffic and its runner cost nothing (full-length sequences, linear input)."""
+    from reference import recurrence
+
+    model = _reference_model(mode, I, H, L, bidi)
+    row = MODES[mode]
+    rng = np.random.default_rng(0)
+    params = (rng.standard_normal(model.params_size()) * H**-0.5).astype(np.float32)
+    layers = model._pseudo_layers(params, copy=True)  # the reference's per-pseudo-layer parameters
+    GH = row.num_gates * H
+
+    def draw(*shape):
+        return (rng.standard_normal(shape) * 0.5).astype(np.float32)
+
+    plans = []
+    for p in layers:
+        width = p.W.shape[1]
+        stacked = recurrence.stacks_input(row, p, B)
+        c = draw(H, B) if row.has_cell_state else None
+        record = recurrence.new_trace(row, p, draw(H, B), c, np.empty((1, B, H), np.float32))
+        step = recurrence.fused_step(row, p, B, record if task == "train" else None, stacked)
+        state = draw(width + 1 + H, B) if stacked else draw(H, B)  # [x; 1; h] or h
+        plans.append((p, step, stacked, state, c, draw(T * B, width), record.acts[0]))
+    xw, h_out, g, dy, gc = draw(GH, B), draw(H, B), draw(H, B), draw(H, B), draw(H, B)
+    h_prev = draw(B, H).T  # as the reference passes it: a step of [T, B, H], transposed
+    d_xw, d_rec = draw(GH, B), draw(GH, B)
+    d_rows, h_rows = draw(GH, T * B), draw(H, T * B)
+
+    def steps():
+        for p, step, stacked, state, c, x_rows, acts in plans:
+            if not stacked and p.W is not None:
+                p.W @ x_rows.T
+            for _ in range(T):
+                step(0, None if stacked else xw, state, c, h_out)
+        if task == "train":
+            for p, step, stacked, state, c, x_rows, acts in plans:
+                RT = np.ascontiguousarray(p.R.T)
+                dh = g
+                for _ in range(T):
+                    dh = np.add(dh, dy)
+                    dh = row.step_backward(dh, gc if c is not None else None, acts, h_prev, c, RT, d_xw,
+                                           d_rec if row.separate_rec_grad else d_xw)[0]
+                _gradient_gemms(d_rows, h_rows, x_rows, p.W)
+
+    return steps
 
 
 def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
@@ -172,7 +229,7 @@ def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi
 
 
 IMPLS = {"reference": reference_call, "torch": torch_call, "onnxruntime": onnxruntime_call, "floor": floor_call,
-         "floor_act": functools.partial(floor_call, activations=True), "gemm": gemm_call}
+         "floor_act": functools.partial(floor_call, activations=True), "floor_steps": steps_call, "gemm": gemm_call}
 
 
 def main() -> None:

@@ -19,12 +19,12 @@ but not for a projection ``G`` times its size.
 
 A step's slice of a ``[G*H, T, B]`` projection is ``G*H`` rows of ``B`` elements, each in another page: the
 strided read costs 1.5-2 ns an element, a quarter of an LSTM step's elementwise time at B=32 H=256. Where
-the mode allows it and the input is no wider than the state (:func:`stacks_input`), a direction runs
+the mode allows it and the input is narrow (:func:`stacks_input`), a direction runs
 **stacked** instead: its input goes, transposed in bulk, into a time-outer ``[T+1, in+1+Hr, B]`` buffer
 whose slot ``t`` is ``[x_t; 1; h_t]``, each step's GEMM ``[W b R] @ [x_t; 1; h_t]`` makes its whole
 pre-activation, biases included (no input projection at all), and each step writes its output straight into
-the next slot. The GEMM's larger ``K`` costs more than the bulk projection's share of it, so this pays where
-``in <= H`` (README, "Speed").
+the next slot. The GEMM's larger ``K`` costs more than the bulk projection's share of it, so this pays only
+for narrow inputs (README, "Stacked steps").
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def stacks_input(mode: CellMode, params: PseudoLayerParams, B: int) -> bool:
     batch is over 1 (at batch 1 the projection's slices are contiguous already) and the input is no wider
     than the cell nor than :data:`STACKED_INPUT_MAX`. Stacking saves the strided read, ``G*H*B`` elements a
     step, and makes ``2*G*H*in*B`` flops a step at the per-step GEMM's speed rather than the bulk GEMM's:
-    on this project's machines that breaks even near ``in = 256`` (README, "Speed": inference at
-    ``in = 128`` took 0.81-0.89x the time, at ``in = 256`` 0.89-1.0x, at ``in = 512`` 1.0-1.04x, and at
+    on this project's machines that breaks even near ``in = 256`` (README, "Stacked steps": LSTM inference
+    at ``in = 128`` took 0.81-0.89x the time, at ``in = 256`` 0.89-1.0x, at ``in = 512`` 1.0-1.04x, and at
     ``in = 2H = 256`` 1.18x)."""
     H = params.R.shape[0] // mode.num_gates
     return (mode.stackable_input and params.W is not None and B > 1
