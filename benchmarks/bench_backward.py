@@ -5,8 +5,8 @@
 and the same ratio for the reference's GEMMs alone (``floor``), with each forward step's ``exp`` and
 ``tanh`` (``floor_act``): the reference can come no closer to torch than ``floor_act/torch`` plus the rest
 of its elementwise work, and for its own step functions and GEMMs on buffers that stay in cache
-(``floor_steps``: what it would take if its data movement cost nothing). ``--lengths``: padded batches (lengths drawn from
-T/2..T; torch packs them in each call) instead of full-length sequences.
+(``floor_steps``: what it would take if its data movement cost nothing). ``--lengths``: padded batches
+(lengths drawn from T/2..T; torch packs them in each call) instead of full-length sequences.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
 
     def steps():
         for p, step, stacked, state, c, x_rows, acts in plans:
-            if not stacked and p.W is not None:
+            if not stacked:
                 p.W @ x_rows.T
             for _ in range(T):
                 step(0, None if stacked else xw, state, c, h_out)

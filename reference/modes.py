@@ -55,7 +55,7 @@ Array = np.ndarray
 
 @dataclass(frozen=True)
 class Workspace:
-    """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W R]``, see
+    """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W b R]``, see
     ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
     batch, ``[n*H, B]`` (or ``None``: adding a full array takes a third of the time of broadcasting a
     ``[n*H, 1]`` column over 16-128 columns), and scratch ``z [G*H, B]``, ``tmp [H, B]``."""

@@ -208,9 +208,9 @@ Step = Callable[[int, Array, Array, "Array | None", Array], "tuple[Array, Array 
 Prepare = Callable[[Array], Array]
 
 PROJECTION_CHUNK_BYTES = buffers.MAX_CACHED_BYTES
-"""The most bytes of step inputs (a direction's input projection) made at a time: a longer sequence is
-projected in chunks of steps, each one GEMM, so that memory does not grow with ``T`` beyond the output, and
-each chunk fits a block of the buffer cache."""
+"""The most bytes of step inputs (a direction's input projection, or its stacked ``[x; 1; h]`` buffer) made
+at a time: a longer sequence is projected in chunks of steps, each one GEMM, so that memory does not grow
+with ``T`` beyond the output, and each chunk fits a block of the buffer cache."""
 
 
 def chunk_steps(T: int, step_bytes: int) -> int:
@@ -422,7 +422,6 @@ def run_layers(
     layer_input = np.ascontiguousarray(x)
     inputs, directions = [], []
     GH = layers[0].R.shape[0]
-    chunk = chunk_steps(T, GH * B * x.dtype.itemsize)
     for layer in range(num_layers):
         inputs.append(layer_input)
         caller_s = layer == num_layers - 1 and not trace  # the caller's output: a fresh array (else the trace's)
@@ -442,6 +441,8 @@ def run_layers(
             y_dir = y[:, :, direction * Hr : (direction + 1) * Hr]
             record = new_trace(mode, params, h_start, c_start, y_dir) if trace else None
             prepare = partial(stacked_inputs, state_width=Hr) if stacked else project
+            step_rows = layer_input.shape[2] + 1 + Hr if stacked else GH  # of a step's input, prepared
+            chunk = chunk_steps(T, step_rows * B * x.dtype.itemsize)
             h_end, c_end = run_direction(fused_step(mode, params, B, record, stacked), prepare, layer_input,
                                          h_start, c_start, lengths, direction == 1, y_dir, chunk, stacked)
             h_n[pl] = h_end.T
