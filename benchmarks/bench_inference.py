@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.bench_inference [--rounds 3] [--seconds 1.5] [--modes gru,lstm,tanh] [--lengths]``: for each
 (T, B, I, H, L, bidirectional) of the issue and each cell, the medians, the ratio reference / fastest peer,
-the same ratio for the reference's GEMMs alone (its floor) and for those GEMMs with the step's ``exp`` and
-``tanh`` (``floor+act``), and the reference's GFLOP/s as a share of this machine's measured float32 GEMM rate
+the same ratio for the reference's GEMMs alone (its floor), for those GEMMs with the step's ``exp`` and
+``tanh`` (``floor+act``) and for its own steps and GEMMs on buffers that stay in cache (``floor_steps``: its
+data movement free), and the reference's GFLOP/s as a share of this machine's measured float32 GEMM rate
 (numpy, 2048^3), after a line naming the machine (CPU, BLAS kernels, NumPy's SIMD loops).
 Goals: at batch >= 16 no slower than the fastest peer; at batch 1 within 1.5x; at H >= 512 at least 85%
 of the GEMM rate. ``--lengths``: padded batches (``benchmarks.worker.lengths``: drawn from T/2..T) instead of
@@ -50,8 +51,9 @@ def main() -> None:
     print(f"float32 GEMM rate (numpy, 2048^3, best of 3): {peak:.1f} GFLOP/s; ratios are reference / fastest peer")
     print("floor = the reference's GEMMs alone (same shapes, numpy); floor/fastest > 1 means no NumPy "
           "implementation of this algorithm can reach the fastest peer here; floor+act = the same GEMMs and "
-          "each step's exp and tanh (numpy's): where floor+act/fastest > 1, none that uses them can")
-    impls = ["reference", "torch", "onnxruntime", "floor", "floor_act"]
+          "each step's exp and tanh (numpy's): where floor+act/fastest > 1, none that uses them can; "
+          "floor_steps = the reference's own steps and GEMMs on buffers that stay in cache (its data movement free)")
+    impls = ["reference", "torch", "onnxruntime", "floor", "floor_act", "floor_steps"]
     for mode in a.modes.split(","):
         for shape in SHAPES:
             case = Case(mode, *shape, lengths=a.lengths)
@@ -61,10 +63,11 @@ def main() -> None:
             rate, floor_rate = (flops(case) / med[impl] / 1e9 for impl in ("reference", "floor"))
             print(f"{case.label():52s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
                   f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
-                  f"floor+act {1e3 * med['floor_act']:8.2f}  "
+                  f"floor+act {1e3 * med['floor_act']:8.2f}  floor_steps {1e3 * med['floor_steps']:8.2f}  "
                   f"reference/{fastest} = {ratio(times, 'reference', fastest)}  "
                   f"floor/{fastest} = {ratio(times, 'floor', fastest)}  "
                   f"floor+act/{fastest} = {ratio(times, 'floor_act', fastest)}  "
+                  f"floor_steps/{fastest} = {ratio(times, 'floor_steps', fastest)}  "
                   f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM (floor {100 * floor_rate / peak:3.0f}%)",
                   flush=True)
     print(f"float32 GEMM rate at the end: {gemm_rate(a.seconds):.1f} GFLOP/s (the host drifted where it is far "
