@@ -193,7 +193,8 @@ def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
         stacked = recurrence.stacks_input(row, p, B)
         c = draw(H, B) if row.has_cell_state else None
         record = recurrence.new_trace(row, p, draw(H, B), c, np.empty((1, B, H), np.float32))
-        step = recurrence.fused_step(row, p, B, record if task == "train" else None, stacked)
+        step = recurrence.fused_step(row, p, B, record if task == "train" else None,
+                                     recurrence.projection_bias(row, p) if stacked else None)
         state = draw(width + 1 + H, B) if stacked else draw(H, B)  # [x; 1; h] or h
         plans.append((p, step, stacked, state, c, draw(T * B, width), record.acts[0]))
     xw, h_out, g, dy, gc = draw(GH, B), draw(H, B), draw(H, B), draw(H, B), draw(H, B)

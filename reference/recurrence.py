@@ -291,7 +291,9 @@ def run_direction(
     index = run_order(T, lengths, reverse)
     gathered = reverse and lengths is not None  # run order is a gather, not a view: outputs are scattered back
     direct = not stacked and lengths is None and y[0].T.flags.c_contiguous  # batch 1: outputs straight into y
-    h_buffers = buffers.empty((2, *h0.shape), h0.dtype)  # ping-pong: h_out never aliases h
+    # ping-pong outputs of steps over a projection (h_out never aliases h); stacked and direct steps write theirs
+    # into the next slot or into y
+    h_buffers = None if stacked or direct else buffers.empty((2, *h0.shape), h0.dtype)
     h, c = h0, c0
     last = last_steps(lengths)
     h_last = None if lengths is None else np.empty_like(h0)
@@ -341,16 +343,17 @@ def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
 
 
 def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None,
-               stacked: bool = False) -> Step:
+               stacked_bias: Array | None = None) -> Step:
     """The step of a fused cuDNN cell (over an input projection made with :func:`projection_bias`) on
     buffers allocated once; with ``record``, the step computes in the trace's slice for its time step.
-    ``stacked``: the step of a stacked direction (:func:`stacks_input`), whose GEMM is ``[W b R]``."""
+    ``stacked_bias`` (:func:`projection_bias`): the step of a stacked direction (:func:`stacks_input`),
+    whose GEMM is ``[W b R]`` with these biases."""
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     dtype = params.R.dtype
     inner = [params.b_R[g * H : (g + 1) * H] for g in mode.inner_bias_gates]
     b_inner = np.repeat(np.concatenate(inner)[:, None], B, axis=1) if inner else None
-    R = stacked_matrix(params, projection_bias(mode, params)) if stacked else params.R
+    R = params.R if stacked_bias is None else stacked_matrix(params, stacked_bias)
     ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
@@ -443,8 +446,9 @@ def run_layers(
             prepare = partial(stacked_inputs, state_width=Hr) if stacked else project
             step_rows = layer_input.shape[2] + 1 + Hr if stacked else GH  # of a step's input, prepared
             chunk = chunk_steps(T, step_rows * B * x.dtype.itemsize)
-            h_end, c_end = run_direction(fused_step(mode, params, B, record, stacked), prepare, layer_input,
-                                         h_start, c_start, lengths, direction == 1, y_dir, chunk, stacked)
+            step = fused_step(mode, params, B, record, bias if stacked else None)
+            h_end, c_end = run_direction(step, prepare, layer_input, h_start, c_start, lengths, direction == 1,
+                                         y_dir, chunk, stacked)
             h_n[pl] = h_end.T
             if c_n is not None:
                 c_n[pl] = c_end.T
