@@ -53,7 +53,8 @@ def main() -> None:
           "implementation of this algorithm can reach the fastest peer here; floor+act = the same GEMMs and "
           "each step's exp and tanh (numpy's): where floor+act/fastest > 1, none that uses them can; "
           "floor_steps = the reference's own steps and GEMMs on buffers that stay in cache (its data movement free)")
-    impls = ["reference", "torch", "onnxruntime", "floor", "floor_act", "floor_steps"]
+    floors = {"floor": "floor", "floor_act": "floor+act", "floor_steps": "floor_steps"}  # impl: printed name
+    impls = ["reference", "torch", "onnxruntime", *floors]
     for mode in a.modes.split(","):
         for shape in SHAPES:
             case = Case(mode, *shape, lengths=a.lengths)
@@ -62,13 +63,11 @@ def main() -> None:
             fastest = min(("torch", "onnxruntime"), key=med.get)
             rate, floor_rate = (flops(case) / med[impl] / 1e9 for impl in ("reference", "floor"))
             print(f"{case.label():52s} reference {1e3 * med['reference']:8.2f} ms  torch {1e3 * med['torch']:8.2f}  "
-                  f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  floor {1e3 * med['floor']:8.2f}  "
-                  f"floor+act {1e3 * med['floor_act']:8.2f}  floor_steps {1e3 * med['floor_steps']:8.2f}  "
-                  f"reference/{fastest} = {ratio(times, 'reference', fastest)}  "
-                  f"floor/{fastest} = {ratio(times, 'floor', fastest)}  "
-                  f"floor+act/{fastest} = {ratio(times, 'floor_act', fastest)}  "
-                  f"floor_steps/{fastest} = {ratio(times, 'floor_steps', fastest)}  "
-                  f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM (floor {100 * floor_rate / peak:3.0f}%)",
+                  f"onnxruntime {1e3 * med['onnxruntime']:8.2f}  "
+                  + "".join(f"{name} {1e3 * med[impl]:8.2f}  " for impl, name in floors.items())
+                  + "".join(f"{name}/{fastest} = {ratio(times, impl, fastest)}  "
+                            for impl, name in {"reference": "reference", **floors}.items())
+                  + f"{rate:6.1f} GFLOP/s = {100 * rate / peak:3.0f}% of GEMM (floor {100 * floor_rate / peak:3.0f}%)",
                   flush=True)
     print(f"float32 GEMM rate at the end: {gemm_rate(a.seconds):.1f} GFLOP/s (the host drifted where it is far "
           f"from {peak:.1f}: the shares of it above moved with it)")
