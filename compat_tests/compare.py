@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -67,15 +68,17 @@ def _time_axis(cfg: RNNConfig, quantity: str) -> int | None:
     return (0 if cfg.time_major else 1) if quantity in SEQUENCES else None
 
 
-def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward: bool = False) -> Comparison:
+def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward: bool = False, *,
+                 dropout: float = 0.0, masks: tuple = ()) -> Comparison:
     """Run ``peer`` on ``cfg`` (its forward pass, or with ``backward`` its gradients) and judge every
-    quantity against the float64 reference."""
+    quantity against the float64 truth; ``dropout`` and ``masks`` (the keep-masks the peer's training pass
+    drew, in ``cfg``'s layout) make it the truth of that training pass."""
     case = case if case is not None else make_case(cfg)
-    evaluate = ground_truth_backward if backward else ground_truth
+    evaluate = partial(ground_truth_backward if backward else ground_truth, dropout=dropout, masks=masks)
     truth = evaluate(cfg, case)
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else peer.forward(cfg, case)
-    overflows = backward and _overflows(ground_truth(cfg, case), np.dtype(cfg.dtype))
+    overflows = backward and _overflows(ground_truth(cfg, case, dropout=dropout, masks=masks), np.dtype(cfg.dtype))
     return judge_results(peer.name, cfg, actual, truth, sensitivity(cfg, case, truth, evaluate=evaluate), backward,
                          overflows)
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 import reference
+from reference import spec
 from reference.model import DIRECTIONS
 from reference.modes import MODES
 
@@ -254,14 +255,27 @@ def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_trainin
 
 
 def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:
-    """The reference forward pass of ``case`` in ``dtype`` (default the config's); inference mode."""
+    """The reference engine's forward pass (``reference.CudnnGRU`` etc.: the implementation under test, the
+    ``reference`` peer) of ``case`` in ``dtype`` (default the config's); inference mode. Not the truth:
+    that is :func:`ground_truth`."""
     _, _, result = _reference_forward(cfg, case, dtype, is_training=False)
     return Outputs(result.output, result.output_h, result.output_c)
 
 
-def ground_truth(cfg: RNNConfig, case: Case) -> Outputs:
-    """The float64 reference on the case's exact values: what every peer is measured against."""
-    return run_reference(cfg, case, "float64")
+def _spec_call(cfg: RNNConfig, case: Case, dropout: float, masks) -> tuple:
+    """The float64 network of ``cfg`` and the arguments of a ``reference.spec`` call on ``case``'s values."""
+    case = case.astype(np.float64)
+    net = spec.Network.of(cfg.model("float64"))
+    options = dict(lengths=case.lengths, dropout=dropout, masks=masks, time_major=cfg.time_major)
+    return net, case, options
+
+
+def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> Outputs:
+    """The float64 truth on the case's exact values, from the plain cells of ``reference.spec`` (never the
+    engine under test): what every peer is measured against. ``masks``: the dropout keep-masks of a
+    training pass with ``dropout`` (in ``cfg``'s layout), as a model's ``reserve.dropout_masks`` holds them."""
+    net, case, options = _spec_call(cfg, case, dropout, masks)
+    return Outputs(*spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0, **options))
 
 
 class GradOutputs(NamedTuple):
@@ -277,12 +291,18 @@ class GradOutputs(NamedTuple):
 
 
 def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None) -> GradOutputs:
-    """Forward (training, no dropout) and backward of ``case`` in ``dtype`` (default the config's)."""
+    """The reference engine's forward (training, no dropout) and backward of ``case`` in ``dtype`` (default
+    the config's); not the truth: that is :func:`ground_truth_backward`."""
     model, case, fwd = _reference_forward(cfg, case, dtype, is_training=True)
     grads = model.backward(fwd, case.dy, case.dh, case.dc)
     return GradOutputs(grads.input, grads.input_h, grads.input_c, grads.params)
 
 
-def ground_truth_backward(cfg: RNNConfig, case: Case) -> GradOutputs:
-    """The float64 reference gradients on the case's exact values."""
-    return run_reference_backward(cfg, case, "float64")
+def ground_truth_backward(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> GradOutputs:
+    """The float64 truth's gradients of ``case.dy``/``dh``/``dc`` on the case's exact values, from
+    ``reference.spec`` (see :func:`ground_truth`), the parameters' packed in the opaque layout."""
+    net, case, options = _spec_call(cfg, case, dropout, masks)
+    grads = spec.backward(net, case.weights, case.biases, case.x, case.h0, case.c0, case.dy, case.dh, case.dc,
+                          **options)
+    d_params = cfg.model("float64").canonical_to_params(grads.weights, grads.biases)
+    return GradOutputs(grads.input, grads.input_h, grads.input_c, d_params)

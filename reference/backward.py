@@ -32,9 +32,8 @@ def _rows(a: Array) -> Array:
 
 
 def _row_sums(a: Array) -> Array:
-    """``a.sum(axis=1)`` of a ``[rows, T*B]`` gradient as one GEMV against ones: BLAS on both cores,
-    about 5x NumPy's pairwise sum at these shapes, and the same kind of accumulation as the weight
-    gradients' GEMMs beside it."""
+    """``a.sum(axis=1)`` of a ``[rows, T*B]`` gradient as one GEMV against ones (``[rows]``): the same kind
+    of accumulation as the weight gradients' GEMMs beside it (why not ``sum``: ``benchmarks/NOTES.md``)."""
     return a @ np.ones(a.shape[1], a.dtype)
 
 

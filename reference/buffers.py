@@ -1,9 +1,9 @@
 """Large intermediate arrays reused across calls, so that repeated calls do not page-fault fresh memory.
 
 glibc returns large freed blocks to the operating system (``mmap``/trim), so an array of a few hundred
-KiB or more that a call allocates and drops is faulted in again, page by page, by the next call: a
-quarter of a small bidirectional model's forward pass and 7-10% of a training step on this project's
-machines (README, "Speed"). :func:`empty` hands out such arrays from a per-thread cache instead.
+KiB or more that a call allocates and drops is faulted in again, page by page, by the next call (what
+that cost: ``benchmarks/NOTES.md``, ``buffers.py``). :func:`empty` hands out such arrays from a per-thread
+cache instead.
 
 A cached block is reused only when nothing but the cache references it: every array :func:`empty`
 returns is a view whose ``base`` is the block, so while the caller (or anything derived from the array:

@@ -1,7 +1,8 @@
 """Platform-independent cells, one time step each, over TensorFlow's cell-format weights
 (``reference.formats.tf``), and a stack runner with ``dynamic_rnn`` / ``stack_bidirectional_dynamic_rnn``
 semantics. They are written the way TensorFlow writes them (``[x, h] @ kernel``), independently of the fused
-reference, which they must equal on the same weights.
+reference, which they must equal on the same weights; the stack runner steps them through the plain
+direction loop of ``reference.spec`` (lengths, reversal within each length), not the fused engine's.
 
 Cells take and return TF-style values: ``cell(inputs [B, in], state) -> (output, new_state)`` with state
 ``h [B, H]`` for the RNN and GRU cells and ``(c, h)`` (TF's ``LSTMStateTuple`` order) for the LSTM cell.
@@ -17,9 +18,10 @@ import numpy as np
 from . import checks
 from .formats.canonical import check_mapping, check_model, check_tensor, matrix_shape
 from .formats.tf import cell_prefix, expected_shapes
-from .modes import relu, sigmoid
 from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, STORAGE_DTYPES, compute_dtype
-from .recurrence import caller_layout, feature_major, run_direction
+from .spec import rnn
+from .spec.cell import sigmoid
+from .spec.network import caller_layout, run_direction
 
 Array = np.ndarray
 
@@ -107,7 +109,7 @@ class _StatelessCell(_TFCell):
         return h, h
 
 
-ACTIVATIONS = {"tanh": np.tanh, "relu": relu}
+ACTIVATIONS = {name: rnn.ACTIVATIONS[name][0] for name in ("tanh", "relu")}
 
 
 class BasicRNNCell(_StatelessCell):
@@ -305,30 +307,28 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
     c0 = states("initial_c", initial_c, first.num_units) if lstm else [None] * LD
 
     def cell_step(cell):
-        """A TF cell (batch-major ``[B, width]`` values) as a ``run_direction`` step (feature-major)."""
-        def step(t, x_t, h, c, h_out):
-            h_new, c_new = cell.step(x_t.T, h.T, None if c is None else c.T)
-            h_out[...] = h_new.T
-            return h_out, None if c_new is None else c_new.T
+        """A TF cell as a step of ``reference.spec``'s direction loop (which keeps no cache of it)."""
+        def step(x_t, h, c):
+            h_new, c_new = cell.step(x_t, h, c)
+            return h_new, c_new, None
 
         return step
 
     h_n, c_n = [], []
     layer_input = x
-    # As the fused reference: overflow is the data's, and a sequence runs on over its padding (run_direction).
+    full = np.full(B, T) if lengths is None else lengths
+    # As the fused reference: overflow is the data's. A step past a sequence's length is not run for it.
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         for layer in range(len(cells) // num_dirs):
-            y = np.empty((T, B, num_dirs * Hr), dtype=x.dtype)
+            outputs = []
             for direction, pl in enumerate(range(layer * num_dirs, (layer + 1) * num_dirs)):
-                h, c = run_direction(cell_step(cells[pl]), feature_major, layer_input, h0[pl].T,
-                                     None if c0[pl] is None else c0[pl].T, lengths, direction == 1,
-                                     y[:, :, direction * Hr : (direction + 1) * Hr])
-                h_n.append(h.T)
-                c_n.append(None if c is None else c.T)
-            layer_input = y
+                y, h, c, _ = run_direction(cell_step(cells[pl]), layer_input, h0[pl], c0[pl], full, direction == 1)
+                outputs.append(y)
+                h_n.append(h)
+                c_n.append(c)
+            layer_input = np.concatenate(outputs, axis=2)
             if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
                 layer_input = layer_input.astype(storage).astype(x.dtype)
 
-    return (caller_layout(layer_input, time_major, storage),
-            caller_layout(np.stack(h_n), time_major, storage),
+    return (caller_layout(layer_input, time_major, storage), caller_layout(np.stack(h_n), time_major, storage),
             caller_layout(np.stack(c_n), time_major, storage) if lstm else None)

@@ -5,11 +5,10 @@ A row may compute with its gate blocks in another order, ``compute_order`` (cano
 order their blocks are stacked in ``W``, ``R``, biases, ``xw`` and gradients): the LSTM stacks
 i, f, o, c so that its three sigmoid gates are one contiguous block.
 Steps work **feature-major**: a state is ``[width, B]`` (features down, batch across), so each gate block
-is a contiguous block of rows and the per-step GEMM is ``R @ h`` (``[G*H, Hr] @ [Hr, B]``), which OpenBLAS
-runs faster than ``h @ R.T`` at RNN shapes (``benchmarks/``). It is ``R.dot(h, out)``: the same BLAS
-call as ``np.matmul`` (bit for bit), made with 0.5-0.7 µs less overhead, a third of a batch-1 GEMV at
-``H = 128``. For the same reason the forward steps pass ``out`` positionally and their constants as 0-d
-arrays (:func:`sigmoid`): at batch 1 a NumPy call's overhead is most of its cost.
+is a contiguous block of rows and the per-step GEMM is ``R @ h`` (``[G*H, Hr] @ [Hr, B]``), made as
+``R.dot(h, out)``: the same BLAS call as ``np.matmul``, bit for bit. The forward steps pass ``out``
+positionally and their constants as 0-d arrays of the data's dtype (:func:`sigmoid`), the same numbers as
+Python floats would be. Why these forms: ``benchmarks/NOTES.md`` (``modes.py``).
 
 ``step(ws, xw, h, c, h_out, c_out, acts)`` receives the :class:`Workspace` of its pseudo-layer (``R``,
 the inner recurrent biases, scratch buffers), the input projection of the current time step
@@ -57,8 +56,7 @@ Array = np.ndarray
 class Workspace:
     """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W b R]``, see
     ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
-    batch, ``[n*H, B]`` (or ``None``: adding a full array takes a third of the time of broadcasting a
-    ``[n*H, 1]`` column over 16-128 columns), and scratch ``z [G*H, B]``, ``tmp [H, B]``."""
+    batch, ``[n*H, B]`` (or ``None``), and scratch ``z [G*H, B]``, ``tmp [H, B]``."""
 
     R: Array
     b_inner: Array | None
@@ -73,16 +71,14 @@ RecurrentInputsFn = Callable[[Array, Array, int], list[tuple[slice, Array]]]
 
 
 def sigmoid(x: Array, out: Array | None = None) -> Array:
-    """Logistic sigmoid ``1 / (1 + exp(-x))``, relatively accurate everywhere (no ``tanh`` cancellation).
+    """Logistic sigmoid ``1 / (1 + exp(-x))`` of ``x`` into ``out`` (may be ``x``), relatively accurate
+    everywhere (no ``tanh`` cancellation); returns ``out``.
 
-    Negation is a multiply: NumPy 2.4.6's float32 ``np.negative(v, out=v)`` on a small strided view (such
-    as one time step of a ``[width, T, B]`` sequence) reads with the wrong stride and returns wrong values
-    (found by this suite). The last step is ``np.divide(1, v)``: bit for bit ``np.reciprocal(v)`` (every
-    float dtype, denormals, signed zeros, infinities and NaN), whose NumPy 2.4 loop is not vectorised.
-    The constants are 0-d arrays of ``x``'s dtype, the same numbers as Python's ``-1.0`` and ``1`` would
-    be there, bit for bit, but a NumPy call takes a 0-d array in about half the time of a Python float:
-    0.3 against 0.65 µs, about the cost of a whole ``[2H, 1]`` operation (``out`` is passed positionally,
-    0.07 µs less again).
+    Negation is a multiply, never ``np.negative`` with ``out``, which returned wrong values on a strided
+    float32 view in a NumPy release (README, "Findings"). The last step is ``np.divide(1, v)``: bit for bit
+    ``np.reciprocal(v)`` (every float dtype, denormals, signed zeros, infinities and NaN). The constants
+    are 0-d arrays of ``x``'s dtype, bit for bit the numbers Python's ``-1.0`` and ``1`` would be there.
+    Why these forms: ``benchmarks/NOTES.md`` (``modes.py``).
     """
     minus_one, one = _UNIT.get(x.dtype, (-1.0, 1))  # other dtypes: NumPy's promotion, as before
     out = np.multiply(x, minus_one, out)
@@ -99,12 +95,12 @@ _ZERO = {np.dtype(t): np.array(0, t) for t in _FLOATS}
 
 def _one(x: Array) -> Array | float:
     """1 of ``x``'s dtype as a 0-d array (the backward steps' ``1 - v``: bit for bit what a Python ``1.0``
-    gives, without its 1-1.5 µs conversion on every call); other dtypes a Python float, as before."""
+    gives); other dtypes a Python float."""
     return _UNIT[x.dtype][1] if x.dtype in _UNIT else 1.0
 
 
 def relu(x: Array, out: Array | None = None) -> Array:
-    """``max(x, 0)``; NaN propagates (``np.maximum`` keeps NaN). ``out`` goes by keyword here: NumPy 2.4
+    """``max(x, 0)``; NaN propagates (``np.maximum`` keeps NaN). ``out`` goes by keyword here: NumPy
     deprecates a third positional argument of ``np.maximum``."""
     return np.maximum(x, _ZERO.get(x.dtype, 0), out=out)
 

@@ -12,19 +12,17 @@ the user's input is never transposed, and every layer uses the same GEMM), and e
 still in cache, into the layer's ``[T, B, width]`` output, so no sequence is ever transposed in bulk.
 At batch 1 a step's ``[width, 1]`` slices of ``[T, 1, width]`` arrays are contiguous, so there the input
 projection is stored time-outer (``x_rows @ W.T``) and each step writes its output straight into the
-layer's output: at ``H = 128`` a step's NumPy calls cost about as much as its GEMV.
+layer's output.
 A projection larger than :data:`PROJECTION_CHUNK_BYTES` is made in chunks of steps, one GEMM each, just
 before the steps that read it, so a long sequence takes memory for its output (and, in training, its trace)
 but not for a projection ``G`` times its size.
 
-A step's slice of a ``[G*H, T, B]`` projection is ``G*H`` rows of ``B`` elements, each in another page: the
-strided read costs 1.5-2 ns an element, a quarter of an LSTM step's elementwise time at B=32 H=256. Where
+A step's slice of a ``[G*H, T, B]`` projection is ``G*H`` rows of ``B`` elements, a strided read. Where
 the mode allows it and the input is narrow (:func:`stacks_input`), a direction runs
 **stacked** instead: its input goes, transposed in bulk, into a time-outer ``[T+1, in+1+Hr, B]`` buffer
 whose slot ``t`` is ``[x_t; 1; h_t]``, each step's GEMM ``[W b R] @ [x_t; 1; h_t]`` makes its whole
 pre-activation, biases included (no input projection at all), and each step writes its output straight into
-the next slot. The GEMM's larger ``K`` costs more than the bulk projection's share of it, so this pays only
-for narrow inputs (README, "Stacked steps").
+the next slot. Why and where these layouts pay: ``benchmarks/NOTES.md`` (``recurrence.py``).
 """
 
 from __future__ import annotations
@@ -66,8 +64,7 @@ def caller_layout(a: Array, time_major: bool, dtype: np.dtype) -> Array:
 
 def projection_buffer(GH: int, T: int, B: int, dtype: np.dtype) -> Array:
     """A buffer for :func:`input_projection`, ``[G*H, T, B]``: contiguous, or at batch 1 the transposed
-    view of a contiguous ``[T, 1, G*H]``, so that each step's ``[G*H, 1]`` slice is contiguous (a strided
-    read of one column costs 2.7x a contiguous one at ``G*H = 128``)."""
+    view of a contiguous ``[T, 1, G*H]``, so that each step's ``[G*H, 1]`` slice is contiguous."""
     if B == 1:
         return buffers.empty((T, B, GH), dtype).transpose(2, 0, 1)
     return buffers.empty((GH, T, B), dtype)
@@ -106,10 +103,8 @@ def stacks_input(mode: CellMode, params: PseudoLayerParams, B: int) -> bool:
     through the recurrent GEMM (``mode.stackable_input``), the input has a matrix (not skip_input), the
     batch is over 1 (at batch 1 the projection's slices are contiguous already) and the input is no wider
     than the cell nor than :data:`STACKED_INPUT_MAX`. Stacking saves the strided read, ``G*H*B`` elements a
-    step, and makes ``2*G*H*in*B`` flops a step at the per-step GEMM's speed rather than the bulk GEMM's:
-    on this project's machines that breaks even near ``in = 256`` (README, "Stacked steps": LSTM inference
-    at ``in = 128`` took 0.81-0.89x the time, at ``in = 256`` 0.89-1.0x, at ``in = 512`` 1.0-1.04x, and at
-    ``in = 2H = 256`` 1.18x)."""
+    step, and makes ``2*G*H*in*B`` flops a step in the per-step GEMM rather than the bulk one; where that
+    breaks even (the rule's limits): ``benchmarks/NOTES.md`` (``recurrence.py``)."""
     H = params.R.shape[0] // mode.num_gates
     return (mode.stackable_input and params.W is not None and B > 1
             and params.W.shape[1] <= min(H, STACKED_INPUT_MAX))

@@ -1,0 +1,39 @@
+"""``CUDNN_LSTM``: gates i, f, c (written g here), o in canonical order, no peepholes, an optional projection.
+
+    i = σ(W_i x + b_Wi + R_i h + b_Ri)        f = σ(W_f x + b_Wf + R_f h + b_Rf)
+    g = tanh(W_c x + b_Wc + R_c h + b_Rc)     o = σ(W_o x + b_Wo + R_o h + b_Ro)
+    c' = f * c + i * g                        h' = o * tanh(c')
+    with a projection: h' = P (o * tanh(c')), and h (the recurrent state) is that projected h'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cell import Array, CellParams, affine_backward, input_term, recurrent_term, sigmoid
+
+I, F, G, O = range(4)
+
+
+def step(p: CellParams, x: Array, h: Array, c: Array) -> tuple[Array, Array, tuple]:
+    """``x [B, in]``, ``h [B, Hr]``, ``c [B, H]`` -> ``(h' [B, Hr], c' [B, H], cache)``."""
+    a = [input_term(p, k, x) + recurrent_term(p, k, h) for k in range(4)]
+    i, f, g, o = sigmoid(a[I]), sigmoid(a[F]), np.tanh(a[G]), sigmoid(a[O])
+    c_new = f * c + i * g
+    tanh_c = np.tanh(c_new)
+    m = o * tanh_c
+    h_new = m if p.P is None else m @ p.P.T
+    return h_new, c_new, (x, h, c, i, f, g, o, tanh_c, m)
+
+
+def step_backward(p: CellParams, cache: tuple, dh_new: Array, dc_new: Array) -> tuple[Array, Array, Array, CellParams]:
+    """Gradients of ``x``, ``h``, ``c`` and the parameters from ``dh_new`` (of ``h'``) and ``dc_new`` (of ``c'``)."""
+    x, h, c, i, f, g, o, tanh_c, m = cache
+    dm = dh_new if p.P is None else dh_new @ p.P
+    d_P = None if p.P is None else dh_new.T @ m
+    do = dm * tanh_c
+    dc_total = dc_new + dm * o * (1.0 - tanh_c * tanh_c)
+    di, df, dg, dc = dc_total * g, dc_total * c, dc_total * i, dc_total * f
+    da = [di * i * (1.0 - i), df * f * (1.0 - f), dg * (1.0 - g * g), do * o * (1.0 - o)]
+    dx, du, grads = affine_backward(p, x, [h] * 4, da, da, d_P)
+    return dx, sum(du), dc, grads

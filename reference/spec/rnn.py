@@ -1,0 +1,31 @@
+"""``CUDNN_RNN_RELU`` and ``CUDNN_RNN_TANH``: one gate, ``h' = act(W x + b_W + R h + b_R)``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cell import Array, CellParams, affine_backward, input_term, recurrent_term
+
+ACTIVATIONS = {
+    # name: (act(a), act'(a) from a and act(a))
+    "relu": (lambda a: np.maximum(a, 0.0), lambda a, h: (a > 0).astype(a.dtype)),  # 0 at the kink, as cuDNN
+    "tanh": (np.tanh, lambda a, h: 1.0 - h * h),
+}
+
+
+def step(p: CellParams, x: Array, h: Array, c: None, activation: str) -> tuple[Array, None, tuple]:
+    """``x [B, in]``, ``h [B, H]`` -> ``(h' [B, H], None, cache)``."""
+    act, _ = ACTIVATIONS[activation]
+    a = input_term(p, 0, x) + recurrent_term(p, 0, h)
+    h_new = act(a)
+    return h_new, None, (x, h, a, h_new)
+
+
+def step_backward(p: CellParams, cache: tuple, dh_new: Array, dc_new: None,
+                  activation: str) -> tuple[Array, Array, None, CellParams]:
+    """Gradients of ``x``, ``h`` and the parameters from ``dh_new`` (of ``h'``): ``da = dh' * act'(a)``."""
+    x, h, a, h_new = cache
+    _, derivative = ACTIVATIONS[activation]
+    da = dh_new * derivative(a, h_new)
+    dx, (dh,), grads = affine_backward(p, x, [h], [da], [da])
+    return dx, dh, None, grads
