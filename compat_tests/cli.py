@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="divergence of every available backend from the float64 reference")
     report.add_argument("--backends", help="comma-separated backends (default: all available)")
     _plugin_option(report)
-    report.add_argument("--grid", default="default", help="quick | default | full | a JSON grid file")
+    report.add_argument("--grid", default="default", help="quick | window (a GPU window's) | default | full | a JSON grid file")
     report.add_argument("--out", help="report folder (default: reports/_scratch/GRID-TIMESTAMP)")
     report.add_argument("--resume", action="store_true", help="continue the run whose results.jsonl is in --out")
     report.add_argument("--seed", type=int, help="the built-in grids' seed (default 0)")

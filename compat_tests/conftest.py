@@ -2,7 +2,10 @@
 
 Profiles (``pytest --hypothesis-profile NAME`` or ``rnn-compat test --profile NAME``):
 ``ci`` (derandomized, bounded so ``make test`` stays well under 15 minutes on 2 cores), ``dev`` (the
-default: more examples, fresh randomness each run), ``thorough`` (a long hunt before a release).
+default: more examples, fresh randomness each run), ``thorough`` (a long hunt before a release), ``gpu``
+(derandomized, fewer examples: each rung of the GPU ladder in a short window).
+``RNN_COMPAT_EXPECT_CUDNN=1`` (``scripts/gpu_run.sh`` sets it where ``versions.json`` says the backend is
+available) fails every test skipped because the cuDNN backend is unavailable in the test process.
 Peers: ``--peers torch-cpu,onnxruntime`` (or ``RNN_COMPAT_PEERS``) limits the peer suites; a selected
 peer that is not installed skips with its reason. Peers of your own come in through
 ``RNN_COMPAT_PLUGINS`` or an installed entry point (``compat_tests.peers.plugins``).
@@ -15,6 +18,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from compat_tests.gpu_ladder import LADDERED_PEERS
 from compat_tests.peers import GPU_PEERS, PEERS
 from compat_tests.peers.base import availability
 from reference import buffers
@@ -23,6 +27,8 @@ _common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthChec
 settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
 settings.register_profile("dev", max_examples=300, **_common)
 settings.register_profile("thorough", max_examples=2000, **_common)
+# A GPU window (scripts/gpu_run.sh): every rung of the ladder draws from a narrow space of its own.
+settings.register_profile("gpu", max_examples=40, derandomize=True, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
@@ -37,6 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Declared here rather than in pyproject.toml so `rnn-compat test` works from any directory.
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU with cuDNN 9; skipped elsewhere with the reason "
                                        "from cudnn_backend.available()")
+    config.addinivalue_line("markers", "laddered: a property over every peer that the cuDNN peers run rung by rung "
+                                       "in test_gpu_ladder.py instead (one wrong guess must not hide the rest)")
     config.addinivalue_line("filterwarnings", "error::RuntimeWarning")
     config.addinivalue_line("filterwarnings",  # Keras 3.15 on NumPy 2: not ours to fix
                             "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
@@ -65,11 +73,31 @@ def _params(names: list[str]) -> list:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = selected_peers(metafunc.config)
+    if metafunc.definition.get_closest_marker("laddered"):
+        names = [n for n in names if n not in LADDERED_PEERS]
     if "peer_name" in metafunc.fixturenames:
-        metafunc.parametrize("peer_name", _params(selected_peers(metafunc.config)))
+        metafunc.parametrize("peer_name", _params(names))
     if "grad_peer_name" in metafunc.fixturenames:
-        metafunc.parametrize("grad_peer_name", _params(
-            [n for n in selected_peers(metafunc.config) if PEERS[n].capabilities.backward]))
+        metafunc.parametrize("grad_peer_name", _params([n for n in names if PEERS[n].capabilities.backward]))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Under ``RNN_COMPAT_EXPECT_CUDNN``, a skip for the cuDNN backend being unavailable is a failure: the
+    backend started in another process (``versions.json``), so something in this one stopped it (a warning
+    made an error, an import order) and every cuDNN test would otherwise skip in silence."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("RNN_COMPAT_EXPECT_CUDNN") and item.get_closest_marker("gpu"):
+        import cudnn_backend
+
+        ok, why = cudnn_backend.available()
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if not ok and why in reason:
+            report.outcome = "failed"
+            report.longrepr = (f"skipped ({reason}), but the cuDNN backend is expected (RNN_COMPAT_EXPECT_CUDNN: "
+                               f"versions.json says it is available); in this test process it is not: {why}")
 
 
 def _available(name: str):
@@ -90,6 +118,15 @@ def peer(peer_name: str):
 def available_peer():
     """``available_peer(name)``: that peer, or the test skipped with its reason (for tests of one peer)."""
     return _available
+
+
+@pytest.fixture
+def closing():
+    """``closing(model)``: GPU models registered here are closed even when the test fails (no handles leak into later tests)."""
+    models = []
+    yield models.append
+    for model in models:
+        model.close()
 
 
 class Killed(BaseException):

@@ -182,12 +182,37 @@ def write(ptr: int, array: np.ndarray) -> None:
     ctypes.memmove(ptr, data, len(data))
 
 
+# Faults a dry run can plant (``FAKE_CUDA_FAULTS=name,...``), each a wrong guess or an accident that a GPU
+# window must survive: the GPU ladder's test (test_gpu_run.py) shows every other rung still reports.
+FAULTS = {
+    "skip_input_bias": "cuDNN computes skip_input models with layer 0's biases counted twice (as if the absent "
+                       "input-side biases were there, equal to the recurrent ones)",
+    "float16_rounding": "cuDNN's float16 outputs come out rounded another way (1/64 relative above ours)",
+    "persist_hang": "a persistent algorithm's forward pass never returns",
+    "sticky_error": "setting a dropout rate above 0 raises a CUDA error that every later call raises again",
+}
+
+
+def faults_from_environment() -> frozenset[str]:
+    """The faults named by ``FAKE_CUDA_FAULTS`` (comma-separated); ``ValueError`` for an unknown name."""
+    import os
+
+    names = frozenset(n.strip() for n in os.environ.get("FAKE_CUDA_FAULTS", "").split(",") if n.strip())
+    if names - set(FAULTS):
+        raise ValueError(f"FAKE_CUDA_FAULTS must name faults among {sorted(FAULTS)}, got {sorted(names - set(FAULTS))}")
+    return names
+
+
 class FakeCudnn:
-    """The parts of :class:`cudnn_backend._lib.Library` the backend uses, answered from the reference."""
+    """The parts of :class:`cudnn_backend._lib.Library` the backend uses, answered from the reference (with the
+    ``faults`` planted, see :data:`FAULTS`). Its version is the GPU image's cuDNN (9.19), the oldest this
+    project meets on a device."""
 
-    version, version_string, path = 92800, "9.28.0", "fake-libcudnn.so.9"
+    version, version_string, path = 91900, "9.19.0", "fake-libcudnn.so.9"
 
-    def __init__(self) -> None:
+    def __init__(self, faults: frozenset[str] = frozenset()) -> None:
+        self.faults = faults
+        self.sticky: str | None = None
         self._ids = itertools.count(0x1000, 0x10)
         self.tensors: dict[int, tuple[list[int], list[int]]] = {}
         self.data: dict[int, DataDesc] = {}
@@ -204,6 +229,8 @@ class FakeCudnn:
                                               "DropoutDescriptor")})
 
     def call(self, name: str, *args) -> None:
+        if self.sticky:
+            raise RuntimeError(self.sticky)
         argtypes, _ = _lib.SIGNATURES[name]
         if len(args) != len(argtypes):
             raise TypeError(f"{name} takes {len(argtypes)} arguments, got {len(args)}")
@@ -242,6 +269,10 @@ class FakeCudnn:
         _set_out(size_in_bytes, 256)
 
     def _cudnnSetDropoutDescriptor(self, dropout_desc, handle, dropout, states, state_size_in_bytes, seed) -> None:
+        if "sticky_error" in self.faults and float(dropout) > 0:
+            self.sticky = ("cudaErrorIllegalAddress: an illegal memory access was encountered (planted fault "
+                           "sticky_error: every later call fails too)")
+            raise RuntimeError(self.sticky)
         self.dropouts[_value(dropout_desc)] = (float(dropout), int(seed))
 
     def _cudnnSetRNNDescriptor_v8(self, rnn_desc, algo, cell_mode, bias_mode, dir_mode, input_mode, data_type,
@@ -307,8 +338,16 @@ class FakeCudnn:
         training = fwd_mode == _lib.FWD_TRAINING
         if snap["seq_lengths"] is None or snap["seq_lengths"].tolist() != xd.lengths:
             raise ValueError(f"devSeqLengths {snap['seq_lengths']} is not a copy of the descriptor's {xd.lengths}")
-        fwd = model.forward(_time_major(snap["x"], xd), states["hx"], snap["w"], input_c=states["cx"],
-                            is_training=training, sequence_lengths=snap["seq_lengths"], time_major=True)
+        if "persist_hang" in self.faults and self.rnn_settings[_value(rnn_desc)]["algo"] != _lib.ALGO["standard"]:
+            import time
+
+            time.sleep(3600)
+        fwd = model.forward(_time_major(snap["x"], xd), states["hx"], self._planted(model, snap["w"]),
+                            input_c=states["cx"], is_training=training, sequence_lengths=snap["seq_lengths"],
+                            time_major=True)
+        if "float16_rounding" in self.faults and model.dtype == np.float16:
+            fwd = fwd._replace(**{k: None if a is None else (a.astype(np.float32) * (1 + 2**-6)).astype(np.float16)
+                                  for k, a in zip(("output", "output_h", "output_c"), fwd[:3])})
         y_desc = self.data[_value(y_desc)]
         write(call.ptrs["y"], _caller_layout(_pad(fwd.output, xd.lengths, y_desc.fill), xd))
         write(call.ptrs["hy"], fwd.output_h)
@@ -316,6 +355,16 @@ class FakeCudnn:
             write(call.ptrs["cy"], fwd.output_c)
         if training:
             self._trained[call.ptrs["reserve"]] = (fwd, xd, None)
+
+    def _planted(self, model, params: np.ndarray) -> np.ndarray:
+        """``params`` as the planted ``skip_input_bias`` fault reads them: layer 0's biases doubled."""
+        if "skip_input_bias" not in self.faults or model.input_mode != "skip_input":
+            return params
+        params = params.copy()
+        for r in model.opaque_layout():
+            if r.kind == "bias" and r.pseudo_layer < model.num_dirs:
+                params[r.offset : r.offset + r.size] *= 2
+        return params
 
     def _cudnnRNNBackwardData_v8(self, handle, rnn_desc, dev_seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy,
                                  dhx, c_desc, cx, dcy, dcx, weight_space_size, weight_space, work_space_size,
@@ -385,7 +434,7 @@ def install(patch=None) -> FakeCudnn:
     from cudnn_backend import model as backend_model
 
     patch = patch or pytest.MonkeyPatch()
-    lib = FakeCudnn()
+    lib = FakeCudnn(faults_from_environment())
     patch.setitem(sys.modules, "cupy", cupy)
     patch.setattr(_lib, "load", lambda: lib)
     patch.setattr(backend_model, "_HANDLES", {})  # no handle of a real cuDNN is handed to the fake

@@ -19,6 +19,8 @@ MAX_INPUT = 8
 MAX_TIME = 6
 MAX_BATCH = 4
 WEIGHT_SCALES = (0.5, 1.0, 2.0)
+# What ``rnn_configs(..., require=...)`` can insist on: each feature drawn always instead of sometimes.
+FEATURES = ("layers", "bidirectional", "ragged", "batch_major", "projection", "skip_input")
 
 
 def modes(allowed: tuple[str, ...] = MODE_NAMES) -> st.SearchStrategy[str]:
@@ -46,6 +48,23 @@ def lengths_for(draw: st.DrawFn, seq_len: int, batch: int) -> tuple[int, ...] | 
 
 
 @st.composite
+def ragged_lengths(draw: st.DrawFn, seq_len: int, batch: int) -> tuple[int, ...]:
+    """One length per sequence in ``1..seq_len``, at least one of them short (``seq_len >= 2``)."""
+    lengths = draw(st.lists(st.integers(1, seq_len), min_size=batch, max_size=batch), label="lengths")
+    if min(lengths) == seq_len:
+        lengths[draw(st.integers(0, batch - 1), label="short one")] = draw(st.integers(1, seq_len - 1), label="short")
+    return tuple(lengths)
+
+
+def _offers(capabilities: Capabilities, feature: str) -> bool:
+    if feature == "layers":
+        return capabilities.max_layers is None or capabilities.max_layers >= 2
+    if feature == "projection":
+        return capabilities.projection and "lstm" in capabilities.modes
+    return getattr(capabilities, {"ragged": "lengths"}.get(feature, feature))
+
+
+@st.composite
 def rnn_configs(
     draw: st.DrawFn,
     capabilities: Capabilities = Capabilities(),
@@ -57,24 +76,42 @@ def rnn_configs(
     max_input: int = MAX_INPUT,
     max_time: int = MAX_TIME,
     max_batch: int = MAX_BATCH,
+    require: frozenset[str] = frozenset(),
 ) -> RNNConfig:
-    """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``)."""
-    mode = draw(modes(modes_ or capabilities.modes), label="mode")
+    """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``).
+
+    ``require`` names :data:`FEATURES` every drawn config has (each must be among the capabilities):
+    ``layers`` (two or more), ``bidirectional``, ``ragged`` (some sequence shorter than ``seq_len``),
+    ``batch_major``, ``projection`` (LSTM only: the mode is then ``lstm``), ``skip_input``."""
+    unknown = set(require) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"require must name features among {FEATURES}, got {sorted(unknown)}")
+    lacking = [f for f in require if not _offers(capabilities, f)]
+    if lacking:
+        raise ValueError(f"require names {lacking}, which the capabilities {capabilities} do not offer")
+    choose = lambda feature, offered, label: offered and (feature in require or draw(st.booleans(), label=label))  # noqa: E731
+    mode = draw(modes(("lstm",) if "projection" in require else modes_ or capabilities.modes), label="mode")
     dtype = draw(dtypes(dtypes_ or capabilities.dtypes), label="dtype")
-    num_layers = draw(st.integers(1, min(max_layers, capabilities.max_layers or max_layers)), label="num_layers")
-    num_units = draw(st.integers(1, max_units), label="num_units")
-    skip = capabilities.skip_input and draw(st.booleans(), label="skip_input")
+    most_layers = min(max_layers, capabilities.max_layers or max_layers)
+    num_layers = draw(st.integers(2 if "layers" in require else 1, most_layers), label="num_layers")
+    num_units = draw(st.integers(2 if "projection" in require else 1, max_units), label="num_units")
+    skip = choose("skip_input", capabilities.skip_input, "skip_input")
     input_size = num_units if skip else draw(st.integers(1, max_input), label="input_size")
     num_proj = None
-    if mode == "lstm" and capabilities.projection and num_units > 1 and draw(st.booleans(), label="project"):
+    if mode == "lstm" and num_units > 1 and choose("projection", capabilities.projection, "project"):
         num_proj = draw(st.integers(1, num_units - 1), label="num_proj")
-    seq_len = draw(st.integers(1, max_time), label="seq_len")
+    seq_len = draw(st.integers(2 if "ragged" in require else 1, max_time), label="seq_len")
     batch = draw(st.integers(1, max_batch), label="batch")
-    lengths = draw(lengths_for(seq_len, batch), label="lengths") if capabilities.lengths else None
-    time_major = draw(st.booleans(), label="time_major") if capabilities.batch_major else True
+    lengths = None
+    if "ragged" in require:
+        lengths = draw(ragged_lengths(seq_len, batch), label="lengths")
+    elif capabilities.lengths:
+        lengths = draw(lengths_for(seq_len, batch), label="lengths")
+    time_major = not choose("batch_major", capabilities.batch_major, "batch_major")
+    bidirectional = choose("bidirectional", capabilities.bidirectional, "bidirectional")
     return RNNConfig(
         mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
-        direction=draw(directions(), label="direction") if capabilities.bidirectional else "unidirectional",
+        direction="bidirectional" if bidirectional else "unidirectional",
         input_mode="skip_input" if skip else "linear_input",
         num_proj=num_proj, seq_len=seq_len, batch=batch, lengths=lengths, time_major=time_major, dtype=dtype,
         weight_scale=draw(st.sampled_from(WEIGHT_SCALES), label="weight_scale"),
@@ -93,3 +130,14 @@ def damaged(data, blob: bytes) -> bytes:
         out[at] = value
     cut = data.draw(st.none() | st.integers(0, len(blob) - 1), label="cut at")
     return bytes(out if cut is None else out[:cut])
+
+
+def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfig]:
+    """Configs of one rung of the GPU ladder (``compat_tests.gpu_ladder.Rung``) for a peer with ``capabilities``:
+    the rung's dtypes, only the features it offers, every feature it requires."""
+    offers = rung.offers
+    limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, skip_input="skip_input" in offers,
+                           projection="projection" in offers, lengths="ragged" in offers,
+                           batch_major="batch_major" in offers, bidirectional="bidirectional" in offers,
+                           max_layers=None if "layers" in offers else 1)
+    return rnn_configs(limited, require=rung.require)

@@ -77,6 +77,7 @@ def test_gradients_match_central_finite_differences(cfg, dropout, data):
                 f"d loss / d {name} along a probe: finite difference {fd!r}, backward {analytic!r}")
 
 
+@pytest.mark.laddered
 @given(data=st.data())
 def test_peer_gradients_match_float64_reference(grad_peer, data):
     cfg = data.draw(rnn_configs(grad_peer.capabilities), label="config")

@@ -16,6 +16,7 @@ from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import TORCH_FLOAT64_AGREEMENT
 
 
+@pytest.mark.laddered
 @given(data=st.data())
 def test_peer_matches_float64_reference(peer, data):
     cfg = data.draw(rnn_configs(peer.capabilities), label="config")

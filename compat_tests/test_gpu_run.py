@@ -14,27 +14,30 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
-from compat_tests import gpu_capture
+from compat_tests import gpu_capture, gpu_ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the device tool returns from $OUT: at most 8 files of at most 16 MiB, at most 2 folders down.
 MAX_FILES, MAX_BYTES, MAX_DEPTH = 8, 16 << 20, 2
+LADDER = {"ladder.txt", "ladder.json", "ladder.md", "ladder-pytest.txt"}
 ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "capture/capture.json",
             "capture/arrays.npz", "capture.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
-            "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"}
+            "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"} | LADDER
 
 
-def gpu_run(out: Path, seconds: int, **env_extra: str) -> subprocess.CompletedProcess:
-    """The script on the fake; its report without torch-cuda, which no CPU runs (and naming it would fail it)."""
+def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
+    """The script on the fake with ``args`` (by default the quick grid); its report without torch-cuda, which
+    no CPU runs (and naming it would fail it)."""
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
            "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
            **env_extra}
-    return subprocess.run(["bash", "scripts/gpu_run.sh", "quick"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or ("quick",))], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
 
 
 def returned(out: Path) -> list[Path]:
@@ -55,8 +58,9 @@ def members(archive: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
+    """The command as a GPU session sends it: the window grid, the default budget."""
     out = tmp_path_factory.mktemp("out")
-    return gpu_run(out, 540), out
+    return gpu_run(out, 420, "window"), out
 
 
 def test_every_step_passes_on_the_fake_and_comes_back_in_few_files(dry_run):
@@ -65,9 +69,12 @@ def test_every_step_passes_on_the_fake_and_comes_back_in_few_files(dry_run):
     assert run.returncode == 0, f"summary:\n{summary}\nstdout:\n{run.stdout[-4000:]}\nstderr:\n{run.stderr[-2000:]}"
     assert {p.name for p in returned(out)} == {"gpu_run.tar.gz", "summary.txt", "versions.json"}
     assert members(out / "gpu_run.tar.gz") >= ARCHIVED
-    for step in ("versions", "capture", "host-tests", "gpu-tests", "report"):
+    for step in ("versions", "capture", "ladder", "host-tests", "gpu-tests", "report"):
         assert f"gpu_run.sh: {step}: ok" in summary, summary
+    assert "gpu_run.sh: report verdict: PASSED:" in summary, summary
     assert json.loads((out / "versions.json").read_text())["available"]
+    for rung in gpu_ladder.RUNGS:  # the ladder's table, a row a rung
+        assert re.search(rf"\| {gpu_ladder.rung_id(rung)} \| .* \| \*\*passed\*\* \|", summary), (rung, summary)
 
 
 def test_unpack_files_the_run_under_its_device_and_renders_the_report(dry_run, tmp_path):
@@ -75,7 +82,7 @@ def test_unpack_files_the_run_under_its_device_and_renders_the_report(dry_run, t
     unpack = [sys.executable, "scripts/gpu_unpack.py", str(out), "--into", str(tmp_path)]
     done = subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    target = tmp_path / "fake-cudnn9.28.0"  # the fake's device and cuDNN version
+    target = tmp_path / "fake-cudnn9.19.0"  # the fake's device and cuDNN version
     assert {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()} == ARCHIVED
     gpu_tests = (target / "pytest.txt").read_text().splitlines()[-1]
     assert re.search(r"\d+ passed", gpu_tests) and "failed" not in gpu_tests and "error" not in gpu_tests, gpu_tests
@@ -94,7 +101,7 @@ def test_out_of_time_the_steps_are_skipped_and_what_ran_still_comes_back(tmp_pat
     run = gpu_run(tmp_path, 1)
     assert run.returncode == 1
     summary = (tmp_path / "summary.txt").read_text()
-    for step in ("capture", "host-tests", "gpu-tests", "report"):
+    for step in ("capture", "ladder", "host-tests", "gpu-tests", "report"):
         assert f"gpu_run.sh: {step}: SKIPPED, no time left" in summary, summary
     returned(tmp_path)
     assert {"versions.json", "summary.txt"} <= members(tmp_path / "gpu_run.tar.gz")
@@ -111,6 +118,7 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
     assert "gpu_run.sh: capture: SKIPPED, cuDNN backend unavailable" in summary, summary
     for step in ("versions", "host-tests", "gpu-tests"):
         assert f"gpu_run.sh: {step}: ok" in summary, summary
+    assert "gpu_run.sh: ladder: FAILED" in summary and "| 01-base | " in summary, summary  # every rung skipped
     assert "gpu_run.sh: report: FAILED with exit status 1" in summary, summary
     versions = json.loads((tmp_path / "versions.json").read_text())
     assert not versions["available"] and versions["reason"] == why
@@ -124,3 +132,63 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
     assert backends["reference"]["available"] and not backends["cudnn"]["available"]
     assert why in backends["cudnn"]["detail"] and backends["cudnn"]["requested"]
     assert not report["passed"] and report["records"], "what could run, ran"
+
+
+# One planted fault a rung (compat_tests.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
+PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
+           "sticky_error": "dropout"}
+FAULTY_SECONDS = 300
+
+
+def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_path):
+    """Under four planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
+    that hangs, a CUDA error that sticks), each fails its own rung, every other rung passes, the later steps
+    still run, and the archive comes back within GPU_RUN_SECONDS. Then the second command for the same window
+    (``--rerun-failed``) runs the failed rungs again with the capture."""
+    out = tmp_path / "faulty"
+    t0 = time.monotonic()
+    gpu_run(out, FAULTY_SECONDS, FAKE_CUDA_FAULTS=",".join(PLANTED), LADDER_RISKY_SECONDS="20")
+    assert time.monotonic() - t0 <= FAULTY_SECONDS + 5
+    with tarfile.open(out / "gpu_run.tar.gz") as tar:
+        ladder = json.load(tar.extractfile("./ladder.json"))
+    outcome = {r["name"]: r for r in ladder["rungs"]}
+    assert [r["name"] for r in ladder["rungs"]] == [r.name for r in gpu_ladder.RUNGS]
+    for rung in gpu_ladder.RUNGS:
+        if rung.name in PLANTED.values():
+            assert outcome[rung.name]["outcome"] != "passed", outcome[rung.name]
+        else:
+            assert outcome[rung.name]["outcome"] == "passed", outcome[rung.name]
+    assert outcome["algorithms"]["outcome"] == "hung", outcome["algorithms"]
+    assert "sticky_error" in outcome["dropout"]["first_failure"]
+    for name in ("skip_input", "float16"):  # the shrunk example's command, runnable from the working tree
+        assert outcome[name]["reproduce"].startswith("PYTHONPATH=. python3 -m compat_tests.cli check --peer cudnn ")
+    summary = (out / "summary.txt").read_text()
+    assert "gpu_run.sh: ladder: FAILED" in summary
+    for step in ("versions", "host-tests", "gpu-tests"):
+        assert f"gpu_run.sh: {step}: ok" in summary, summary
+    # the capture's own check and the report see the planted skip_input and float16 faults too, and say so
+    assert "gpu_run.sh: capture: FAILED" in summary and "capture/arrays.npz" in members(out / "gpu_run.tar.gz")
+    assert "gpu_run.sh: report verdict: FAILED:" in summary, summary
+    returned(out)
+
+    # --rerun-failed reads the failed rungs from the newest unpacked run's ladder.json; gpu_unpack.py files the
+    # re-run under the first run's folder.
+    into = tmp_path / "reports" / "gpu"
+    unpack = [sys.executable, "scripts/gpu_unpack.py", str(out), "--into", str(into)]
+    assert subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
+    first = next(into.iterdir())
+    assert gpu_ladder.failed_rungs(first / "ladder.json") == ["float16", "skip_input", "dropout", "algorithms"]
+    again = tmp_path / "again"
+    run = gpu_run(again, 120, "--rerun-failed", GPU_RUNS=str(into), FAKE_CUDA_FAULTS="skip_input_bias",
+                  LADDER_RISKY_SECONDS="20")
+    summary = (again / "summary.txt").read_text()
+    assert run.returncode == 1 and "re-run of the rungs float16,skip_input,dropout,algorithms" in summary, summary
+    assert "gpu_run.sh: capture: FAILED" in summary  # its check sees the skip_input fault still planted
+    assert "gpu_run.sh: host-tests" not in summary and "gpu_run.sh: report" not in summary
+    with tarfile.open(again / "gpu_run.tar.gz") as tar:
+        ladder = json.load(tar.extractfile("./ladder.json"))
+    assert {r["name"]: r["outcome"] for r in ladder["rungs"]} == {
+        "float16": "passed", "skip_input": "failed", "dropout": "passed", "algorithms": "passed"}
+    assert subprocess.run(unpack[:2] + [str(again), "--into", str(into)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300).returncode == 0
+    assert (first / "rerun-1" / "ladder.json").is_file() and (first / "rerun-1" / "rerun.txt").is_file()

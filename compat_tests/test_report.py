@@ -625,7 +625,9 @@ def test_embedded_grids_cover_every_mode_and_feature(name):
     assert any(cfg.num_dirs == 2 for cfg in compat) and any(not cfg.time_major for cfg in compat)
     assert any(cfg.lengths for cfg in compat) and any(cfg.input_mode == "skip_input" for cfg in compat)
     assert any(cfg.num_proj for cfg in compat) and any(study == "gru_variant" for study, _ in specs)
-    if name != "quick":
+    if name == "window":  # a GPU window's: short drift, a three-layer stack
+        assert max(cfg.seq_len for cfg in compat) >= 300 and max(cfg.num_layers for cfg in compat) == 3
+    elif name != "quick":
         assert max(cfg.seq_len for cfg in compat) >= 1000 and max(cfg.num_layers for cfg in compat) == 3
 
 

@@ -69,3 +69,37 @@ def test_a_limited_peer_gets_only_what_it_declares(cfg):
 def test_a_limited_peer_says_why_it_cannot_run_a_config(change, reason):
     assert LIMITED.unsupported(RNNConfig("gru", dtype="float32", **change)) == reason
     assert Capabilities().unsupported(RNNConfig("gru", dtype="float32", **change)) is None
+
+
+@pytest.mark.parametrize("feature", ["layers", "bidirectional", "ragged", "batch_major", "projection", "skip_input"])
+@given(data=st.data())
+def test_a_required_feature_is_in_every_drawn_config(feature, data):
+    """What the GPU ladder's rungs rest on: ``require`` draws the feature always, nothing it does not offer."""
+    cfg = data.draw(rnn_configs(require=frozenset({feature})), label="config")
+    has = {"layers": cfg.num_layers >= 2, "bidirectional": cfg.num_dirs == 2, "batch_major": not cfg.time_major,
+           "ragged": cfg.lengths is not None and min(cfg.lengths) < cfg.seq_len, "projection": cfg.num_proj is not None,
+           "skip_input": cfg.input_mode == "skip_input"}
+    assert has[feature], cfg
+
+
+@given(data=st.data())
+def test_a_rung_draws_its_feature_and_nothing_it_does_not_offer(data):
+    from compat_tests import gpu_ladder
+    from compat_tests.strategies import rung_configs
+
+    rung = data.draw(st.sampled_from(gpu_ladder.RUNGS[:10]), label="rung")
+    cfg = data.draw(rung_configs(rung, Capabilities(modes=("relu", "tanh", "lstm", "gru"))), label="config")
+    drawn = {"layers": cfg.num_layers >= 2, "bidirectional": cfg.num_dirs == 2, "batch_major": not cfg.time_major,
+             "ragged": cfg.lengths is not None, "projection": cfg.num_proj is not None,
+             "skip_input": cfg.input_mode == "skip_input"}
+    assert {f for f, on in drawn.items() if on} <= rung.offers, (rung.name, cfg)
+    assert rung.require <= {f for f, on in drawn.items() if on}, (rung.name, cfg)
+    assert cfg.dtype in rung.dtypes and cfg.mode != "classic_gru"
+
+
+def test_require_refuses_what_it_cannot_draw():
+    with pytest.raises(ValueError, match="require must name features among"):
+        find(rnn_configs(require=frozenset({"peepholes"})), lambda cfg: True, settings=settings(database=None))
+    with pytest.raises(ValueError, match="which the capabilities"):
+        find(rnn_configs(LIMITED, require=frozenset({"bidirectional"})), lambda cfg: True,
+             settings=settings(database=None))

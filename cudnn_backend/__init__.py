@@ -9,6 +9,7 @@ Importing this package needs neither CuPy nor cuDNN nor a GPU.
 
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 
 from . import _lib
@@ -18,7 +19,19 @@ from .model import MODELS, BackendUnavailable, CudnnGRU, CudnnLSTM, CudnnRNNRelu
 
 @lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
-    """``(True, what runs)`` or ``(False, everything that is missing)``; never raises."""
+    """``(True, what runs)`` or ``(False, everything that is missing)``; never raises. Warnings raised while
+    CuPy, CUDA and cuDNN start are recorded and named in the answer, never raised: a process whose warning
+    filters make them errors (a test suite's) must not find the backend unavailable for that."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok, why = _probe()
+    if caught:
+        said = "; ".join(sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught}))
+        why = f"{why} (warnings at start-up: {said[:500]})"
+    return ok, why
+
+
+def _probe() -> tuple[bool, str]:
     missing: list[str] = []
     cupy = lib = None
     try:

@@ -1,5 +1,5 @@
-"""Put what ``scripts/gpu_run.sh`` returned from a GPU under ``reports/gpu/<device>-cudnn<version>/``, and
-write its report again there (``rnn-compat render``: whole even where the GPU image lacked matplotlib for
+"""Put what ``scripts/gpu_run.sh`` returned from a GPU under ``reports/gpu/<device>-cudnn<version>/`` (a re-run
+of failed rungs, ``--rerun-failed``, under its ``rerun-N/``), and write its report again there (``rnn-compat render``: whole even where the GPU image lacked matplotlib for
 the figures or the report step was cut short; the GPU machine's environment is kept).
 
     python scripts/gpu_unpack.py PATH [--into reports/gpu]
@@ -45,6 +45,8 @@ def unpack(path: Path, into: Path) -> Path:
             raise ValueError(f"{archive} holds no versions.json: the GPU run stopped before it knew its "
                              f"device (its summary.txt says why)") from None
         target = into / folder_name(versions)
+        if "./rerun.txt" in tar.getnames():  # gpu_run.sh --rerun-failed / --rungs: beside the run it re-runs
+            target = target / f"rerun-{1 + sum(1 for _ in target.glob('rerun-*'))}"
         if target.exists():
             raise ValueError(f"{target} exists already: move it away first")
         target.mkdir(parents=True)

@@ -51,21 +51,38 @@ def _gru_variants(lengths, scales, seed: int) -> list[Spec]:
             for k, (t, s) in enumerate(itertools.product(lengths, scales))]
 
 
+def _small_stacks(mode: str, num_units: int, input_size: int, seq_len: int, base: int) -> list[RNNConfig]:
+    """A plain layer, a ragged bidirectional stack, a batch-major ragged stack (projected for LSTM), a
+    skip_input stack; batch 4."""
+    T = seq_len
+    return [
+        RNNConfig(mode, 1, num_units, input_size, seq_len=T, batch=4, seed=base + 1),
+        RNNConfig(mode, 2, num_units, input_size, "bidirectional", seq_len=T, batch=4, lengths=(T, 7, 3, 1),
+                  seed=base + 2),
+        RNNConfig(mode, 2, num_units, input_size, seq_len=T, batch=4, time_major=False, lengths=(4, T, 1, 9),
+                  num_proj=input_size if mode == "lstm" else None, seed=base + 3),
+        RNNConfig(mode, 2, num_units, num_units, input_mode="skip_input", seq_len=T, batch=4, seed=base + 4),
+    ]
+
+
 def quick_grid(seed: int = 0) -> list[Spec]:
     """Seconds on 2 cores: per mode a plain layer, a ragged bidirectional stack, a batch-major ragged
     stack (projected for LSTM), a skip_input stack; short drift runs; a small GRU-variant sweep."""
     base = seed * 100_000
-    configs = []
-    for mode in MODE_NAMES:
-        configs += [
-            RNNConfig(mode, 1, 8, 5, seq_len=10, batch=4, seed=base + 1),
-            RNNConfig(mode, 2, 8, 5, "bidirectional", seq_len=10, batch=4, lengths=(10, 7, 3, 1), seed=base + 2),
-            RNNConfig(mode, 2, 8, 5, seq_len=10, batch=4, time_major=False, lengths=(4, 10, 1, 9),
-                      num_proj=5 if mode == "lstm" else None, seed=base + 3),
-            RNNConfig(mode, 2, 8, 8, input_mode="skip_input", seq_len=10, batch=4, seed=base + 4),
-        ]
+    configs = [cfg for mode in MODE_NAMES for cfg in _small_stacks(mode, 8, 5, 10, base)]
     configs += _drift(("gru", "lstm"), 16, 200, base + 50)
     return _compat(configs) + _gru_variants((1, 10, 100), (0.5, 1.0, 2.0), base + 90)
+
+
+def window_grid(seed: int = 0) -> list[Spec]:
+    """A GPU window's (``scripts/gpu_run.sh``): every mode, dtype and feature at least once in small stacks,
+    per mode a wider bidirectional three-layer stack (H=64, T=40, B=8), drift to T=300 for GRU, LSTM and tanh,
+    and a GRU-variant sweep to T=300; about 300 units, a minute or two of 8 workers on a GPU machine."""
+    base = seed * 100_000
+    configs = [cfg for mode in MODE_NAMES for cfg in _small_stacks(mode, 16, 8, 12, base)
+               + [RNNConfig(mode, 3, 64, 32, "bidirectional", seq_len=40, batch=8, seed=base + 5)]]
+    configs += _drift(("gru", "lstm", "tanh"), 32, 300, base + 50)
+    return _compat(configs) + _gru_variants((1, 10, 100, 300), (0.5, 1.0, 2.0), base + 90)
 
 
 def default_grid(seed: int = 0) -> list[Spec]:
@@ -90,7 +107,7 @@ def full_grid(seed: int = 0) -> list[Spec]:
                                                                base + 95_000)
 
 
-GRIDS = {"quick": quick_grid, "default": default_grid, "full": full_grid}
+GRIDS = {"quick": quick_grid, "window": window_grid, "default": default_grid, "full": full_grid}
 
 
 def load_grid(name: str, seed: int) -> list[Spec]:

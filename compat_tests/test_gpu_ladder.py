@@ -1,0 +1,205 @@
+"""The GPU suite's ladder (``compat_tests.gpu_ladder``): real cuDNN against the float64 reference, one rung a
+feature, each test's id starting with its rung (``test_forward[03-bidirectional]``). ``pytest -m gpu`` runs
+it like any test file; ``python -m compat_tests.gpu_ladder`` climbs it within a GPU window, rung by rung.
+
+Every rung's properties draw only that rung's configs (``strategies.rung_configs``), so a wrong guess about
+cuDNN fails its own rung and leaves the others to report. Refusals cuDNN is entitled to (a persistent
+algorithm that does not take a shape, tensor-op math for FLOAT data) pass with a note naming the status:
+a skip here would hide the backend being unavailable, and ``--expect-cudnn`` fails every skip.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cudnn_backend
+from compat_tests import gpu_ladder
+from compat_tests.compare import compare_peer, judge_results, reproduce_command
+from compat_tests.config import Outputs, RNNConfig, ground_truth, make_case
+from compat_tests.peers import PEERS
+from compat_tests.strategies import rung_configs
+from compat_tests.test_layout import random_bits
+from compat_tests.tolerances import DROPOUT_RATE_SIGMAS, DROPOUT_SCALE_RTOL
+
+OK, WHY = cudnn_backend.available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"cuDNN backend unavailable: {WHY}")]
+
+
+def rungs(check: str):
+    return pytest.mark.parametrize(("rung", "value"), [pytest.param(r, v, id=i) for r, v, i in gpu_ladder.cases(check)])
+
+
+def draw_config(data, rung) -> RNNConfig:
+    return data.draw(rung_configs(rung, PEERS[rung.peer].capabilities), label="config")
+
+
+def judged(request, comparison) -> None:
+    """Assert a comparison passed; if not, record its one-line reproduce command for the ladder's table."""
+    if not comparison.passed:
+        request.node.user_properties.append(("reproduce", gpu_ladder.from_tree(
+            reproduce_command(comparison.peer, comparison.cfg, comparison.backward))))
+    assert comparison.passed, comparison.explain()
+
+
+@rungs("layout")
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_layout(rung, value, data, seed, closing):
+    """The weight space is the reference's region for region (kind, pseudo-layer, lin layer id, offset, shape)
+    and in size; canonical tensors round-trip through cuDNN's buffer bit for bit (padding, if any, comes back
+    as zeros); and the buffer the reference packs is byte for byte the one cuDNN's layout packs."""
+    import cupy
+
+    cfg = draw_config(data, rung)
+    gpu, ref = cfg.model(models=cudnn_backend.MODELS), cfg.model()
+    closing(gpu)
+    assert gpu.params_size() == ref.params_size(), (gpu.params_size(), ref.params_size())
+    for got, want in zip(gpu.opaque_layout(), ref.opaque_layout()):
+        assert got == want, f"first differing region: cuDNN {got} vs reference {want}"
+    assert len(gpu.opaque_layout()) == len(ref.opaque_layout())
+    rng = np.random.default_rng(seed)
+    w_shapes, b_shapes = gpu.canonical_shapes()
+    weights = [random_bits(rng, s, gpu.dtype) for s in w_shapes]
+    biases = [random_bits(rng, s, gpu.dtype) for s in b_shapes]
+    packed = gpu.canonical_to_params(weights, biases)
+    assert cupy.asnumpy(packed).tobytes() == ref.canonical_to_params(weights, biases).tobytes()
+    back_w, back_b = gpu.params_to_canonical(packed)
+    for got, sent in zip(back_w + back_b, weights + biases):
+        assert cupy.asnumpy(got).tobytes() == sent.tobytes()
+    params = random_bits(rng, gpu.params_size(), gpu.dtype)
+    again = cupy.asnumpy(gpu.canonical_to_params(*gpu.params_to_canonical(params)))
+    covered = np.zeros(gpu.params_size(), dtype=bool)
+    for region in gpu.opaque_layout():
+        covered[region.offset : region.offset + region.size] = True
+    assert again[covered].tobytes() == params[covered].tobytes()
+    assert not again[~covered].any()
+
+
+@rungs("forward")
+@given(data=st.data())
+def test_forward(rung, value, data, request):
+    judged(request, compare_peer(PEERS[rung.peer], draw_config(data, rung)))
+
+
+@rungs("backward")
+@given(data=st.data())
+def test_backward(rung, value, data, request):
+    judged(request, compare_peer(PEERS[rung.peer], draw_config(data, rung), backward=True))
+
+
+@rungs("float16_rounding")
+def test_float16_rounding(rung, value, monkeypatch, closing):
+    """``precision.ROUND_LAYER_OUTPUTS_TO_STORAGE`` is a guess about cuDNN's HALF data; this settles it:
+    cuDNN's float16 output must be closer to the reference with the flag as it is than with it flipped."""
+    import cupy
+
+    import reference.model as model_module
+    from compat_tests.metrics import ulp_distance
+    from reference import precision
+
+    cfg = RNNConfig("gru", num_layers=3, num_units=64, input_size=32, seq_len=30, batch=16, dtype="float16")
+    case = make_case(cfg)
+    gpu = cfg.model(models=cudnn_backend.MODELS)
+    closing(gpu)
+    got = cupy.asnumpy(gpu.forward(case.x, case.h0, gpu.canonical_to_params(case.weights, case.biases),
+                                   is_training=False).output)
+    distance = {}
+    for flag in (True, False):
+        monkeypatch.setattr(model_module, "ROUND_LAYER_OUTPUTS_TO_STORAGE", flag)
+        ref = PEERS["reference"].forward(cfg, case).output
+        distance[flag] = float(ulp_distance(got, ref.astype(np.float64)).mean())
+    chosen = precision.ROUND_LAYER_OUTPUTS_TO_STORAGE
+    assert distance[chosen] <= distance[not chosen], \
+        f"cuDNN float16 is closer to the other choice: mean ulp distance {distance}"
+
+
+def algorithm_run(request, closing, algo: str, math_type: str | None):
+    """A GRU through ``algo`` with ``math_type``: it agrees with the reference within its peer's budget (FMA:
+    cudnn; default and tensor ops, which may use TF32: cudnn-tf32), or cuDNN refuses it with a named status,
+    recorded as a note (never silently)."""
+    import cupy
+
+    from compat_tests.conditioning import sensitivity
+
+    cfg = RNNConfig("gru", num_units=64, input_size=32, seq_len=20, batch=8, dtype="float32")
+    case = make_case(cfg)
+    try:
+        gpu = cfg.model(models=cudnn_backend.MODELS, math_type=math_type, algo=algo)
+        closing(gpu)
+        out = gpu.forward(case.x, case.h0, gpu.canonical_to_params(case.weights, case.biases), is_training=False)
+    except cudnn_backend.CudnnError as exc:
+        assert exc.status.startswith("CUDNN_STATUS_") and exc.function, exc
+        request.node.user_properties.append(("note", f"{algo}/{math_type or 'fma'} refused: {exc}"))
+        return
+    truth = ground_truth(cfg, case)
+    peer = "cudnn-tf32" if math_type in ("tensor_op", "default") else "cudnn"
+    got = Outputs(cupy.asnumpy(out.output), cupy.asnumpy(out.output_h), None)
+    verdict = judge_results(peer, cfg, got, truth, sensitivity(cfg, case, truth))
+    assert verdict.passed, verdict.explain()
+
+
+@rungs("math_type")
+def test_math_type(rung, value, request, closing):
+    algorithm_run(request, closing, "standard", value)
+
+
+@rungs("algorithm")
+def test_algorithm(rung, value, request, closing):
+    algorithm_run(request, closing, value, None)
+
+
+@rungs("persist_rebuild")
+def test_persist_rebuild(rung, value, request, closing):
+    """persist_dynamic compiles its plan per batch size: gradients stay the reference's when another batch
+    size ran between forward and backward."""
+    from compat_tests.test_gpu import backward_reads_what_forward_read
+
+    backward_reads_what_forward_read("other_batch_in_between", closing, request)
+
+
+@rungs("tf32_divergence")
+def test_tf32_divergence(rung, value, request):
+    """TF32 is shown, not hidden: cudnn-tf32 is a peer of its own, judged by its own (wider) budget. If
+    default math did not engage TF32 for this shape, a note says so (the test does not pass vacuously)."""
+    cfg = RNNConfig("lstm", num_layers=2, num_units=256, input_size=128, seq_len=50, batch=32, dtype="float32")
+    fma = compare_peer(PEERS["cudnn"], cfg)
+    tf32 = compare_peer(PEERS["cudnn-tf32"], cfg)
+    assert fma.passed, fma.explain()
+    assert tf32.passed, tf32.explain()
+    fma_ulp, tf32_ulp = fma.verdicts["output"].stats.max_ulp, tf32.verdicts["output"].stats.max_ulp
+    engaged = tf32_ulp > 16 * max(fma_ulp, 1.0)
+    request.node.user_properties.append(("note", f"max ulp of the output: FMA {fma_ulp:g}, default math "
+                                         f"{tf32_ulp:g}: TF32 {'engaged' if engaged else 'did not engage'}"))
+
+
+@rungs("dropout")
+def test_dropout(rung, value, closing):
+    """A 2-layer relu RNN whose second layer is the identity (W = I, R = 0, biases 0) shows layer 1's
+    dropped-out input directly: a fraction p of zeros, the rest scaled by 1 / (1 - p); inference ignores it."""
+    import cupy
+
+    p = float(value)
+    H, T, B = 64, 20, 16
+    cfg = RNNConfig("relu", num_layers=2, num_units=H, input_size=H, seq_len=T, batch=B, dtype="float32",
+                    initial_state=False)
+    case = make_case(cfg)
+    weights, biases = list(case.weights), [np.zeros_like(b) for b in case.biases]
+    weights[0] = np.abs(weights[0]) + 0.1  # layer 0: positive outputs for positive inputs
+    weights[1] = np.zeros_like(weights[1])
+    weights[2], weights[3] = np.eye(H, dtype=np.float32), np.zeros_like(weights[3])
+    x = np.abs(case.x) + 0.1
+    gpu = cudnn_backend.CudnnRNNRelu(2, H, H, dropout=p, seed=1234)
+    plain = cudnn_backend.CudnnRNNRelu(2, H, H)
+    closing(gpu)
+    closing(plain)
+    params = gpu.canonical_to_params(weights, biases)
+    expected = cupy.asnumpy(plain.forward(x, None, plain.canonical_to_params(weights, biases), is_training=False).output)
+    train = cupy.asnumpy(gpu.forward(x, None, params, is_training=True).output)
+    infer = cupy.asnumpy(gpu.forward(x, None, params, is_training=False).output)
+    np.testing.assert_array_equal(infer, expected)
+    dropped = train == 0
+    n = dropped.size
+    assert abs(dropped.mean() - p) <= DROPOUT_RATE_SIGMAS * np.sqrt(p * (1 - p) / n)
+    np.testing.assert_allclose(train[~dropped], expected[~dropped] / (1 - p), rtol=DROPOUT_SCALE_RTOL)
