@@ -3,8 +3,9 @@
 
 Same constructor and methods as ``reference`` (plus ``math_type`` and ``algo``); arrays in may be NumPy or
 CuPy, arrays out are CuPy. The parameter layout is whatever ``cudnnGetRNNWeightParams`` reports: never a
-hard-coded offset. Argument validation is the reference's own (a reference model of the same config is
-built first), so bad arguments fail the same way, before anything touches the GPU.
+hard-coded offset. The config's validation, the results, the reserve's fields and the checks of a call's
+arguments are the reference's contract (``reference.contract``), so bad arguments fail the same way, before
+anything touches the GPU.
 
 Semantics kept equal to the reference where cuDNN leaves them open: outputs past a sequence's length are
 zero (``paddingFill`` 0); the input at padded steps is zeroed in forward's private copy (it feeds the weight
@@ -27,12 +28,10 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-import reference
-from reference import checks
+from reference import checks, contract
+from reference.contract import (ForwardResult, Gradients, LSTMCall, ModelConfig, NoCellStateCall, caller_layout,
+                                training_reserve)
 from reference.layout import Region
-from reference.model import ForwardResult, Gradients, LSTMCall, NoCellStateCall, training_reserve
-from reference.modes import MODES
-from reference.recurrence import caller_layout
 
 from . import _lib
 from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
@@ -49,18 +48,18 @@ DEVICE_ALIGNMENT = 256
 
 
 # What cudnnSetRNNDescriptor_v8 refuses as CUDNN_STATUS_NOT_SUPPORTED, without a word of detail, whatever the
-# device (cuDNN 9.28, asked on a host): (what, whether a model has it, the algos that run it). The backend
-# refuses these first, naming the argument; test_cudnn_backend.py holds the table against the installed cuDNN.
+# device (asked on a host): (what, whether a model has it, the algos that run it). The backend refuses these
+# first, naming the argument; test_cudnn_backend.py holds the table against whichever cuDNN 9 is installed.
 ALGO_LIMITS = (
     ("a recurrent projection (num_proj)", lambda spec: spec.num_proj is not None, ("standard",)),
     ("float64", lambda spec: spec.dtype == np.float64, ("standard", "persist_dynamic")),
 )
 
 
-def check_options(spec, math_type: str | None, algo: str) -> tuple[str, str]:
-    """The backend's own checks of a config beyond the reference's (``spec``: the reference model of it), run
-    before anything touches a GPU: ``(math_type, algo)`` with the math type's default filled in, or a
-    ``ValueError`` naming the argument."""
+def check_options(spec: ModelConfig, math_type: str | None, algo: str) -> tuple[str, str]:
+    """The backend's own checks of a config beyond the reference's (``spec``: its ``ModelConfig``, or a model
+    of it, which has the same attributes), run before anything touches a GPU: ``(math_type, algo)`` with the
+    math type's default filled in, or a ``ValueError`` naming the argument."""
     if math_type is None:  # what cuDNN documents per data type: FMA is true FP32
         math_type = DEFAULT_MATH_TYPE[spec.dtype.name]
     math_type = checks.one_of("math_type", math_type, MATH_TYPES)
@@ -74,8 +73,8 @@ def check_options(spec, math_type: str | None, algo: str) -> tuple[str, str]:
     return math_type, algo
 
 
-def descriptor_fields(spec, algo: str, math_type: str) -> dict[str, int]:
-    """``cudnnSetRNNDescriptor_v8``'s arguments for a model (``spec``: the reference model of its config), by
+def descriptor_fields(spec: ModelConfig, algo: str, math_type: str) -> dict[str, int]:
+    """``cudnnSetRNNDescriptor_v8``'s arguments for a model (``spec``: its ``ModelConfig``, or a model of it), by
     name, all but the dropout descriptor: what the backend asks cuDNN for. Needs no GPU."""
     dtype = spec.dtype.name
     return dict(algo=_lib.ALGO[algo], cell_mode=_lib.RNN_MODE[spec.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
@@ -115,7 +114,8 @@ def _ptr(a) -> c_void_p:
 
 @dataclass(eq=False)
 class CudnnReserve:
-    """What a forward call keeps for backward: descriptors, device inputs/outputs, the reserve space."""
+    """What a forward call keeps for backward: the fields of ``reference.contract.ReserveContract``,
+    descriptors, device inputs/outputs, the reserve space."""
 
     model_token: int
     is_training: bool
@@ -142,15 +142,13 @@ class _CudnnModel:
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
                  *, math_type: str | None = None, algo: str = "standard", _num_proj: int | None = None) -> None:
-        spec = reference.make_model(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction, dtype,
-                                    dropout, seed, _num_proj)
-        self.math_type, self.algo = check_options(spec, math_type, algo)
-        for name in ("num_layers", "num_units", "input_size", "input_mode", "direction", "num_dirs", "dtype",
-                     "dropout", "seed", "num_proj", "gates", "state_width"):
-            setattr(self, name, getattr(spec, name))
-        self._spec = spec
-        self._has_cell_state = MODES[self.rnn_mode].has_cell_state
-        self._token = reference.model.new_model_token()
+        config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction,
+                                       dtype, dropout, seed, _num_proj)
+        self.math_type, self.algo = check_options(config, math_type, algo)
+        vars(self).update(config.attributes(), gates=config.gates, state_width=config.state_width)
+        self._config = config
+        self._has_cell_state = config.has_cell_state
+        self._token = contract.new_model_token()
         from . import available
 
         ok, why = available()
@@ -167,7 +165,7 @@ class _CudnnModel:
             self._handle, self.dropout, self.seed, lambda n: cp.empty(n, dtype=cp.uint8))
         cp.cuda.get_current_stream().synchronize()  # the RNG set-up kernel, before any later stream reads it
         self._built_batch: int | None = None  # persist_dynamic: the batch size of the compiled plan
-        self._rnn = RNNDescriptor(self._lib).set(**descriptor_fields(spec, self.algo, self.math_type),
+        self._rnn = RNNDescriptor(self._lib).set(**descriptor_fields(config, self.algo, self.math_type),
                                                  dropout=self._dropout_desc)
         size = c_size_t()
         self._lib.call("cudnnGetRNNWeightSpaceSize", self._handle.ptr, self._rnn.ptr, byref(size))
@@ -182,7 +180,8 @@ class _CudnnModel:
                                     key=lambda r: (r.pseudo_layer, r.lin_layer_id))
 
     def __repr__(self) -> str:
-        return f"cudnn_backend.{repr(self._spec)[:-1]}, math_type={self.math_type!r}, algo={self.algo!r})"
+        return (f"cudnn_backend.{type(self).__name__}({self._config.arguments()}, math_type={self.math_type!r}, "
+                f"algo={self.algo!r})")
 
     def close(self) -> None:
         """Release the descriptors now (they are also released when the model is collected); the cuDNN
@@ -276,21 +275,15 @@ class _CudnnModel:
 
     # ---- forward ----------------------------------------------------------------------------------
 
-    def _states(self, name: str, value, LD: int, B: int, width: int, time_major: bool):
-        """A private contiguous device copy ``[L*D, B, width]`` (aligned as CuPy allocates, and unchanged
-        whatever the caller does to its array afterwards), or ``None`` (cuDNN's NULL: zeros)."""
-        if value is None:
-            return None
-        doc = f"[num_layers*num_dirs, B, {width}]" if time_major else f"[B, num_layers*num_dirs, {width}]"
-        state = _device_array(name, value, self.dtype, 3, doc, self._device)
-        checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
-        return _cupy().array(state if time_major else state.transpose(1, 0, 2), order="C")
+    def _array(self, name: str, value, ndim: int, dims_doc: str):
+        """The contract's array check (``reference.contract.ArrayCheck``): a CuPy array on the model's device."""
+        return _device_array(name, value, self.dtype, ndim, dims_doc, self._device)
 
-    def _cell_states(self, name: str, value, LD: int, B: int, time_major: bool):
-        """An LSTM's cell state as :meth:`_states`; the other modes refuse one."""
-        if not self._has_cell_state:
-            return checks.no_cell_state(name, value, self.rnn_mode)
-        return self._states(name, value, LD, B, self.num_units, time_major)
+    @staticmethod
+    def _private(state):
+        """A checked time-major state as a private contiguous device copy (aligned as CuPy allocates, and
+        unchanged whatever the caller does to its array afterwards), or ``None`` (cuDNN's NULL: zeros)."""
+        return None if state is None else _cupy().array(state, order="C")
 
     def _data_desc(self, layout: int, T: int, B: int, width: int, lengths: np.ndarray, fill: bool):
         return RNNDataDescriptor(self._lib).set(self._data_type, layout, T, B, width, lengths,
@@ -300,17 +293,11 @@ class _CudnnModel:
                 sequence_lengths=None, time_major: bool = True) -> ForwardResult:
         """``cudnnRNNForward``: the reference's ``forward`` contract, on the GPU."""
         cp = _cupy()
-        time_major = checks.flag("time_major", time_major)
-        is_training = checks.flag("is_training", is_training)
-        seq_doc = "[T, B, input_size]" if time_major else "[B, T, input_size]"
-        x = _device_array("input_data", input_data, self.dtype, 3, seq_doc, self._device)
-        T, B = x.shape[:2] if time_major else x.shape[1::-1]
-        if T < 1 or B < 1 or x.shape[2] != self.input_size:
-            raise ValueError(f"input_data must have shape {seq_doc} with T >= 1, B >= 1, "
-                             f"input_size = {self.input_size}, got {x.shape}")
+        args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
+                                          time_major)
+        x, T, B, time_major, is_training = args.input, args.T, args.B, args.time_major, args.is_training
         LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
-        hx = self._states("input_h", input_h, LD, B, Hr, time_major)
-        cx = self._cell_states("input_c", input_c, LD, B, time_major)
+        hx, cx = self._private(args.input_h), self._private(args.input_c)
         w = self._check_params("params", params)
         if is_training or w.data.ptr % DEVICE_ALIGNMENT:
             w = cp.array(w)  # aligned, and private: backward must read the weights forward read
@@ -376,12 +363,10 @@ class _CudnnModel:
             raise ValueError("this ForwardResult was already backpropagated: cuDNN's BackwardData writes into "
                              "the reserve space, so run forward again")
         LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
-        seq_doc = "[T, B, num_dirs*Hr]" if r.time_major else "[B, T, num_dirs*Hr]"
-        dy = _device_array("output_backprop", output_backprop, self.dtype, 3, seq_doc, self._device)
-        checks.shape("output_backprop", dy, r.y.shape, seq_doc)
-        B = r.y.shape[1] if r.time_major else r.y.shape[0]
-        dhy = self._states("output_h_backprop", output_h_backprop, LD, B, Hr, r.time_major)
-        dcy = self._cell_states("output_c_backprop", output_c_backprop, LD, B, r.time_major)
+        T, B = r.y.shape[:2] if r.time_major else r.y.shape[1::-1]
+        dy, dhy, dcy = contract.backward_arguments(self._config, self._array, T, B, r.time_major, output_backprop,
+                                                   output_h_backprop, output_c_backprop)
+        dhy, dcy = self._private(dhy), self._private(dcy)
         if params_backprop_out is not None:
             if not isinstance(params_backprop_out, cp.ndarray) or not params_backprop_out.flags.c_contiguous:
                 raise TypeError("params_backprop_out must be a contiguous cupy.ndarray (cuDNN adds into it on the "

@@ -8,32 +8,35 @@ Shapes are written time-major; ``time_major=False`` swaps the first two axes of 
 from __future__ import annotations
 
 import functools
-import uuid
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple, Sequence
 
 import numpy as np
 
-from . import buffers, checks, layout
-from .layout import LayoutSpec, Region
+from . import buffers, checks, contract, layout
+from .contract import (  # the shared contract, also importable from here as before
+    DIRECTIONS,
+    INPUT_MODES,
+    ForwardResult,
+    Gradients,
+    LSTMCall,
+    NoCellStateCall,
+    caller_layout,
+    new_model_token,
+    training_reserve,
+)
+from .layout import Region
 from .modes import MODES, CellMode
-from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype, storage_dtype
+from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
 from .backward import backprop_layers
 from .formats.canonical import check_canonical
-from .recurrence import PseudoLayerParams, StackTrace, caller_layout, run_layers
-
-INPUT_MODES = ("linear_input", "skip_input", "auto_select")
-DIRECTIONS = ("unidirectional", "bidirectional")
-
-def new_model_token() -> int:
-    """A token that names one model object: random, 122 bits, so a ``ForwardResult`` pickled in another
-    process never matches a model there by chance (a counter restarts in every process)."""
-    return uuid.uuid4().int
+from .recurrence import PseudoLayerParams, StackTrace, run_layers
 
 
 @dataclass(frozen=True)
 class Reserve:
-    """What a forward call keeps for the backward pass (the analogue of cuDNN's reserve space).
+    """What a forward call keeps for the backward pass (the analogue of cuDNN's reserve space); the fields
+    of :class:`reference.contract.ReserveContract` and the engine's trace.
 
     ``dropout_masks[l]`` is the boolean keep-mask applied to layer ``l``'s output (layout of the forward
     call: ``[T, B, D*Hr]`` time-major, ``[B, T, D*Hr]`` batch-major); empty without dropout.
@@ -45,42 +48,6 @@ class Reserve:
     sequence_lengths: np.ndarray | None
     dropout_masks: tuple[np.ndarray, ...] = field(default=())
     trace: StackTrace | None = field(default=None, repr=False)  # is_training only
-
-
-class ForwardResult(NamedTuple):
-    """``output [T, B, D*Hr]``, ``output_h [L*D, B, Hr]``, ``output_c [L*D, B, H]`` (``None`` unless LSTM)."""
-
-    output: np.ndarray
-    output_h: np.ndarray
-    output_c: np.ndarray | None
-    reserve: Reserve
-
-
-class Gradients(NamedTuple):
-    """Gradients of a forward call's inputs, in that call's layout and the model's dtype.
-
-    ``input [T, B, input_size]``, ``input_h [L*D, B, Hr]``, ``input_c [L*D, B, H]`` (``None`` unless LSTM),
-    ``params [params_size()]`` in the opaque layout (``params_to_canonical`` splits it per tensor).
-    """
-
-    input: np.ndarray
-    input_h: np.ndarray
-    input_c: np.ndarray | None
-    params: np.ndarray
-
-
-def training_reserve(fwd: object, model_token: int, reserve_type: type):
-    """The reserve of ``fwd`` when it is a training ``forward()`` result of the model ``model_token`` names;
-    the error says which of the three it is not."""
-    if not isinstance(fwd, ForwardResult) or not isinstance(fwd.reserve, reserve_type):
-        raise TypeError(f"fwd must be the ForwardResult of this model's forward(), got {type(fwd).__name__}")
-    reserve = fwd.reserve
-    if reserve.model_token != model_token:
-        raise ValueError("fwd comes from another model's forward(); backward needs this model's own result")
-    if not reserve.is_training:
-        raise ValueError("backward needs a forward pass run with is_training=True "
-                         "(TensorFlow: 'To use CudnnRNN in gradients, is_training must be set to True')")
-    return reserve
 
 
 class _Stacking(NamedTuple):
@@ -111,37 +78,11 @@ class _CudnnRNN:
         *,
         _num_proj: int | None = None,
     ) -> None:
-        self.num_layers = checks.int_at_least("num_layers", num_layers, 1)
-        self.num_units = checks.int_at_least("num_units", num_units, 1)
-        self.input_size = checks.int_at_least("input_size", input_size, 1)
-        checks.one_of("input_mode", input_mode, INPUT_MODES)
-        if input_mode == "auto_select":  # TensorFlow's rule (ToRNNInputMode)
-            input_mode = "skip_input" if self.input_size == self.num_units else "linear_input"
-        if input_mode == "skip_input" and self.input_size != self.num_units:
-            raise ValueError(f"input_mode='skip_input' requires input_size == num_units, "
-                             f"got input_size={self.input_size}, num_units={self.num_units}")
-        self.input_mode = input_mode
-        self.direction = checks.one_of("direction", direction, DIRECTIONS)
-        self.num_dirs = 2 if direction == "bidirectional" else 1
-        self.dtype = storage_dtype(dtype)
-        if isinstance(dropout, (bool, np.bool_)) or not isinstance(dropout, (int, float, np.floating, np.integer)):
-            raise TypeError(f"dropout must be a float in [0, 1], got {checks.shown(dropout)}")
-        if not 0.0 <= dropout <= 1.0:  # also refuses NaN; compares an int too large for a float exactly
-            raise ValueError(f"dropout must be in [0, 1], got {checks.shown(dropout)}")
-        self.dropout = float(dropout)
-        self.seed = checks.int_at_least("seed", seed, 0)
-        if _num_proj is not None:
-            _num_proj = checks.int_at_least("num_proj", _num_proj, 1)
-            if _num_proj >= self.num_units:
-                raise ValueError(f"num_proj must be in 1..num_units-1 = 1..{self.num_units - 1} "
-                                 f"(cuDNN takes projSize == hiddenSize as 'no projection'), got {_num_proj}")
-        self.num_proj = _num_proj
+        self._config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode,
+                                             direction, dtype, dropout, seed, _num_proj)
+        vars(self).update(self._config.attributes())
         self._mode: CellMode = MODES[self.rnn_mode]
-        self._spec = LayoutSpec(
-            num_gates=self._mode.num_gates, num_layers=self.num_layers, num_dirs=self.num_dirs,
-            num_units=self.num_units, input_size=self.input_size, num_proj=self.num_proj,
-            skip_input=self.input_mode == "skip_input",
-        )
+        self._spec = self._config.layout_spec()
         regions = layout.canonical_layout(self._spec)
         self._weight_regions = [r for r in regions if r.kind == "weight"]
         self._bias_regions = [r for r in regions if r.kind == "bias"]
@@ -152,10 +93,7 @@ class _CudnnRNN:
         self._token = new_model_token()
 
     def __repr__(self) -> str:
-        proj = f", num_proj={self.num_proj}" if self.num_proj is not None else ""
-        return (f"{type(self).__name__}(num_layers={self.num_layers}, num_units={self.num_units}, "
-                f"input_size={self.input_size}, input_mode={self.input_mode!r}, direction={self.direction!r}, "
-                f"dtype={self.dtype.name}, dropout={self.dropout}, seed={self.seed}{proj})")
+        return f"{type(self).__name__}({self._config.arguments()})"
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -262,19 +200,11 @@ class _CudnnRNN:
         ``time_major=False`` the first two axes of ``input_data``, ``input_h``, ``input_c`` and of the results
         are swapped. Dropout applies between layers when ``is_training``.
         """
-        time_major = checks.flag("time_major", time_major)
-        is_training = checks.flag("is_training", is_training)
-        seq_doc = "[T, B, input_size]" if time_major else "[B, T, input_size]"
-        x = checks.array("input_data", input_data, self.dtype, 3, seq_doc)
-        if not time_major:
-            x = x.transpose(1, 0, 2)
-        T, B, width = x.shape
-        if T < 1 or B < 1 or width != self.input_size:
-            raise ValueError(f"input_data must have shape {seq_doc} with T >= 1, B >= 1, "
-                             f"input_size = {self.input_size}, got {input_data.shape}")
-        LD = self.num_layers * self.num_dirs
-        h0 = self._check_state("input_h", input_h, LD, B, self.state_width, time_major)
-        c0 = self._check_cell_state("input_c", input_c, LD, B, time_major)
+        args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
+                                          time_major)
+        T, B, time_major, is_training = args.T, args.B, args.time_major, args.is_training
+        x = args.input if time_major else args.input.transpose(1, 0, 2)
+        h0, c0 = self._zero_states(args.input_h, args.input_c, B)
         params = self._check_params(params)
         lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
 
@@ -324,14 +254,10 @@ class _CudnnRNN:
         reserve = training_reserve(fwd, self._token, Reserve)
         trace = reserve.trace
         T, B = trace.inputs[0].shape[:2]
-        LD = self.num_layers * self.num_dirs
         tm = reserve.time_major
-        lead = (T, B) if tm else (B, T)
-        seq_doc = "[T, B, num_dirs*Hr]" if tm else "[B, T, num_dirs*Hr]"
-        dy = checks.array("output_backprop", output_backprop, self.dtype, 3, seq_doc)
-        checks.shape("output_backprop", dy, (*lead, self.num_dirs * self.state_width), seq_doc)
-        dh = self._check_state("output_h_backprop", output_h_backprop, LD, B, self.state_width, tm)
-        dc = self._check_cell_state("output_c_backprop", output_c_backprop, LD, B, tm)
+        dy, dh, dc = contract.backward_arguments(self._config, self._array, T, B, tm, output_backprop,
+                                                 output_h_backprop, output_c_backprop)
+        dh, dc = self._zero_states(dh, dc, B)
         if params_backprop_out is not None:
             self._check_params(params_backprop_out, "params_backprop_out")
             if not params_backprop_out.flags.writeable:
@@ -366,63 +292,24 @@ class _CudnnRNN:
             params[region.offset : region.offset + region.size] = block.reshape(-1)
         return params
 
-    def _check_state(self, name: str, value: np.ndarray | None, LD: int, B: int, width: int,
-                     time_major: bool) -> np.ndarray:
-        if value is None:
-            return np.zeros((LD, B, width), dtype=self.dtype)
-        width_name = "H" if width == self.num_units else "num_proj"
-        doc = f"[num_layers*num_dirs, B, {width_name}]" if time_major else f"[B, num_layers*num_dirs, {width_name}]"
-        state = checks.array(name, value, self.dtype, 3, doc)
-        checks.shape(name, state, (LD, B, width) if time_major else (B, LD, width), doc)
-        return state if time_major else state.transpose(1, 0, 2)
+    def _array(self, name: str, value: object, ndim: int, dims_doc: str) -> np.ndarray:
+        """The contract's array check (:data:`reference.contract.ArrayCheck`): a NumPy array of the model's dtype."""
+        return checks.array(name, value, self.dtype, ndim, dims_doc)
 
-    def _check_cell_state(self, name: str, value: np.ndarray | None, LD: int, B: int,
-                          time_major: bool) -> np.ndarray | None:
-        """An LSTM's ``[L*D, B, H]`` cell state (zeros for ``None``); ``None`` for the other modes, which refuse one."""
-        if not self._mode.has_cell_state:
-            return checks.no_cell_state(name, value, self.rnn_mode)
-        return self._check_state(name, value, LD, B, self.num_units, time_major)
+    def _zero_states(self, h: np.ndarray | None, c: np.ndarray | None, B: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Checked time-major states with zeros for those not given: ``h [L*D, B, Hr]`` and an LSTM's
+        ``c [L*D, B, H]`` (``None`` for the other modes)."""
+        LD = self.num_layers * self.num_dirs
+        h = np.zeros((LD, B, self.state_width), dtype=self.dtype) if h is None else h
+        if self._config.has_cell_state and c is None:
+            c = np.zeros((LD, B, self.num_units), dtype=self.dtype)
+        return h, c
 
     def _draw_dropout_masks(self, T: int, B: int) -> tuple[np.ndarray, ...]:
         if self.dropout == 0.0:
             return ()
         shape = (T, B, self.num_dirs * self.state_width)
         return tuple(self._rng.random(shape) >= self.dropout for _ in range(self.num_layers - 1))
-
-
-class NoCellStateCall:
-    """TensorFlow's ``__call__`` for modes without a cell state, over any class with ``forward``."""
-
-    def __call__(
-        self,
-        input_data: np.ndarray,
-        input_h: np.ndarray | None,
-        params: np.ndarray,
-        is_training: bool = False,
-        sequence_lengths: Sequence[int] | np.ndarray | None = None,
-        time_major: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(output [T, B, D*H], output_h [L*D, B, H])``; see ``forward``."""
-        result = self.forward(input_data, input_h, params, None, is_training, sequence_lengths, time_major)
-        return result.output, result.output_h
-
-
-class LSTMCall:
-    """TensorFlow's ``__call__`` for the LSTM (``input_c`` before ``params``), over any class with ``forward``."""
-
-    def __call__(
-        self,
-        input_data: np.ndarray,
-        input_h: np.ndarray | None,
-        input_c: np.ndarray | None,
-        params: np.ndarray,
-        is_training: bool = False,
-        sequence_lengths: Sequence[int] | np.ndarray | None = None,
-        time_major: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])``; see ``forward``."""
-        result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major)
-        return result.output, result.output_h, result.output_c
 
 
 class _NoCellState(NoCellStateCall, _CudnnRNN):

@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import buffers
+from .contract import caller_layout  # noqa: F401  (moved to the contract; the old import path)
 from .modes import CellMode, Workspace
 
 Array = np.ndarray
@@ -52,14 +53,6 @@ class PseudoLayerParams:
     R: Array
     b_R: Array
     P: Array | None
-
-
-def caller_layout(a: Array, time_major: bool, dtype: np.dtype) -> Array:
-    """A ``[T, B, ...]`` (or ``[L*D, B, ...]``) result as ``dtype`` in the caller's layout: as is when
-    ``time_major``, else the first two axes swapped (contiguous). Array methods only, so the cuDNN
-    backend passes CuPy arrays through the same function."""
-    a = a.astype(dtype, copy=False)
-    return a if time_major else a.transpose(1, 0, 2).copy()
 
 
 def projection_buffer(GH: int, T: int, B: int, dtype: np.dtype) -> Array:
