@@ -9,15 +9,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
+import shlex
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from reference.model import DIRECTIONS
 
-from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
+from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
 from .interop.convert import AUTO, FORMATS
 from .optional import MissingDependency
 
@@ -50,18 +53,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     import datetime
 
     from .report.grids import GRIDS, load_grid, plan
+    from .report.lock import run_lock
     from .report.run_plan import check_resumable, write_plan
-    from .report.sweep import RESULTS, sweep
+    from .report.sweep import sweep
 
-    if args.max_seconds is not None and not args.max_seconds > 0:
-        raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
+    if args.max_seconds is not None and not (math.isfinite(args.max_seconds) and args.max_seconds > 0):
+        raise ValueError(f"--max-seconds must be a finite number of seconds > 0, got {args.max_seconds} (leave it "
+                         f"out for no limit)")
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.seed is not None and (args.seed < 0 or args.grid not in GRIDS):
         raise ValueError(f"--seed must be >= 0, got {args.seed}" if args.seed < 0 else
                          "--seed applies to the built-in grids: a grid file's configs carry their own seeds")
-    args.seed = args.seed or 0
-    specs = load_grid(args.grid, args.seed)
+    if args.resume and args.force:
+        raise ValueError("--resume continues the run in --out, --force starts it over: pass one of them")
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out, the folder of the run to continue")
+    seed = args.seed or 0
+    specs = load_grid(args.grid, seed)
     peers, status = _backends(args.backends)
     if not peers:
         raise ValueError("no requested backend is available: " + "; ".join(f"{b['name']}: {b['detail']}" for b in status))
@@ -71,21 +80,79 @@ def cmd_report(args: argparse.Namespace) -> int:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = args.grid if args.grid in GRIDS else Path(args.grid).stem
     out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{folder}-{stamp}"
-    if (out / RESULTS).exists() and not args.resume:
-        raise ValueError(f"{out / RESULTS} exists: pass --resume to continue that run, or another --out")
-    if args.resume and not args.out:
-        raise ValueError("--resume needs --out, the folder of the run to continue")
-    if args.resume and not (out / RESULTS).exists():
+    _check_run_folder(out, args)  # refused before the folder is made
+    units, skipped = plan(specs, peers)
+    with run_lock(out):  # one run at a time writes a folder; what it holds is judged again under the lock
+        _check_run_folder(out, args)
+        if args.resume:
+            check_resumable(out, units)
+        if args.force:
+            for name in RUN_FILES + REPORT_FILES:
+                (out / name).unlink(missing_ok=True)
+        print(f"rnn-compat report --grid {args.grid}: {len(units)} units ({', '.join(p.name for p in peers)}) "
+              f"against the float64 NumPy reference, seed {seed}, {args.jobs} jobs -> {out}", flush=True)
+        write_plan(out, grid_name, seed, status, units, skipped)
+        try:
+            sweep(units, out, jobs=args.jobs, progress=not args.no_progress, max_seconds=args.max_seconds)
+        except KeyboardInterrupt as exc:
+            return _report_interrupted(args, out, units, getattr(exc, "signum", signal.SIGINT))
+        return _rendered(out)
+
+
+# What a report run writes in its folder: its own files (the plan, the records, the unit running in-process),
+# and the report of them.
+RUN_FILES = ("run.json", "results.jsonl", "in_flight")
+REPORT_FILES = ("report.json", "report.md", "index.html")
+
+
+def _check_run_folder(out: Path, args: argparse.Namespace) -> None:
+    """``--out`` as this run may write it: with ``--resume``, a run to continue; else a folder without the files
+    a run writes, unless ``--force`` (start over: the run there, and its report, are replaced)."""
+    from .report.sweep import RESULTS
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    has_run = any((out / name).is_file() for name in RUN_FILES[:2])
+    if args.resume and not has_run:
         raise ValueError(f"--resume: there is no run in {out} to resume (no {RESULTS}); --out names the folder of "
                          f"the run to continue")
-    units, skipped = plan(specs, peers)
-    if args.resume:
-        check_resumable(out, units)
-    print(f"rnn-compat report --grid {args.grid}: {len(units)} units ({', '.join(p.name for p in peers)}) "
-          f"against the float64 NumPy reference, seed {args.seed}, {args.jobs} jobs -> {out}", flush=True)
-    write_plan(out, grid_name, args.seed, status, units, skipped)
-    sweep(units, out, jobs=args.jobs, progress=not args.no_progress, max_seconds=args.max_seconds)
-    return _rendered(out)
+    existing = [name for name in RUN_FILES + REPORT_FILES if (out / name).exists()]
+    if not args.resume and not args.force and existing:
+        if has_run:
+            found = next(out / name for name in (RESULTS, RUN_FILES[0]) if (out / name).is_file())
+            raise ValueError(f"{found} exists: pass --resume to continue that run, --force to start it over, or "
+                             f"another --out")
+        raise ValueError(f"--out {out} holds {', '.join(existing)}, which this run would overwrite: pass --force to "
+                         f"replace them, or another --out")
+
+
+def _resume_command(args: argparse.Namespace, out: Path) -> str:
+    """The command that continues this run: its grid, backends, seed and plugins, with --resume."""
+    words = ["rnn-compat", "report", "--grid", args.grid, "--out", str(out), "--resume"]
+    if args.backends:
+        words += ["--backends", args.backends]
+    if args.seed is not None:
+        words += ["--seed", str(args.seed)]
+    for spec in args.plugin:
+        words += ["--plugin", spec]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _report_interrupted(args: argparse.Namespace, out: Path, units: list, signum: int) -> int:
+    """What an interrupted run says: how many units it kept, and the command that runs the rest."""
+    from .report.sweep import RESULTS, read_records
+
+    planned = {u.id for u in units}
+    try:
+        kept = len({r["id"] for r in read_records(out / RESULTS)} & planned)
+    except (ValueError, OSError):
+        kept = "?"
+    name = signal.Signals(signum).name
+    print(f"\nrnn-compat report: interrupted (its finished units are kept: the same command with --resume runs the "
+          f"rest) by {name}: {kept} of {len(units)} units are in {out / RESULTS}; to run the rest:\n"
+          f"  {_resume_command(args, out)}\n(rnn-compat render {shlex.quote(str(out))} writes the report of the units "
+          f"that ran)", file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def _rendered(out: Path) -> int:
@@ -167,9 +234,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{peer.name} is unavailable: {why}", file=sys.stderr)
         return 2
     try:
-        cfg = RNNConfig.from_json(args.config)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--config must be an RNNConfig as JSON: {exc}") from None
+        data = json_loads(args.config, "--config")
+    except ValueError as exc:
+        raise ValueError(f"{exc} (--config must be an RNNConfig as JSON)") from None
+    cfg = RNNConfig.from_dict(data)
     why = peer.unsupported(cfg) or (None if peer.capabilities.backward or not args.backward
                                     else f"{peer.name} has no backward pass")
     if why:
@@ -206,11 +274,38 @@ def _read_model(args: argparse.Namespace, path: str):
     return convert.read(args.source, path, overrides)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links, ``..`` or another spelling), existing or not."""
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return Path(os.path.realpath(a)) == Path(os.path.realpath(b))
+
+
+def check_output(what: str, outputs: list[Path], inputs: dict[str, list[Path]], force: bool) -> None:
+    """Refuse, before any work, to write a file (``outputs``: the files the argument ``what`` makes) that is one
+    of the command's inputs, or that exists unless ``force`` (``--force``) says to replace it."""
+    for out in outputs:
+        if out.is_dir():
+            raise ValueError(f"cannot write {out}: it is a folder")
+        for argument, files in inputs.items():
+            if any(_same_file(out, f) for f in files):
+                raise ValueError(f"{what} {out} is {argument} {files[0]}: writing it would replace an input; name "
+                                 f"another file")
+    existing = [str(out) for out in outputs if out.exists() or out.is_symlink()]
+    if existing and not force:
+        raise ValueError(f"{what} {', '.join(existing)} exists: pass --force to replace it, or name another file")
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from .interop import convert
 
     if args.out_scope and args.target not in convert.TF_NAMED:
         raise ValueError(f"--out-scope applies to TF-named files (--to tf or checkpoint), not to --to {args.target}")
+    check_output("OUTPUT", convert.written_files(args.target, args.output),
+                 {"INPUT": convert.read_files(args.input)}, args.force)
     source = _read_model(args, args.input)
     scope = (args.out_scope or None) if args.out_scope is not None else source.scope
     convert.write(args.target, args.output, source.model, source.weights, source.biases,
@@ -241,7 +336,7 @@ def _reading(what: str, path: str) -> Iterator[None]:
         raise type(exc)(f"{what} {path}: {exc.strerror or exc}{other}") from None
 
 
-def initial_state(path: str, model, batch_major: bool = False):
+def initial_state(path: str, model, batch_major: bool = False, batch: int | None = None):
     """``(input_h, input_c)`` for ``model`` from the ``.npz`` at ``path``: ``input_h`` (and the LSTM's
     ``input_c``), or the ``output_h``/``output_c`` an earlier ``infer --out`` wrote, so that a long sequence
     runs in chunks (unidirectional models only: a backward direction ends at its chunk's first step).
@@ -252,18 +347,30 @@ def initial_state(path: str, model, batch_major: bool = False):
     from reference.modes import MODES
 
     with _reading("--state", path):
-        arrays = checkpoint.load_arrays(path)
-    if not isinstance(arrays, dict):
+        declared = checkpoint.declared_arrays(path)  # headers only: nothing inflated before it is checked
+    if declared is None:
         raise ValueError(f"--state {path} must be an .npz holding input_h (and input_c for the LSTM), "
                          f"not a single array")
+    unknown = sorted(set(declared) - {"output", LAYOUT_KEY} - {k for keys in STATE_KEYS.values() for k in keys})
+    if unknown:
+        raise ValueError(f"--state {path} holds {unknown}; expected input_h and input_c (or output_h and "
+                         f"output_c from infer --out)")
+    # every state of this model and input holds at most L*D * B * H float64 values (the output is not read at all)
+    most = model.num_layers * model.num_dirs * (batch or 1) * model.num_units * 8
+
+    def check(name: str, array) -> None:
+        limit = 256 if name == LAYOUT_KEY else most  # the layout: a short string
+        if array.nbytes > limit:
+            raise ValueError(f"--state {path}: {name} declares {list(array.shape)} {array.dtype} ({array.nbytes} "
+                             f"bytes), more than this model's states for a batch of {batch} hold: refused before "
+                             f"it is read")
+
+    with _reading("--state", path):
+        arrays = checkpoint.load_arrays(path, [k for k in declared if k != "output"], check)
     layout = arrays.pop(LAYOUT_KEY, None)
     if layout is not None and (layout.shape != () or str(layout) != _layout(batch_major)):
         raise ValueError(f"--state {path} holds states in the layout {str(layout)!r}, this run's is "
                          f"{_layout(batch_major)!r}: run with{'out' if batch_major else ''} --batch-major")
-    unknown = sorted(set(arrays) - {"output"} - {k for keys in STATE_KEYS.values() for k in keys})
-    if unknown:
-        raise ValueError(f"--state {path} holds {unknown}; expected input_h and input_c (or output_h and "
-                         f"output_c from infer --out)")
     state = {}
     for role, keys in STATE_KEYS.items():
         present = [k for k in keys if k in arrays]
@@ -277,7 +384,7 @@ def initial_state(path: str, model, batch_major: bool = False):
         raise ValueError(f"--state {path} holds no input_c (or output_c): the LSTM's cell state is needed too")
     if not has_cell_state and state["c"] is not None:
         raise ValueError(f"--state {path} holds a cell state, but a {model.rnn_mode} model has none")
-    if model.num_dirs == 2 and {"output_h", "output_c"} & set(arrays):
+    if model.num_dirs == 2 and {"output_h", "output_c"} & set(declared):
         raise ValueError(f"--state {path} holds the final states of an earlier run, which cannot seed a "
                          f"bidirectional model's next chunk (its backward direction ended at that chunk's "
                          f"first step); name initial states input_h (and input_c)")
@@ -289,10 +396,9 @@ def _array(path: str, what: str):
     from reference import checkpoint
 
     with _reading(what, path):
-        array = checkpoint.load_arrays(path)
-    if isinstance(array, dict):
-        raise ValueError(f"{what} {path} must be a .npy array, not an .npz archive")
-    return array
+        if checkpoint.declared_arrays(path) is not None:  # (its members are not inflated)
+            raise ValueError(f"{what} {path} must be a .npy array, not an .npz archive")
+        return checkpoint.load_arrays(path)
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
@@ -305,12 +411,18 @@ def cmd_infer(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
     if out.suffix not in (".npy", ".npz"):
         raise ValueError(f"--out must end in .npz (output, output_h, output_c) or .npy (output only), got {out.name!r}")
+    from .interop.convert import read_files
+
+    check_output("--out", [out], {"CHECKPOINT": read_files(args.checkpoint), "INPUT": [Path(args.input)],
+                                  "--lengths": [Path(p) for p in [args.lengths] if p is not None],
+                                  "--state": [Path(p) for p in [args.state] if p is not None]}, args.force)
     with _reading("CHECKPOINT", args.checkpoint):
         source = _read_model(args, args.checkpoint)
     model = source.model
     x = _array(args.input, "INPUT")
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
-    h0, c0 = (None, None) if args.state is None else initial_state(args.state, model, args.batch_major)
+    batch = x.shape[0 if args.batch_major else 1] if x.ndim == 3 else max(1, x.size)
+    h0, c0 = (None, None) if args.state is None else initial_state(args.state, model, args.batch_major, batch)
     if x.dtype != model.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {model.dtype}")
     given = {"input_data": f"INPUT {args.input}", "sequence_lengths": f"--lengths {args.lengths}",
@@ -392,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--grid", default="default", help="quick | window (a GPU window's) | default | full | a JSON grid file")
     report.add_argument("--out", help="report folder (default: reports/_scratch/GRID-TIMESTAMP)")
     report.add_argument("--resume", action="store_true", help="continue the run whose results.jsonl is in --out")
+    report.add_argument("--force", action="store_true", help="start over in an --out that holds a run or a report "
+                                                             "(they are replaced)")
     report.add_argument("--seed", type=int, help="the built-in grids' seed (default 0)")
     report.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -417,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     conv.add_argument("input")
     conv.add_argument("output")
     _model_options(conv)
+    conv.add_argument("--force", action="store_true", help="replace OUTPUT where it exists")
     conv.add_argument("--out-scope", help="TF-named targets: the variable scope to write the tensors under ('' for "
                                            "none; default: a TF-named source's own)")
 
@@ -429,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     _model_options(infer)
     infer.add_argument("input", help=".npy of [T, B, input_size] (or [B, T, input_size] with --batch-major)")
     infer.add_argument("--out", help=".npz (output, output_h, output_c and their layout) or .npy (output only)")
+    infer.add_argument("--force", action="store_true", help="replace --out where it exists")
     infer.add_argument("--lengths", help=".npy of sequence lengths [B]")
     infer.add_argument("--batch-major", action="store_true",
                        help="INPUT is [B, T, input_size], and the output [B, T, D*H] and the states (--out's and "
@@ -449,6 +565,48 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "test":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    with _terminated_as_interrupted() as ending:
+        status = _dispatch(args, extra)
+        if argv is None and status > 128:  # this process was interrupted and ends: another signal ends it at once
+            ending()
+        return status
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the command stops, what it finished is kept, no file is left half-written."""
+
+    signum = signal.SIGTERM
+
+
+@contextmanager
+def _terminated_as_interrupted() -> Iterator[Callable[[], None]]:
+    """SIGTERM raises :class:`Terminated` while the block runs (in the main thread: where a handler can be set),
+    instead of ending the process without a word, its worker processes orphaned. The block may call what it is
+    given (``ending()``) where the process ends interrupted: SIGINT and SIGTERM then end it at once, as they
+    would otherwise hit the interpreter's shutdown."""
+    def terminated(signum, frame):
+        raise Terminated("SIGTERM")
+
+    def at_once(signum, frame):
+        os._exit(128 + signum)
+
+    ending = []
+    try:
+        saved = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread
+        yield lambda: None
+        return
+    try:
+        yield lambda: ending.append(True)
+    finally:
+        if ending:
+            signal.signal(signal.SIGINT, at_once)
+            signal.signal(signal.SIGTERM, at_once)
+        else:
+            signal.signal(signal.SIGTERM, saved)
+
+
+def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         if getattr(args, "plugin", None):
             from .peers import load_plugin
@@ -463,10 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, MissingDependency) as exc:  # named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: no traceback; a report run's finished units are kept
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: no traceback; a report run's finished units are kept
         resume = " (its finished units are kept: the same command with --resume runs the rest)"
         print(f"rnn-compat {args.command}: interrupted{resume if args.command == 'report' else ''}", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
 if __name__ == "__main__":

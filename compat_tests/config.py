@@ -18,6 +18,7 @@ import numpy as np
 
 import reference
 from reference import spec
+from reference.formats.files import load_json
 from reference.model import DIRECTIONS
 from reference.modes import MODES
 
@@ -34,18 +35,11 @@ def _integer(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    keys = [k for k, _ in pairs]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
-    if twice:
-        raise ValueError(f"a JSON object names {', '.join(map(repr, twice))} more than once")
-    return dict(pairs)
-
-
-def json_loads(text: str) -> object:
-    """``json.loads`` refusing an object that names a key twice (``json`` keeps the last silently, so
-    ``{"mode": "gru", "mode": "lstm"}`` would run an LSTM): a ``ValueError``, as malformed JSON is."""
-    return json.loads(text, object_pairs_hook=_unique_keys)
+def json_loads(text: str | bytes, what: str = "the JSON text") -> object:
+    """``reference.formats.files.load_json``: JSON refusing an object that names a key twice (``json`` keeps the
+    last silently, so ``{"mode": "gru", "mode": "lstm"}`` would run an LSTM) and nesting beyond
+    ``MAX_JSON_DEPTH``: a ``ValueError`` naming ``what``, as malformed JSON is."""
+    return load_json(text, what)
 
 
 @dataclass(frozen=True)
@@ -137,8 +131,8 @@ class RNNConfig:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> "RNNConfig":
-        return cls.from_dict(json_loads(text))
+    def from_json(cls, text: str, what: str = "an RNNConfig") -> "RNNConfig":
+        return cls.from_dict(json_loads(text, what))
 
     @classmethod
     def from_dict(cls, data: dict) -> "RNNConfig":

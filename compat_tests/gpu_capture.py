@@ -28,7 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
-from reference.formats.files import replacing
+from reference import checkpoint
+from reference.formats.files import load_json, replacing
 
 from .compare import Recorded, compare_peer
 from .config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, forward_case, make_case
@@ -151,11 +152,13 @@ def _write(out_dir: Path, head: dict, entries: list[dict], arrays: dict[str, np.
 def load(capture_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
     """``(document, arrays)`` of a capture; arrays are read without pickles."""
     capture_dir = Path(capture_dir)
-    document = json.loads((capture_dir / "capture.json").read_text())
-    if document.get("format") != FORMAT:
-        raise ValueError(f"{capture_dir}: capture format {document.get('format')!r}, this code reads {FORMAT}")
-    with np.load(capture_dir / "arrays.npz", allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    document = load_json((capture_dir / "capture.json").read_bytes(), str(capture_dir / "capture.json"))
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{capture_dir}: capture format {found!r}, this code reads {FORMAT}")
+    arrays = checkpoint.load_arrays(capture_dir / "arrays.npz")  # each member inflated to its checked header's size
+    if not isinstance(arrays, dict):
+        raise ValueError(f"{capture_dir / 'arrays.npz'}: a single array, not the capture's .npz archive")
     return document, arrays
 
 

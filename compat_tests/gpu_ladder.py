@@ -305,7 +305,9 @@ def text_table(table: dict) -> str:
 
 def failed_rungs(ladder_json: Path) -> list[str]:
     """The rungs of a run's ``ladder.json`` that did not pass."""
-    table = json.loads(Path(ladder_json).read_text())
+    from reference.formats.files import load_json
+
+    table = load_json(Path(ladder_json).read_bytes(), str(ladder_json))
     return [r["name"] for r in table["rungs"] if r["outcome"] != "passed"]
 
 

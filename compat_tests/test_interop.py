@@ -640,7 +640,8 @@ def test_a_write_that_dies_before_it_ends_leaves_the_old_file_whole(fmt, name, t
 
     def write(case):
         if fmt == "infer":
-            assert cli.main(["infer", str(tmp_path / "m.npz"), str(tmp_path / "x.npy"), "--out", str(out / name)]) == 0
+            assert cli.main(["infer", str(tmp_path / "m.npz"), str(tmp_path / "x.npy"), "--out", str(out / name),
+                             "--force"]) == 0
         else:
             convert.write(fmt, out / name, model, case.weights, case.biases)
 
@@ -1047,7 +1048,7 @@ def test_infer_runs_weights_of_every_format_directly(fmt, name, tmp_path, capsys
                      "--out", str(tmp_path / "want.npz")]) == 0
     for told in (["--from", fmt], []):
         assert cli.main(["infer", *told, str(tmp_path / name), str(tmp_path / "x.npy"), *state,
-                         "--out", str(tmp_path / "got.npz")]) == 0, (told, capsys.readouterr().err)
+                         "--out", str(tmp_path / "got.npz"), "--force"]) == 0, (told, capsys.readouterr().err)
         with np.load(tmp_path / "want.npz", allow_pickle=False) as want, \
                 np.load(tmp_path / "got.npz", allow_pickle=False) as got:
             assert sorted(got) == sorted(want) == ["layout", "output", "output_h"]  # layout: time_major
@@ -2142,7 +2143,7 @@ def test_convert_keeps_a_tf_named_source_s_scope_unless_told_another(tmp_path, c
     checkpoint.save(tmp_path / "s.npz", model, case.weights, case.biases, scope="main")
     def convert(target: str, out: str, *extra: str) -> int:
         return cli.main(["convert", "--from", "checkpoint", "--to", target, str(tmp_path / "s.npz"), str(tmp_path / out),
-                         *extra])
+                         "--force", *extra])
 
     for out_scope, scope in ((None, "main"), ("other", "other"), ("", None)):
         extra = [] if out_scope is None else ["--out-scope", out_scope]

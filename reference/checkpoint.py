@@ -3,8 +3,11 @@ configuration, in a safetensors or ``.npz`` file, so ``rnn-compat infer`` needs 
 our config (TF-named tensors saved elsewhere, TensorFlow's own checkpoints) load too: their names and
 shapes tell the config (but relu from tanh).
 
-Nothing is unpickled: ``.npz`` files are opened with ``allow_pickle=False`` and files that are pickles (a
-PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to save them instead.
+Nothing is unpickled: ``.npz`` members are read as ``.npy`` arrays only (object arrays refused) and files that
+are pickles (a PyTorch ``.pt``/``.bin``, a ``.pkl``) are refused with an error that says how to save them
+instead. Nothing is inflated on a file's word: an ``.npz`` member's ``.npy`` header is read first, held against
+the member's size and (:func:`check_needed`) against what the model needs under its name, and only then is the
+member inflated, a chunk at a time, into the array its header declared.
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
 from .formats import safetensors, tf, tf_bundle
 from .formats.canonical import check_fits, check_mapping
-from .formats.files import quiet_escapes, replacing
+from .formats.files import load_json, quiet_escapes, replacing
 from .precision import storage_dtype
 
 FORMAT = "cudnn-rnn-compat/tf-canonical"
@@ -131,11 +134,8 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
         tensors, metadata = safetensors.load(path)
         return tensors, parse_config(metadata.get(CONFIG_KEY), path)
     if path.suffix == ".npz":
-        tensors = load_arrays(path)
-        if not isinstance(tensors, dict):
-            raise ValueError(f"{path}: holds a single array, not an .npz archive of named tensors")
-        raw = tensors.pop(NPZ_CONFIG, None)
-        return tensors, None if raw is None else parse_config(raw.tobytes().decode(errors="replace"), path)
+        declared, config = declared_tensors(path)
+        return read_declared(path, declared), config
     if tf_bundle.is_bundle(path):
         raise ValueError(f"{path}: a TensorFlow checkpoint (tensor bundle); load it with reference.checkpoint.load "
                          "(`--from tf`)")
@@ -146,6 +146,29 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
                          "save the tensors with safetensors or numpy.savez instead (a torch.save file is read, "
                          "without unpickling, as format torch: `--from torch`)")
     raise ValueError(f"{path}: unknown checkpoint type, expecting {' or '.join(SUFFIXES)}")
+
+
+CONFIG_LIMIT = 2**20  # bytes of the config an .npz carries (a few hundred, as written here)
+
+
+def declared_tensors(path: str | Path) -> tuple[dict[str, np.ndarray | Declared], dict | None]:
+    """:func:`read_tensors`, but an ``.npz``'s tensors as their headers declare them (:class:`Declared`), none
+    inflated but its config: read them with :func:`read_declared` once :func:`check_needed` has held them
+    against what the model they describe needs. A safetensors file's are read whole (nothing inflates)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        return read_tensors(path)
+    declared = declared_arrays(path)
+    if declared is None:
+        raise ValueError(f"{path}: holds a single array, not an .npz archive of named tensors")
+    raw = declared.pop(NPZ_CONFIG, None)
+    if raw is None:
+        return declared, None
+    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.nbytes > CONFIG_LIMIT:
+        raise ValueError(f"{path}: its {NPZ_CONFIG} member must be the config as at most {CONFIG_LIMIT} bytes of "
+                         f"UTF-8 JSON, got {list(raw.shape)} {raw.dtype}")
+    text = load_arrays(path, [raw.member])[raw.member].tobytes().decode(errors="replace")
+    return declared, parse_config(text, path)
 
 
 def _pickle_head(head: bytes) -> bool:
@@ -178,57 +201,178 @@ def _readable(path) -> Iterator[None]:
             raise ValueError(f"not a readable NumPy file ({type(exc).__name__}: {exc})") from None
 
 
-def _check_claim(fp, available: int, where: str) -> None:
-    """Refuse a ``.npy`` header (at ``fp``) that claims more bytes than the ``available`` ones of its file or
-    archive member hold, before NumPy allocates them (a damaged header can claim 10^12 elements)."""
-    version = np.lib.format.read_magic(fp)
+MAX_NPY_HEADER = 10_000  # bytes of a .npy header (NumPy's own default limit), checked before they are read
+CHUNK = 2**20  # bytes an archive member is inflated by at a time, into the array its header declared
+
+
+class Declared(NamedTuple):
+    """An array of an ``.npz`` archive as its ``.npy`` header declares it, not yet inflated: ``np.shape`` and
+    ``np.size`` read it as they read an array, so a format's checks of names and shapes run on it unread;
+    :func:`read_declared` inflates it once the model has said what it needs (:func:`check_needed`)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    member: str  # its name in the archive, as load_arrays names it
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+def _npy_header(fp, available: int, where: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """``(shape, fortran_order, dtype, header bytes)`` of the ``.npy`` header at ``fp`` (a file or an archive
+    member of ``available`` bytes), its length checked before it is read; a claim of more bytes than follow
+    the header is refused before anything is allocated (a damaged header can claim 10^12 elements)."""
+    magic = fp.read(8)
+    if len(magic) < 8 or magic[:6] != np.lib.format.MAGIC_PREFIX:
+        raise ValueError(f"{where}: not a .npy array")
+    version = (magic[6], magic[7])
+    width = 2 if version == (1, 0) else 4
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise ValueError(f"{where}: .npy format version {version[0]}.{version[1]} is not one NumPy writes")
+    length_bytes = fp.read(width)
+    length = int.from_bytes(length_bytes, "little")
+    if len(length_bytes) < width or length > min(MAX_NPY_HEADER, available):
+        raise ValueError(f"{where}: its .npy header claims {length} bytes, more than a header takes "
+                         f"({MAX_NPY_HEADER}) or the {available} bytes there are")
+    header = fp.read(length)
+    if len(header) < length:
+        raise ValueError(f"{where}: its .npy header is cut short")
     if version == (3, 0):  # a 2.0 header in UTF-8 (for field names), read as 2.0 with the names escaped
-        length = fp.read(4)
-        header = fp.read(min(int.from_bytes(length, "little"), available))
-        ascii_header = header.decode("utf-8").encode("ascii", "backslashreplace")
-        shape, _, dtype = np.lib.format.read_array_header_2_0(
-            io.BytesIO(len(ascii_header).to_bytes(4, "little") + ascii_header))
-        used = 12 + len(header)
-    elif version in _NPY_HEADERS:
-        start = fp.tell() - 8
-        shape, _, dtype = _NPY_HEADERS[version](fp)
-        used = fp.tell() - start
-    else:  # a version NumPy refuses itself
-        return
+        header = header.decode("utf-8").encode("ascii", "backslashreplace")
+        version, width = (2, 0), 4
+    shape, fortran, dtype = _NPY_HEADERS[version](io.BytesIO(len(header).to_bytes(width, "little") + header),
+                                                   max_header_size=10 * MAX_NPY_HEADER)
+    used = 8 + width + length
     claimed = math.prod(shape) * dtype.itemsize
     if not dtype.hasobject and claimed > available - used:
         raise ValueError(f"{where}: its header claims {list(shape)} {dtype} ({claimed} bytes), but "
                          f"{available - used} bytes follow it")
+    return shape, fortran, dtype, used
 
 
-def load_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
-    """The array of a ``.npy`` file, or the named arrays of an ``.npz``, read at once and never unpickled;
-    a damaged file, a pickle (a PyTorch archive) or a member that is not an array is a ``ValueError`` naming
-    it. Each header's claim is checked first (one pass over the file or the archive's members)."""
+def _members(z: zipfile.ZipFile, path) -> dict[str, tuple[zipfile.ZipInfo, Declared, bool, int]]:
+    """Every member of an ``.npz`` archive by its array's name (``x`` for ``x.npy``, as NumPy names them):
+    its zip entry, the array its header declares, its order and its header's length; only the headers are
+    inflated. A pickle, a member that is not an array (or holds Python objects), a name given twice and a
+    member whose size is not its header's claim (short, or longer than its array) are refused."""
+    infos = z.infolist()
+    if any(i.filename.endswith(".pkl") for i in infos):
+        raise ValueError("holds a pickle (a PyTorch archive?); refused")
+    found = {}
+    for info in infos:
+        where = f"{path} ({info.filename})"
+        with z.open(info) as fp:
+            if fp.read(6) != np.lib.format.MAGIC_PREFIX:
+                raise ValueError(f"holds {info.filename!r}, which is not a .npy array")
+        with z.open(info) as fp:
+            shape, fortran, dtype, used = _npy_header(fp, info.file_size, where)
+        if dtype.hasobject:
+            raise ValueError(f"holds {info.filename!r}, an array of Python objects (object arrays would need "
+                             f"pickle; refused)")
+        key = info.filename[:-len(".npy")] if info.filename.endswith(".npy") else info.filename
+        if key in found:
+            raise ValueError(f"holds two members named {key!r}; which one is meant cannot be told")
+        array = Declared(dtype, tuple(shape), key)
+        if used + array.nbytes != info.file_size:
+            raise ValueError(f"{info.filename}: {info.file_size - used} bytes follow its header, which declares "
+                             f"{list(shape)} {dtype} ({array.nbytes} bytes)")
+        found[key] = (info, array, fortran, used)
+    return found
+
+
+def _inflate(z: zipfile.ZipFile, info: zipfile.ZipInfo, array: Declared, fortran: bool, used: int) -> np.ndarray:
+    """The array of one member, inflated a chunk at a time into the memory its (checked) header declared:
+    never more than that is inflated or held, and a member that would inflate to more is refused."""
+    if array.dtype.itemsize == 0:
+        return np.empty(array.shape, array.dtype)
+    data = np.empty(array.nbytes, np.uint8)
+    view, done = memoryview(data), 0
+    with z.open(info) as fp:
+        fp.read(used)
+        while done < array.nbytes:
+            n = fp.readinto(view[done:done + CHUNK])
+            if not n:
+                raise ValueError(f"{info.filename} ends {array.nbytes - done} bytes short of its declared size")
+            done += n
+        if fp.read(1):
+            raise ValueError(f"{info.filename} inflates beyond its declared size; refused")
+    values = np.frombuffer(data, dtype=array.dtype, count=array.size)
+    return values.reshape(array.shape[::-1]).T if fortran else values.reshape(array.shape)
+
+
+def declared_arrays(path: str | Path) -> dict[str, Declared] | None:
+    """The arrays of an ``.npz`` archive as their headers declare them, none inflated (``None``: a ``.npy``
+    file, one array, read by :func:`load_arrays`); refused as :func:`load_arrays` refuses."""
     with _readable(path), quiet_escapes():
-        with open(path, "rb") as fp:
-            head = fp.read(6)
-            if head == np.lib.format.MAGIC_PREFIX:
-                fp.seek(0)
-                _check_claim(fp, Path(path).stat().st_size, str(path))
-        if head != np.lib.format.MAGIC_PREFIX and not head.startswith(b"PK"):  # else NumPy tries it as a pickle
-            raise ValueError("a pickle; refused (unpickling can run arbitrary code)" if _pickle_head(head) else
-                             f"neither a .npy array nor an .npz archive (it starts with {head!r})")
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                if any(n.endswith(".pkl") for n in z.namelist()):
-                    raise ValueError("holds a pickle (a PyTorch archive?); refused")
-                for info in z.infolist():
-                    with z.open(info) as fp:
-                        if fp.read(6) != np.lib.format.MAGIC_PREFIX:
-                            raise ValueError(f"holds {info.filename!r}, which is not a .npy array")
-                        fp.seek(0)
-                        _check_claim(fp, info.file_size, f"{path} ({info.filename})")
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                return {name: loaded[name] for name in loaded.files}
-        return loaded
+        if not _is_archive(path):
+            return None
+        with zipfile.ZipFile(path) as z:
+            return {key: array for key, (_, array, _, _) in _members(z, path).items()}
+
+
+def _is_archive(path) -> bool:
+    """Whether the file at ``path`` is a zip archive (an ``.npz``) rather than a ``.npy``; neither is refused."""
+    with open(path, "rb") as fp:
+        head = fp.read(6)
+    if head != np.lib.format.MAGIC_PREFIX and not head.startswith(b"PK"):  # else NumPy tries it as a pickle
+        raise ValueError("a pickle; refused (unpickling can run arbitrary code)" if _pickle_head(head) else
+                         f"neither a .npy array nor an .npz archive (it starts with {head!r})")
+    return head.startswith(b"PK")
+
+
+def load_arrays(path: str | Path, names: list[str] | None = None,
+                check: Callable[[str, Declared], None] | None = None) -> np.ndarray | dict[str, np.ndarray]:
+    """The array of a ``.npy`` file, or the named arrays of an ``.npz`` (those in ``names``, default all), never
+    unpickled; a damaged file, a pickle (a PyTorch archive) or a member that is not an array is a
+    ``ValueError`` naming it. Every header's claim is checked first, against the bytes that follow it (and in
+    an archive, with ``check(name, declared)`` where given, against what the caller can use) before anything
+    is allocated; then each member is inflated in bounded chunks to no more than its header declared."""
+    with _readable(path), quiet_escapes():
+        if not _is_archive(path):
+            with open(path, "rb") as fp:
+                _npy_header(fp, Path(path).stat().st_size, str(path))
+            return np.load(path, allow_pickle=False)
+        with zipfile.ZipFile(path) as z:
+            members = _members(z, path)
+            unknown = [n for n in names or () if n not in members]
+            if unknown:
+                raise ValueError(f"holds no array {unknown[0]!r}")
+            chosen = list(members) if names is None else list(dict.fromkeys(names))
+            if check is not None:
+                for name in chosen:
+                    check(name, members[name][1])
+            return {name: _inflate(z, *members[name]) for name in chosen}
+
+
+# Of an archive's arrays that a model does not use, none is inflated: a format refuses it by its name.
+def check_needed(declared: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], model) -> None:
+    """Refuse, before it is read, a tensor (``declared``: name -> shape, as a file's header says) that claims
+    more values than the model needs under its name (``expected``): a decompression bomb, or a damaged shape,
+    costs nothing. A smaller one is left to the format's own check, which names the tensor and both shapes."""
+    for name, shape in declared.items():
+        want = expected.get(name)
+        if want is not None and math.prod(shape) > math.prod(want):
+            raise ValueError(f"tensor {name!r} declares {list(shape)} ({math.prod(shape)} values), more than the "
+                             f"{list(want)} that {model!r} needs there: refused before it is read")
+
+
+def read_declared(path: str | Path, tensors: dict, names=None) -> dict:
+    """``tensors`` with its :class:`Declared` ones among ``names`` (default: all) inflated (one pass over the
+    archive at ``path``); the others stay declared, for a format to refuse by name unread."""
+    wanted = [k for k, t in tensors.items() if isinstance(t, Declared) and (names is None or k in names)]
+    if not wanted:
+        return dict(tensors)
+    arrays = load_arrays(path, [tensors[k].member for k in wanted])
+    return {k: arrays[t.member] if k in wanted else t for k, t in tensors.items()}
 
 
 def tensor_names(path: str | Path) -> list[str]:
@@ -246,10 +390,7 @@ def parse_config(text: str | None, path) -> dict | None:
     """The model config a file carries as JSON text (``None``: none); errors name the file."""
     if text is None:
         return None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: the embedded model config is not JSON ({exc})") from None
+    config = load_json(text, f"{path}: the embedded model config")
     if not isinstance(config, dict):
         raise ValueError(f"{path}: the embedded model config must be a JSON object")
     return config
@@ -285,13 +426,16 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
         bundle = tf_bundle.open_bundle(path)  # the index is parsed once, for the names and for the reads
         return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in bundle.entries.items()}, bundle.read,
                              overrides)
-    tensors, config = read_tensors(path)
+    tensors, config = declared_tensors(path)  # an .npz's are inflated only once the model says what it needs
     if config is None:
         return from_tf_names({n: (a.dtype.name, a.shape) for n, a in tensors.items()},
-                             lambda names: {n: tensors[n] for n in names}, overrides)
+                             lambda names: read_declared(path, {n: tensors[n] for n in names}), overrides)
     with_options(config, overrides, f"{path} carries its config")
     model = model_from_config(config, holds=len(tensors))
-    weights, biases = tf.from_tf(model, tensors, config.get("scope"))
+    check_fits(model, sum(np.size(t) for t in tensors.values()), "the checkpoint's tensors")
+    expected = tf.expected_shapes(model, config.get("scope"))
+    check_needed({n: t.shape for n, t in tensors.items()}, expected, model)
+    weights, biases = tf.from_tf(model, read_declared(path, tensors, expected), config.get("scope"))
     return Checkpoint(model, weights, biases, config)
 
 
@@ -305,6 +449,8 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
                           untold=("input_mode",))
     model = model_from_config(config, holds=len(meta))
     check_fits(model, sum(math.prod(shape) for _, shape in meta.values()), "the checkpoint's tensors")
-    names = [n for n in tf.expected_shapes(model, config["scope"]) if n in meta]
+    expected = tf.expected_shapes(model, config["scope"])
+    names = [n for n in expected if n in meta]
+    check_needed({n: meta[n][1] for n in names}, expected, model)  # before anything is read on the file's word
     weights, biases = tf.from_tf(model, read(names), config["scope"])
     return Checkpoint(model, weights, biases, config)

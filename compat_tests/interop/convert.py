@@ -20,13 +20,17 @@ the format from the file: :func:`detect`.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from reference import checkpoint
 from reference.formats import keras, tf, tf_bundle, torch, torch_archive, torch_save
+from reference.formats.canonical import check_fits, zeros
 
 from . import keras_file
 
@@ -115,10 +119,11 @@ def _read(fmt: str, path: str | Path, overrides: dict):
         return Read(*keras_file.read(path, overrides))
     if fmt == "torch":
         return _read_torch(path, overrides, module)
-    tensors, found = checkpoint.read_tensors(path)
+    tensors, found = checkpoint.declared_tensors(path)  # an .npz's inflated once the model says what it needs
     carried = found is not None
     if fmt == "keras":
         model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
+        check_fits(model, sum(np.size(t) for t in tensors.values()), "the file's tensors")
         names = [[f"layer{k}/{n}" for n in ("kernel", "recurrent_kernel", "bias")]
                  for k in range(model.num_layers * model.num_dirs)]
         if not any(n.endswith("/bias") for n in tensors):  # use_bias=False: zero biases, the same function
@@ -129,6 +134,10 @@ def _read(fmt: str, path: str | Path, overrides: dict):
         extra = sorted(set(tensors) - {n for layer in names for n in layer})
         if extra:
             raise ValueError(f"has tensors {model!r} does not: {extra[:3]}{' ...' if len(extra) > 3 else ''}")
+        expected = {n: a.shape for layer, arrays in zip(names, keras.to_keras(model, *zeros(model)))
+                    for n, a in zip(layer, arrays)}
+        checkpoint.check_needed({n: np.shape(t) for n, t in tensors.items()}, expected, model)
+        tensors = checkpoint.read_declared(path, tensors)
         return Read(model, *keras.from_keras(model, [[tensors[n] for n in layer] for layer in names]))
     raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
 
@@ -140,8 +149,8 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
     archive = Path(path).suffix not in checkpoint.SUFFIXES and torch_archive.is_torch_file(path)
     if archive:  # ours carry their config beside the state_dict
         found = checkpoint.parse_config(torch_archive.carried_config(path), path)
-    else:
-        tensors, found = checkpoint.read_tensors(path)
+    else:  # an .npz's tensors inflated only once the model says what it needs
+        tensors, found = checkpoint.declared_tensors(path)
     carried = found is not None
     if carried and module:
         raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
@@ -153,7 +162,28 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
     if found is None:
         found = torch.config_from_state_dict(tensors, nonlinearity or overrides.get("rnn_mode"))
     model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
+    if not archive:
+        check_fits(model, sum(np.size(t) for t in tensors.values()), "the state_dict's tensors")
+        expected = {k: v.shape for k, v in torch.to_state_dict(model, *zeros(model)).items()}
+        checkpoint.check_needed({n: np.shape(t) for n, t in tensors.items()}, expected, model)
+        tensors = checkpoint.read_declared(path, tensors, expected)
     return Read(model, *torch.from_state_dict(model, tensors))
+
+
+def written_files(fmt: str, path: str | Path) -> list[Path]:
+    """The files :func:`write` makes for format ``fmt`` at ``path``: ``path``, or a TF checkpoint's two."""
+    if fmt == "tf":
+        prefix = _bundle_prefix(path)
+        return [Path(f"{prefix}.index"), Path(f"{prefix}.data-00000-of-00001")]
+    return [Path(path)]
+
+
+def read_files(path: str | Path) -> list[Path]:
+    """The files a read of ``path`` opens: ``path``, or a TF checkpoint's index and data files."""
+    if tf_bundle.is_bundle(path):
+        prefix = Path(path).with_suffix("") if Path(path).suffix == ".index" else Path(path)
+        return [Path(f"{prefix}.index"), *sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"))]
+    return [Path(path)]
 
 
 # Names of the files the other formats write (and ``detect`` reads as theirs): not a TF checkpoint's prefix.

@@ -3,12 +3,15 @@ a child process. The HDF5 C library is not hardened against damaged files: one c
 ``.h5`` file crashes it when an attribute is read (SIGSEGV, ``compat_tests/data/hdf5_crash.h5``, found by
 damaging files under this suite), which in process would kill ``rnn-compat`` or the caller's interpreter
 without a word. Here a crash, or a read that does not end, is a ValueError. The child writes what it read
-as an ``.npz`` (arrays) with a JSON description of the tree, loaded without pickle.
+as an ``.npz`` (arrays) with a JSON description of the tree, loaded without pickle. A float dataset that
+declares more bytes than the whole file stores (compressed, which Keras never does: a decompression bomb) is
+refused before it is read.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -58,6 +61,8 @@ def read(source: str | Path | BinaryIO) -> Group:
     """The root group of an HDF5 file (a path, or a binary stream such as an archive member, copied to a
     temporary file in chunks); a file that is not HDF5, or that the HDF5 library cannot read or crashes on,
     is a ValueError. Errors reading the stream propagate. Needs h5py (callers check, naming their feature)."""
+    from reference.formats.files import load_json  # (here: as a script, the child imports NumPy and h5py alone)
+
     with tempfile.TemporaryDirectory() as folder:
         if not isinstance(source, (str, Path)):
             with open(Path(folder, "in.h5"), "wb") as copy:
@@ -80,7 +85,7 @@ def read(source: str | Path | BinaryIO) -> Group:
             raise ValueError(lines[-1] if lines else f"reading it as HDF5 failed (exit status {run.returncode})")
         with np.load(out, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
-    tree = json.loads(arrays.pop("__tree__").tobytes().decode())
+    tree = load_json(arrays.pop("__tree__").tobytes(), "the HDF5 tree's description")
     return Group(tree, arrays)
 
 
@@ -129,10 +134,16 @@ def _dump(source: str, out: str) -> int:
         return 1
     tree: dict = {}
     arrays: dict[str, np.ndarray] = {}
+    stored = os.path.getsize(source)
 
     def visit(path: str, obj) -> None:
         if isinstance(obj, h5py.Dataset):
             readable = obj.dtype.kind == "f" and obj.shape is not None
+            if readable and obj.size * obj.dtype.itemsize > stored:  # (checked before anything is inflated)
+                raise ValueError(f"dataset {path} declares {list(obj.shape)} {obj.dtype} "
+                                 f"({obj.size * obj.dtype.itemsize} bytes), more than the whole file's {stored}: "
+                                 f"compressed weights (Keras never compresses them) that would inflate beyond what "
+                                 f"the file stores; refused")
             if readable:
                 arrays[f"a{len(arrays)}"] = np.asarray(obj[()])
             tree[path] = {"dataset": f"a{len(arrays) - 1}" if readable else None, "attrs": {}}

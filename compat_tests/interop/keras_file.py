@@ -32,7 +32,7 @@ import numpy as np
 from reference import checkpoint
 from reference.formats import keras as keras_weights
 from reference.formats.canonical import matrix_shape
-from reference.formats.files import replacing
+from reference.formats.files import load_json, replacing
 
 from compat_tests.interop import hdf5_tree
 from compat_tests.interop.keras_stack import (WRAPPER, Layer, is_recurrent, layer_name, stack_indices, stack_kind,
@@ -87,12 +87,24 @@ def _archive(path: Path) -> tuple[dict, hdf5_tree.Group]:
             raise _unreadable("model.weights.h5", exc) from None
 
 
+# How far a compressed model.weights.h5 may inflate (Keras stores it uncompressed; an archive packed again with
+# deflate shrinks float weights by about 1.1x, a small model's HDF5 headers by about 11x): beyond this, a
+# decompression bomb, refused before it is inflated.
+WEIGHTS_RATIO, WEIGHTS_FREE = 16, 2**24
+
+
 def _check_claim(zf: zipfile.ZipFile, name: str, limit: int | None = None) -> None:
     """Refuse, before inflating, a member that claims more than ``limit`` bytes (where given) or more than
-    deflate can make of its compressed size (a damaged or hostile header)."""
+    deflate can make of its compressed size (a damaged or hostile header); a compressed weights file, more
+    than weights inflate to (:data:`WEIGHTS_RATIO`)."""
     info = zf.getinfo(name)
     if (limit is not None and info.file_size > limit) or info.file_size > 1032 * max(info.compress_size, 1):
         raise ValueError(f"{name} claims {info.file_size} bytes, more than the archive can hold")
+    if limit is None and info.compress_type != zipfile.ZIP_STORED and \
+            info.file_size > max(WEIGHTS_FREE, WEIGHTS_RATIO * info.compress_size):
+        raise ValueError(f"{name} claims {info.file_size} bytes from {info.compress_size} compressed, more than "
+                         f"weights inflate to ({WEIGHTS_RATIO}x; Keras stores them uncompressed): refused before it "
+                         f"is inflated")
 
 
 def _unreadable(name: str, exc: BaseException) -> ValueError:
@@ -109,10 +121,9 @@ def _member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
 
 
 def _json(raw, what: str) -> dict:
-    try:
-        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:
-        raise ValueError(f"{what} is not JSON ({exc})") from None
+    if not isinstance(raw, (str, bytes)):
+        raise ValueError(f"{what} is not JSON text but {type(raw).__name__}")
+    config = load_json(raw, what)
     if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
         raise ValueError(f"{what} is not a Keras model config (no 'config' object)")
     return config

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from reference import checkpoint
-from reference.formats.files import replacing
+from reference.formats.files import load_json, replacing
 from reference.formats import onnx as onnx_weights
 
 from compat_tests.interop.onnx_stack import (DEFAULT_DOMAIN, RECURRENT_OPS, attributes, check_stack, check_starts,
@@ -148,7 +148,8 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
     layers = [_node_weights(n, inits) for n in nodes]
     kinds = [_node_kind(n, layer) for n, layer in zip(nodes, layers)]
     if META_KEY in meta:
-        config = checkpoint.with_options(json.loads(meta[META_KEY]), options, "the graph carries its config")
+        config = checkpoint.with_options(load_json(meta[META_KEY], f"its {META_KEY} metadata (the model config)"),
+                                         options, "the graph carries its config")
     else:
         config = checkpoint.with_options(_config_from_nodes(kinds[0], len(nodes), layers[0]), options,
                                          "its nodes tell its config", untold=("input_mode",))

@@ -117,10 +117,7 @@ def load_grid(name: str, seed: int) -> list[Spec]:
     path = Path(name)
     if not path.is_file():
         raise ValueError(f"--grid must be one of {', '.join(GRIDS)} or a JSON grid file, got {name!r}")
-    try:
-        entries = json_loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"grid file {name} is not JSON: {exc}") from None
+    entries = json_loads(path.read_bytes(), f"grid file {name}")
     if not isinstance(entries, list) or not entries:
         raise ValueError(f'grid file {name} must hold a non-empty JSON list of {{"study": ..., "config": {{...}}}} '
                          f"objects, got {type(entries).__name__}{'' if entries else ' (empty)'}")

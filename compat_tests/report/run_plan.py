@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reference.formats.files import replacing
+from reference.formats.files import load_json, replacing
 
 from ..config import RNNConfig
 from . import write_report
@@ -63,10 +63,7 @@ def check_resumable(out: Path, units: list[Unit]) -> None:
 
 
 def _read_plan(path: Path) -> dict:
-    try:
-        plan = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path} is not JSON ({exc})") from None
+    plan = load_json(path.read_bytes(), str(path))
     _check_plan(plan, path)
     return plan
 

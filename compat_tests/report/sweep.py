@@ -8,21 +8,32 @@ whose worker dies again gets an error record (the sweep goes on). In-process (``
 ends the run, but the unit it ran is named in ``in_flight`` until its record is written: the next run into
 that folder (``--resume``) runs that unit first, alone in a worker process, so a crash it causes again
 costs only its own record and the sweep goes on past it.
+
+SIGINT or SIGTERM (Ctrl-C reaches the whole process group; the workers ignore SIGINT and leave it to the main
+process) stops a run at once: the workers are killed, the units they were running are lost, every record
+already written stays whole, and ``--resume`` runs the rest. A second signal ends the process at once. A
+worker dies with the main process, however that ends (on Linux).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
+import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from itertools import chain
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
+
+from reference.formats.files import load_json
 
 from ..config import RNNConfig
 from .units import Unit, died_record, run_unit
@@ -64,16 +75,24 @@ def _inner_problem(record: dict) -> str | None:
 
 
 def read_records(path: Path) -> list[dict]:
-    """Records of a results file; a torn line (the run was killed mid-write) is dropped. A record without
-    the keys the report and ``--resume`` read is a ValueError naming it: another version wrote it, or a hand."""
+    """Records of a results file; a torn last line (the run was killed mid-write) is dropped. A line that is
+    not JSON elsewhere, or a record without the keys the report and ``--resume`` read, is a ValueError naming
+    it: another version wrote it, or a hand."""
     if not path.exists():
         return []
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, line in enumerate(lines, 1):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+            record = load_json(line, f"{path}: line {number}")
+        except ValueError:
+            if number == len(lines) and not data.endswith(b"\n"):
+                continue  # torn: the run was killed while writing it
+            raise ValueError(f"{path}: line {number} is not a record (not JSON, or nested too deeply): written "
+                             f"by another version of rnn-compat, or edited?") from None
         if not isinstance(record, dict):
             record = {}
         kind = (record.get("status"), record.get("study"))
@@ -134,9 +153,106 @@ def _single_threaded_workers(jobs: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _results(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path) -> Iterable[dict]:
-    """Records of ``units`` as they finish; none starts after ``deadline`` (``time.monotonic()``). In-process,
-    the file ``in_flight`` names the unit running until the caller has taken its record."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached a run: it stops at once, keeping every record already written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Signals:
+    """SIGINT and SIGTERM (once) raise :class:`Interrupted` in the main thread, but never while a record is
+    being written (:meth:`whole`): a record is written whole or not at all. A second signal ends the process
+    at once: the worker processes are killed first, and the records written so far stay."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._writing, self._pending = 0, False
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.received is not None:
+            for child in multiprocessing.active_children():
+                child.kill()
+            os.write(2, f"\ninterrupted again ({signal.Signals(signum).name}): stopped at once; the units that "
+                        f"finished are kept, --resume runs the rest\n".encode())
+            os._exit(128 + signum)
+        self.received = signum
+        if self._writing:
+            self._pending = True
+            return
+        raise Interrupted(signum)
+
+    @contextmanager
+    def whole(self) -> Iterator[None]:
+        self._writing += 1
+        try:
+            yield
+        finally:
+            self._writing -= 1
+            if not self._writing and self._pending:
+                self._pending = False
+                raise Interrupted(self.received)
+
+
+@contextmanager
+def _interruptible() -> Iterator[_Signals]:
+    """:class:`_Signals` handling SIGINT and SIGTERM while the block runs (where signals can be handled: the
+    main thread), the handlers before it restored after it."""
+    signals = _Signals()
+    if threading.current_thread() is not threading.main_thread():
+        yield signals
+        return
+    saved = {s: signal.signal(s, signals) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield signals
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _worker_started(parent: int) -> None:
+    """A worker process's first act: Ctrl-C at a terminal reaches the whole process group, but only the main
+    process decides what it means (it stops the workers itself); and a worker dies with its parent (Linux's
+    PR_SET_PDEATHSIG), so a killed run leaves none behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_worker_started,
+                               initargs=(os.getpid(),))
+
+
+def _close(pool: ProcessPoolExecutor | None, finished: bool) -> None:
+    """Shut ``pool`` down: after a normal end, waiting for its workers; else (an interrupt, an error) killing
+    them first, so that nothing is left computing units whose records would never be written."""
+    if pool is None:
+        return
+    if finished:
+        pool.shutdown(wait=True)
+        return
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    for worker in workers:
+        try:
+            worker.kill()
+        except (OSError, ValueError, AttributeError):  # already gone, or closed
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)
+    for worker in workers:
+        worker.join(timeout=5)
+
+
+def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, emit, signals: _Signals) -> None:
+    """Run ``units``, handing each record to ``emit`` as it finishes; none starts after ``deadline``
+    (``time.monotonic()``). In-process, the file ``in_flight`` names the unit running until its record is
+    written. An interrupt (any exception) ends it at once: the workers are killed, their units lost."""
     def expired() -> bool:
         return deadline is not None and time.monotonic() >= deadline
 
@@ -145,60 +261,82 @@ def _results(units: list[Unit], jobs: int, deadline: float | None, in_flight: Pa
             if expired():
                 return
             in_flight.write_text(unit.id + "\n")
-            yield run_unit(unit.to_dict())
-            in_flight.unlink()
+            try:
+                record = run_unit(unit.to_dict())
+            except BaseException:  # an interrupt, not a crash: the unit need not run alone next time
+                in_flight.unlink(missing_ok=True)
+                raise
+            with signals.whole():
+                emit(record)
+                in_flight.unlink()
         return
     broken: list[Unit] = []
-    with _single_threaded_workers(jobs), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
+    pool, finished = None, False
+    try:
+        with _single_threaded_workers(jobs):
+            pool = _pool(jobs)
+            unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
         pending = set(unit_of)
         while pending and not broken:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = None if deadline is None else min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
             done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-            for future in done:
-                if future.cancelled():
-                    continue
-                try:
-                    record = future.result()
-                except BrokenProcessPool:
-                    broken.append(unit_of[future])
-                    continue
-                yield record
+            with signals.whole():
+                for future in done:
+                    if future.cancelled():
+                        continue
+                    try:
+                        record = future.result()
+                    except BrokenProcessPool:
+                        broken.append(unit_of[future])
+                        continue
+                    emit(record)
             if expired():  # units not yet started are dropped; the ones in flight finish
                 for future in pending:
                     future.cancel()
                 deadline = None
         if broken:
             broken += [unit_of[f] for f in pending if not f.cancelled()]
+        finished = True
+    finally:
+        _close(pool, finished)
     if broken:
         order = {unit.id: i for i, unit in enumerate(units)}
-        yield from _one_at_a_time(sorted(broken, key=lambda u: order[u.id]), jobs, expired)
+        _one_at_a_time(sorted(broken, key=lambda u: order[u.id]), jobs, expired, emit, signals)
 
 
-def _one_at_a_time(units: list[Unit], jobs: int, expired) -> Iterable[dict]:
-    """Records of ``units``, each run alone in a worker process (a fresh one after a worker dies)."""
-    pool = None
+def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signals) -> None:
+    """Run ``units``, each alone in a worker process (a fresh one after a worker dies), records to ``emit``."""
+    pool, finished = None, False
     try:
         with _single_threaded_workers(jobs):
             for unit in units:
                 if expired():
-                    return
-                pool = pool or ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+                    break
+                pool = pool or _pool(1)
+                future = pool.submit(run_unit, unit.to_dict())
                 try:
-                    yield pool.submit(run_unit, unit.to_dict()).result()
+                    record = future.result()
                 except BrokenProcessPool:
-                    yield died_record(unit)
-                    pool.shutdown()
+                    record = died_record(unit)
+                    _close(pool, True)
                     pool = None
+                with signals.whole():
+                    emit(record)
+        finished = True
     finally:
-        if pool is not None:
-            pool.shutdown()
+        _close(pool, finished)
 
 
 def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
           max_seconds: float | None = None) -> list[dict]:
     """Run every unit not yet in ``out/results.jsonl`` (none starting after ``max_seconds``, when given) and
-    return the records of ``units`` there, in plan order: all of them unless the time ran out."""
+    return the records of ``units`` there, in plan order: all of them unless the time ran out. SIGINT or
+    SIGTERM stops it at once with :class:`Interrupted` (a ``KeyboardInterrupt``): the workers are killed, the
+    units in flight lost, every record already written kept whole for ``--resume``; a second one ends the
+    process at once."""
+    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and math.isfinite(max_seconds)
+                                        and max_seconds > 0):
+        raise ValueError(f"max_seconds must be a finite number of seconds > 0, got {max_seconds!r}")
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS
@@ -212,12 +350,15 @@ def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
     def expired() -> bool:
         return deadline is not None and time.monotonic() >= deadline
 
-    with path.open("a") as sink:
-        for record in chain(_one_at_a_time(crashed, jobs, expired), _results(todo, jobs, deadline, out / IN_FLIGHT)):
+    with path.open("a") as sink, _interruptible() as signals:
+        def emit(record: dict) -> None:  # (called inside signals.whole(): the record is written whole)
             sink.write(json.dumps(record, sort_keys=True) + "\n")
             sink.flush()
             done[record["id"]] = record
             bar.update(record)
+
+        _one_at_a_time(crashed, jobs, expired, emit, signals)
+        _run(todo, jobs, deadline, out / IN_FLIGHT, emit, signals)
     return [done[u.id] for u in units if u.id in done]
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..compare import Comparison, compare_peer, reproduce_command
-from ..config import RNNConfig, ground_truth, make_case
+from ..config import RNNConfig, ground_truth, json_loads, make_case
 from ..metrics import error_stats
 from ..peers import PEERS
 
@@ -153,4 +153,4 @@ def run_unit(data: dict) -> dict:
 
 
 if __name__ == "__main__":  # unit_command: run one unit, print its record
-    print(json.dumps(run_unit(json.loads(sys.argv[1])), indent=1, sort_keys=True))
+    print(json.dumps(run_unit(json_loads(sys.argv[1], "the unit (a JSON argument)")), indent=1, sort_keys=True))

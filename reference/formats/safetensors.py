@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import replacing
+from .files import load_json, replacing
 
 DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
           "I32": np.int32, "I64": np.int64, "U8": np.uint8, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64,
@@ -56,9 +56,9 @@ def _header(raw: bytes, size: int, path) -> tuple[int, dict, dict]:
     if n > min(MAX_HEADER, size - 8):
         raise ValueError(f"{path}: not a safetensors file (header length {n} exceeds the file)")
     try:
-        header = json.loads(raw[8:8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a safetensors file (header is not JSON: {exc})") from None
+        header = load_json(raw[8:8 + n], "its header")
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a safetensors file ({exc})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: safetensors header must be a JSON object")
     metadata = header.pop("__metadata__", None) or {}
