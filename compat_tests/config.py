@@ -1,4 +1,5 @@
-"""A test configuration (one network + one set of inputs) and the arrays it stands for.
+"""A test configuration (one network + one set of inputs) and the arrays it stands for: data only (running a
+config is ``compat_tests.run``'s).
 
 ``RNNConfig`` is plain data: it round-trips through JSON and through a command line, so every failure
 (Hypothesis example, report row) can be re-run from what it prints. ``make_case`` turns it into arrays,
@@ -17,7 +18,6 @@ from typing import NamedTuple
 import numpy as np
 
 import reference
-from reference import spec
 from reference.formats.files import load_json
 from reference.model import DIRECTIONS
 from reference.modes import MODES
@@ -228,50 +228,6 @@ class Outputs(NamedTuple):
     output_c: np.ndarray | None
 
 
-def forward_case(model, cfg: RNNConfig, case: Case, is_training: bool, params=None):
-    """``model.forward`` (any backend's) on ``case`` in ``cfg``'s layout, with ``params`` or the case's
-    canonical weights packed by ``model``."""
-    if params is None:
-        params = model.canonical_to_params(case.weights, case.biases)
-    return model.forward(case.x, case.h0, params, input_c=case.c0, is_training=is_training,
-                         sequence_lengths=case.lengths, time_major=cfg.time_major)
-
-
-def misaligned(xp, a):
-    """``a`` copied to a device view one element past an allocation's start (``xp``: CuPy or the fake)."""
-    return xp.concatenate([xp.zeros(1, a.dtype), xp.asarray(a).ravel()])[1:].reshape(a.shape)
-
-
-def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_training: bool):
-    model = cfg.model(dtype)
-    case = case.astype(model.dtype)
-    return model, case, forward_case(model, cfg, case, is_training)
-
-
-def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:
-    """The reference engine's forward pass (``reference.CudnnGRU`` etc.: the implementation under test, the
-    ``reference`` peer) of ``case`` in ``dtype`` (default the config's); inference mode. Not the truth:
-    that is :func:`ground_truth`."""
-    _, _, result = _reference_forward(cfg, case, dtype, is_training=False)
-    return Outputs(result.output, result.output_h, result.output_c)
-
-
-def _spec_call(cfg: RNNConfig, case: Case, dropout: float, masks) -> tuple:
-    """The float64 network of ``cfg`` and the arguments of a ``reference.spec`` call on ``case``'s values."""
-    case = case.astype(np.float64)
-    net = spec.Network.of(cfg.model("float64"))
-    options = dict(lengths=case.lengths, dropout=dropout, masks=masks, time_major=cfg.time_major)
-    return net, case, options
-
-
-def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> Outputs:
-    """The float64 truth on the case's exact values, from the plain cells of ``reference.spec`` (never the
-    engine under test): what every peer is measured against. ``masks``: the dropout keep-masks of a
-    training pass with ``dropout`` (in ``cfg``'s layout), as a model's ``reserve.dropout_masks`` holds them."""
-    net, case, options = _spec_call(cfg, case, dropout, masks)
-    return Outputs(*spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0, **options))
-
-
 class GradOutputs(NamedTuple):
     """What a backward pass returns, as NumPy arrays in the config's layout and dtype: the gradients of
     the input, the initial states (``d_input_c`` None unless LSTM) and the parameters, packed in the
@@ -284,19 +240,18 @@ class GradOutputs(NamedTuple):
     d_params: np.ndarray
 
 
-def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None) -> GradOutputs:
-    """The reference engine's forward (training, no dropout) and backward of ``case`` in ``dtype`` (default
-    the config's); not the truth: that is :func:`ground_truth_backward`."""
-    model, case, fwd = _reference_forward(cfg, case, dtype, is_training=True)
-    grads = model.backward(fwd, case.dy, case.dh, case.dc)
-    return GradOutputs(grads.input, grads.input_h, grads.input_c, grads.params)
+# Moved to compat_tests.run (the running of a config, beside this module's data); old imports still work.
+_MOVED = ("forward_case", "misaligned", "run_reference", "run_reference_backward", "ground_truth",
+          "ground_truth_backward")
 
 
-def ground_truth_backward(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> GradOutputs:
-    """The float64 truth's gradients of ``case.dy``/``dh``/``dc`` on the case's exact values, from
-    ``reference.spec`` (see :func:`ground_truth`), the parameters' packed in the opaque layout."""
-    net, case, options = _spec_call(cfg, case, dropout, masks)
-    grads = spec.backward(net, case.weights, case.biases, case.x, case.h0, case.c0, case.dy, case.dh, case.dc,
-                          **options)
-    d_params = cfg.model("float64").canonical_to_params(grads.weights, grads.biases)
-    return GradOutputs(grads.input, grads.input_h, grads.input_c, d_params)
+def __getattr__(name: str):
+    if name in _MOVED:
+        import warnings
+
+        from . import run
+
+        warnings.warn(f"compat_tests.config.{name} moved to compat_tests.run.{name}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(run, name)
+    raise AttributeError(f"module 'compat_tests.config' has no attribute {name!r}")

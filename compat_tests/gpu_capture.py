@@ -32,7 +32,8 @@ from reference import checkpoint
 from reference.formats.files import load_json, replacing
 
 from .compare import Recorded, compare_peer
-from .config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, forward_case, make_case
+from .config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, make_case
+from .run import forward_case
 
 FORMAT = 1
 CASE_FIELDS = ("x", "h0", "c0", "lengths", "dy", "dh", "dc")

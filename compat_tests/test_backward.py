@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 import reference
 from compat_tests.compare import compare_peer
-from compat_tests.config import RNNConfig, forward_case, make_case
+from compat_tests.config import RNNConfig, make_case
+from compat_tests.run import forward_case
 from compat_tests.known_divergences import known
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP

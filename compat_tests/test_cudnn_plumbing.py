@@ -17,7 +17,8 @@ import pytest
 
 import cudnn_backend
 from compat_tests import fake_cuda
-from compat_tests.config import RNNConfig, forward_case, make_case, misaligned
+from compat_tests.config import RNNConfig, make_case
+from compat_tests.run import forward_case, misaligned
 from cudnn_backend import _lib
 from cudnn_backend import model as backend_model
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compat_tests.compare import compare_peer
-from compat_tests.config import RNNConfig, ground_truth, make_case
+from compat_tests.config import RNNConfig, make_case
+from compat_tests.run import ground_truth
 from compat_tests.known_divergences import known
 from compat_tests.metrics import error_stats
 from compat_tests.peers import PEERS

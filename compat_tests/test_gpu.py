@@ -16,7 +16,8 @@ import pytest
 
 import cudnn_backend
 from compat_tests.compare import Recorded, compare_peer
-from compat_tests.config import RNNConfig, forward_case, make_case, misaligned
+from compat_tests.config import RNNConfig, make_case
+from compat_tests.run import forward_case, misaligned
 from compat_tests.peers.cudnn_gpu import gradients
 from compat_tests.tolerances import GPU_CALLS_POOL_BYTES, GPU_CALLS_RSS
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import cudnn_backend
 from compat_tests import gpu_ladder
 from compat_tests.compare import compare_peer, judge_results, reproduce_command
-from compat_tests.config import Outputs, RNNConfig, ground_truth, make_case
+from compat_tests.config import Outputs, RNNConfig, make_case
+from compat_tests.run import ground_truth
 from compat_tests.peers import PEERS
 from compat_tests.strategies import rung_configs
 from compat_tests.test_layout import random_bits

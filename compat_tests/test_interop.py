@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from compat_tests import cli
 from compat_tests.compare import assert_agree_within_policy
 from compat_tests.conditioning import sensitivity
-from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
+from compat_tests.config import Outputs, RNNConfig, make_case
+from compat_tests.run import run_reference
 from compat_tests.conftest import Killed
 from compat_tests.metrics import error_stats
 from compat_tests.peers import PEERS

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from compat_tests import cli, known_divergences, tolerances
 from compat_tests.compare import compare_peer
-from compat_tests.config import Case, Outputs, RNNConfig, run_reference
+from compat_tests.config import Case, Outputs, RNNConfig
+from compat_tests.run import run_reference
 from compat_tests.known_divergences import Divergence
 from compat_tests.metrics import error_stats
 from compat_tests.peers import PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
@@ -236,7 +237,7 @@ _NAN_EATERS = [_NanEater("nan-eater", declares=False), _NanEater("nan-eater-decl
 # A plugin file of its own: a report's workers load plugins as compat_tests.peers is imported, before this
 # module (which imports compat_tests.compare, which imports compat_tests.peers) could be.
 _LOOSE_REFERENCE = """
-from compat_tests.config import run_reference
+from compat_tests.run import run_reference
 from compat_tests.peers import Capabilities, Peer
 from compat_tests.tolerances import Budget, Override
 
@@ -489,3 +490,17 @@ def test_an_unknown_peer_in_pytest_names_the_plugin_variable():
                          cwd=ROOT, env={**os.environ, plugins.ENV: ""}, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and "RNN_COMPAT_PLUGINS=MODULE:ATTR" in run.stdout + run.stderr
 
+
+
+@pytest.mark.parametrize("name", ["run_reference", "run_reference_backward", "ground_truth", "ground_truth_backward",
+                                  "forward_case", "misaligned"])
+def test_what_moved_out_of_config_still_imports_from_there_with_a_deprecation(name):
+    """A plugin written against ``compat_tests.config``'s running functions (now ``compat_tests.run``'s) keeps
+    working, warned."""
+    import compat_tests.config as config
+    from compat_tests import run
+
+    with pytest.warns(DeprecationWarning, match=f"compat_tests.config.{name} moved to compat_tests.run.{name}"):
+        assert getattr(config, name) is getattr(run, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        config.nothing_here

@@ -8,7 +8,8 @@ import pytest
 from compat_tests import conditioning, tolerances
 from compat_tests.compare import Recorded, compare_peer, judge_results
 from compat_tests.conditioning import sensitivity
-from compat_tests.config import Outputs, RNNConfig, ground_truth, ground_truth_backward, make_case
+from compat_tests.config import Outputs, RNNConfig, make_case
+from compat_tests.run import ground_truth, ground_truth_backward
 from compat_tests.metrics import error_stats, ulp_distance
 from compat_tests.peers import PEERS
 

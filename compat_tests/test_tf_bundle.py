@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from compat_tests import cli
 from compat_tests.compare import assert_agree_within_policy
-from compat_tests.config import Outputs, RNNConfig, make_case, run_reference
+from compat_tests.config import Outputs, RNNConfig, make_case
+from compat_tests.run import run_reference
 from reference import checkpoint
 from reference.formats import tf as tf_format
 from reference.formats import tf_bundle

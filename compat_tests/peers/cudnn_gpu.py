@@ -7,7 +7,8 @@ the TF32 divergence is measured and shown rather than hidden inside a loose tole
 
 from __future__ import annotations
 
-from ..config import Case, GradOutputs, Outputs, RNNConfig, forward_case
+from ..config import Case, GradOutputs, Outputs, RNNConfig
+from ..run import forward_case
 from .base import Capabilities, Peer
 
 _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the reference's"),)

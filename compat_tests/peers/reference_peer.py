@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Case, GradOutputs, Outputs, RNNConfig, run_reference, run_reference_backward
+from ..config import Case, GradOutputs, Outputs, RNNConfig
+from ..run import run_reference, run_reference_backward
 from .base import Capabilities, Peer
 
 
@@ -12,7 +13,8 @@ class ReferencePeer(Peer):
     name = "reference"
     capabilities = Capabilities(
         dtypes=("float16", "float32"),
-        notes=(("dtype", "the float64 reference is the ground truth every peer is measured against"),),
+        notes=(("dtype", "the engine's float64 is held against the float64 truth (the plain cells of reference/spec) "
+                          "by compat_tests/test_spec.py"),),
     )
 
     def available(self) -> tuple[bool, str]:

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..compare import Comparison, compare_peer, reproduce_command
-from ..config import RNNConfig, ground_truth, json_loads, make_case
+from ..config import RNNConfig, json_loads, make_case
+from ..run import ground_truth
 from ..metrics import error_stats
 from ..peers import PEERS
 
