@@ -1,9 +1,11 @@
 """Time one implementation on one config in this process; print one JSON line of seconds per call.
 
 ``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S]``
-IMPL: reference | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and
-tanh) | floor_steps (its own steps and GEMMs, data movement free) | gemm;
-TASK: train (forward + backward, all gradients) | infer (forward only);
+IMPL: reference | bound (the reference bound to its parameters once, ``model.bind``: its ``forward``, or its
+``step``) | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and tanh) |
+floor_steps (its own steps and GEMMs, data movement free) | gemm;
+TASK: train (forward + backward, all gradients) | infer (forward only) | step (one time step, ``T`` ignored, of
+a stream whose states each call carries over to the next, :func:`step_call`; the floors: a forward of ``T = 1``);
 ``--lengths``: a padded batch of sequences of :func:`lengths` (each implementation's own way: the reference's
 ``sequence_lengths``, torch's packed sequence, packed in each call as a user's padded batch is, ONNX's
 ``sequence_lens``).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import time
 
 import numpy as np
@@ -36,20 +39,50 @@ def _reference_model(mode: str, I: int, H: int, L: int, bidi: bool):
                                 dtype=np.float32)
 
 
-def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
+def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None,
+                   bound: bool = False):
+    """The reference's call (``bound``: bound to its parameters once, ``model.bind``)."""
     model = _reference_model(mode, I, H, L, bidi)
     rng = np.random.default_rng(0)
     params = (rng.standard_normal(model.params_size()) * H**-0.5).astype(np.float32)
+    if task == "step":
+        return step_call(model, model.bind(params) if bound else None, params, B)
     x = rng.standard_normal((T, B, I)).astype(np.float32)
     dy = rng.standard_normal((T, B, (2 if bidi else 1) * H)).astype(np.float32)
     if task == "infer":
+        if bound:
+            return functools.partial(model.bind(params).forward, x, sequence_lengths=seq_lengths)
         return lambda: model.forward(x, None, params, is_training=False, sequence_lengths=seq_lengths)
+    if bound:
+        raise SystemExit("a bound model is for inference")
 
     def train():
         fwd = model.forward(x, None, params, is_training=True, sequence_lengths=seq_lengths)
         model.backward(fwd, dy)
 
     return train
+
+
+def step_call(model, bound, params: np.ndarray, B: int):
+    """One streaming step of batch ``B`` from states carried over from the call before: ``bound.step``
+    updating the states in place, or (``bound=None``) the model's ``T = 1`` call."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((B, model.input_size)).astype(np.float32)
+    lstm = model.rnn_mode == "lstm"
+    h = np.zeros((model.num_layers, B, model.state_width), np.float32)
+    c = np.zeros((model.num_layers, B, model.num_units), np.float32) if lstm else None
+    if bound is not None:
+        if lstm:
+            return lambda: bound.step(x, h, c, out_h=h, out_c=c)
+        return lambda: bound.step(x, h, out_h=h)
+    states = [h, c]
+    x_seq = x[None]
+
+    def call():
+        result = model.forward(x_seq, states[0], params, states[1], is_training=False)
+        states[:] = result.output_h, result.output_c
+
+    return call
 
 
 def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
@@ -59,6 +92,15 @@ def torch_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     cls = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}.get(mode)
     kwargs = {} if cls else {"nonlinearity": mode}
     module = (cls or torch.nn.RNN)(I, H, num_layers=L, bidirectional=bidi, **kwargs)
+    if task == "step":  # the module's call on one step, its states carried over
+        x_t = torch.randn(1, B, I)
+        state = [None]
+
+        def step():
+            with torch.inference_mode():
+                state[0] = module(x_t, state[0])[1]
+
+        return step
     x = torch.randn(T, B, I)
     dy = torch.randn(T, B, (2 if bidi else 1) * H)
     n = None if seq_lengths is None else torch.from_numpy(seq_lengths)
@@ -90,19 +132,65 @@ def onnxruntime_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: in
 
     from compat_tests.interop.onnx_model import export_model
 
-    if task != "infer":
+    if task == "train":
         raise SystemExit("onnxruntime has no backward pass")
     model = _reference_model(mode, I, H, L, bidi)
     rng = np.random.default_rng(0)
     w_shapes, b_shapes = model.canonical_shapes()
     weights = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in w_shapes]
     biases = [(rng.standard_normal(s) * H**-0.5).astype(np.float32) for s in b_shapes]
+    if task == "step":
+        return onnxruntime_step(model, weights, biases, B)
     proto = export_model(model, weights, biases, with_lengths=seq_lengths is not None, with_states=False)
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(onnxruntime, proto)
     feed = {"X": rng.standard_normal((T, B, I)).astype(np.float32)}
     if seq_lengths is not None:
         feed["sequence_lens"] = seq_lengths.astype(np.int32)
     return lambda: session.run(None, feed)
+
+
+def ort_session(onnxruntime, proto):
+    """An onnxruntime CPU session of ``proto``; with ``OMP_NUM_THREADS`` set (as ``bench_streaming --threads``
+    does for every implementation: OpenBLAS and torch follow it), its intra-op pool has that many threads."""
+    options = onnxruntime.SessionOptions()
+    if os.environ.get("OMP_NUM_THREADS"):
+        options.intra_op_num_threads = int(os.environ["OMP_NUM_THREADS"])
+    return onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_step(model, weights: list[np.ndarray], biases: list[np.ndarray], B: int):
+    """``session.run`` of the model's one recurrent node (a graph of that node alone, states as inputs and
+    outputs; one layer, one direction) on one step, its states carried over from the run before."""
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    from compat_tests.interop.onnx_model import IR_VERSION, OPSET
+    from reference.formats import onnx as onnx_weights
+
+    if model.num_layers != 1 or model.num_dirs != 1:
+        raise SystemExit("the step benchmark's ONNX graph is one node: one layer, one direction")
+    lstm, H, I = model.rnn_mode == "lstm", model.num_units, model.input_size
+    wrb = onnx_weights.to_onnx(model, weights, biases)[0]
+    states = ["initial_h", "initial_c"] if lstm else ["initial_h"]
+    outputs = ["Y", "Y_h", "Y_c"] if lstm else ["Y", "Y_h"]
+    node = helper.make_node(onnx_weights.OPS[model.rnn_mode], ["X", "W", "R", "B", "", *states], outputs,
+                            hidden_size=H, **onnx_weights.ATTRIBUTES[model.rnn_mode])
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node], "step", [helper.make_tensor_value_info("X", f32, [1, B, I]),
+                         *(helper.make_tensor_value_info(s, f32, [1, B, H]) for s in states)],
+        [helper.make_tensor_value_info(o, f32, None) for o in outputs],
+        initializer=[numpy_helper.from_array(np.ascontiguousarray(wrb[k]), k) for k in ("W", "R", "B")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    session = ort_session(onnxruntime, proto)
+    feed = {"X": np.random.default_rng(0).standard_normal((1, B, I)).astype(np.float32),
+            **{s: np.zeros((1, B, H), np.float32) for s in states}}
+
+    def step():
+        result = session.run(None, feed)
+        feed.update(zip(states, result[1:]))
+
+    return step
 
 
 # The [H, B] blocks of each forward step that go through NumPy's exp (the sigmoid gates) and tanh (tanh gates
@@ -229,14 +317,15 @@ def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi
     return lambda: a @ b
 
 
-IMPLS = {"reference": reference_call, "torch": torch_call, "onnxruntime": onnxruntime_call, "floor": floor_call,
+IMPLS = {"reference": reference_call, "bound": functools.partial(reference_call, bound=True), "torch": torch_call,
+         "onnxruntime": onnxruntime_call, "floor": floor_call,
          "floor_act": functools.partial(floor_call, activations=True), "floor_steps": steps_call, "gemm": gemm_call}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("impl", choices=sorted(IMPLS))
-    p.add_argument("task", choices=("train", "infer"))
+    p.add_argument("task", choices=("train", "infer", "step"))
     p.add_argument("mode")
     for name in ("T", "B", "I", "H", "L"):
         p.add_argument(name, type=int)
@@ -245,8 +334,11 @@ def main() -> None:
     p.add_argument("--min-repeat", type=int, default=5)
     p.add_argument("--lengths", action="store_true", help="a padded batch of sequences of lengths(T, B)")
     a = p.parse_args()
-    call = IMPLS[a.impl](a.task, a.mode, a.T, a.B, a.I, a.H, a.L, a.bidi == "Y",
-                         lengths(a.T, a.B) if a.lengths else None)
+    impl, task, T = IMPLS[a.impl], a.task, a.T
+    if task == "step" and a.impl in ("floor", "floor_act", "floor_steps", "gemm"):
+        task, T = "infer", 1  # the floors of a step: those of a forward pass of one step
+    call = impl(task, a.mode, T, a.B, a.I, a.H, a.L, a.bidi == "Y", lengths(T, a.B) if a.lengths else None)
+    most = 5000 if a.task == "step" else 200  # a step takes microseconds: more of them in the same time
     for _ in range(2):  # warm-up: allocations, BLAS/oneDNN kernel selection
         call()
     times = []
@@ -255,7 +347,7 @@ def main() -> None:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-        if len(times) >= 200:
+        if len(times) >= most:
             break
     print(json.dumps({"median": float(np.median(times)), "n": len(times)}))
 

@@ -4,6 +4,7 @@ Imports NumPy only. The public names follow ``shared/API.md``; see ``reference.m
 """
 
 from .layout import Region
+from .streaming import BoundRNN
 from .model import (
     ClassicGRU,
     CudnnGRU,
@@ -18,6 +19,7 @@ from .model import (
 )
 
 __all__ = [
+    "BoundRNN",
     "ClassicGRU",
     "CudnnGRU",
     "CudnnLSTM",

@@ -31,6 +31,7 @@ from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
 from .backward import backprop_layers
 from .formats.canonical import check_canonical
 from .recurrence import PseudoLayerParams, StackTrace, run_layers
+from .streaming import BoundRNN
 
 
 @dataclass(frozen=True)
@@ -202,10 +203,22 @@ class _CudnnRNN:
         """
         args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
                                           time_major)
+        params = self._check_params(params)
+        return self._forward_layers(args, self._pseudo_layers(params, copy=args.is_training), sequence_lengths)
+
+    def bind(self, params: np.ndarray) -> "BoundRNN":
+        """This model bound to ``params``: a :class:`reference.BoundRNN` for inference and streaming, whose calls
+        skip the parameter checks and unpacking (``docs/streaming.md``). Binding *copies* ``params``: a later
+        change to the caller's buffer does not change the bound model."""
+        return BoundRNN(self, self._check_params(params))
+
+    def _forward_layers(self, args: contract.ForwardArguments, layers: Sequence[PseudoLayerParams],
+                        sequence_lengths: Sequence[int] | np.ndarray | None) -> ForwardResult:
+        """:meth:`forward` after its argument checks, over per pseudo-layer parameters (from
+        :meth:`_pseudo_layers`, or a :class:`reference.BoundRNN`'s own)."""
         T, B, time_major, is_training = args.T, args.B, args.time_major, args.is_training
         x = args.input if time_major else args.input.transpose(1, 0, 2)
         h0, c0 = self._zero_states(args.input_h, args.input_c, B)
-        params = self._check_params(params)
         lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
 
         cdt = compute_dtype(self.dtype)
@@ -219,7 +232,7 @@ class _CudnnRNN:
             y, h_n, c_n, trace = run_layers(
                 self._mode, x_in, h0.astype(cdt),
                 None if c0 is None else c0.astype(cdt),
-                self._pseudo_layers(params, copy=is_training), self.num_dirs,
+                layers, self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
                 self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
                 [s.astype(cdt) for s in scales], trace=is_training,

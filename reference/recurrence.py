@@ -66,25 +66,45 @@ def projection_buffer(GH: int, T: int, B: int, dtype: np.dtype) -> Array:
 def input_projection(x: Array, params: PseudoLayerParams, bias: Array, out: Array) -> Array:
     """``W @ x + bias`` for all time steps in one GEMM: ``x [T, B, in]`` (contiguous) -> ``out [G*H, T, B]``
     (from :func:`projection_buffer`), which is returned."""
-    T, B, width = x.shape
-    GH = out.shape[0]
-    x_rows = x.reshape(T * B, width)
+    return projector(params, bias, out)(x)
+
+
+def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool = False) -> Callable[[Array], Array]:
+    """:func:`input_projection` into ``out`` with its layout worked out once: ``project(x [T, B, in])`` (contiguous,
+    the ``T`` and ``B`` of ``out``) writes ``W @ x + bias`` into ``out`` and returns it. ``reused``: for a
+    projector called many times (a streaming step, which may pass ``x [B, in]`` for ``T = 1``), the bias is
+    repeated across the columns of a ``[G*H, T*B]`` projection once, here: adding a ``[G*H, 1]`` column to short
+    rows took several times as long as adding the full array (``benchmarks/NOTES.md``, ``modes.py``); the
+    same sums."""
+    GH, T, B = out.shape
     time_outer = out.transpose(1, 2, 0)
     if out.flags.c_contiguous:
-        xw = out.reshape(GH, T * B)
+        xw, xw_rows = out.reshape(GH, T * B), None
     elif time_outer.flags.c_contiguous:  # the same product, transposed
-        xw = time_outer.reshape(T * B, GH).T
+        xw_rows = time_outer.reshape(T * B, GH)
+        xw = xw_rows.T
     else:
         raise ValueError(f"out must be a buffer from projection_buffer, got strides {out.strides}")
-    if params.W is None:  # skip_input: the input feeds every gate as is
-        for g in range(GH // width):
-            xw[g * width : (g + 1) * width] = x_rows.T
-    elif out.flags.c_contiguous:
-        np.matmul(params.W, x_rows.T, out=xw)
-    else:
-        np.matmul(x_rows, params.W.T, out=xw.T)
-    xw += bias[:, None]
-    return out
+    W = params.W
+    column_bias = np.repeat(bias[:, None], T * B, axis=1) if reused and xw_rows is None else None
+
+    def project(x: Array) -> Array:
+        x_rows = x.reshape(T * B, x.shape[-1])
+        if W is None:  # skip_input: the input feeds every gate as is
+            width = x_rows.shape[1]
+            for g in range(GH // width):
+                xw[g * width : (g + 1) * width] = x_rows.T
+        elif xw_rows is None:
+            W.dot(x_rows.T, xw)  # np.matmul's BLAS call, bit for bit, with less overhead (modes.py)
+        else:
+            x_rows.dot(W.T, xw_rows)
+        if xw_rows is None:
+            np.add(xw, bias[:, None] if column_bias is None else column_bias, xw)
+        else:
+            np.add(xw_rows, bias, xw_rows)
+        return out
+
+    return project
 
 
 STACKED_INPUT_MAX = 256

@@ -1,0 +1,334 @@
+"""A model bound to its parameters: inference without the per-call unpacking, and one step at a time.
+
+``model.bind(params)`` returns a :class:`BoundRNN`. Binding checks ``params`` once and unpacks them into
+per pseudo-layer matrices in the compute dtype (gate blocks stacked in the engine's compute order,
+``reference.recurrence.PseudoLayerParams``), **copies** of the caller's buffer made read-only: a later
+change to ``params`` does not change the bound model (bind again to take it).
+
+- :meth:`BoundRNN.forward` / ``bound(...)``: the model's ``forward(is_training=False)`` / ``__call__``
+  without ``params``, through the same code (``_CudnnRNN._forward_layers``): results bit for bit the model's.
+- :meth:`BoundRNN.step`: one time step (``T = 1``) of a **unidirectional** model for a batch of streams,
+  states in and out, through the engine's own step (``recurrence.fused_step``) and input projection
+  (``recurrence.projector``, or the stacked ``[x; 1; h]`` step where the engine stacks) on buffers made
+  once per batch size (and thread). A step is the model's ``forward`` of that one step, bit for bit;
+  over ``T`` steps it is the whole-sequence call where that call's arithmetic per step is the same
+  (``docs/streaming.md`` says where it is not, and by how much).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from . import checks, contract
+from .contract import ForwardResult
+from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
+from .recurrence import (
+    PseudoLayerParams,
+    fused_step,
+    projection_bias,
+    projection_buffer,
+    projector,
+    stacks_input,
+)
+
+Array = np.ndarray
+
+# np.errstate as a decorator: thread-safe (its token is the call's), and half the cost of a `with` block.
+_QUIET = np.errstate(over="ignore", invalid="ignore", under="ignore")
+
+MAX_PLANS = 8
+"""Batch sizes whose step buffers a bound model keeps per thread; beyond, the oldest are dropped."""
+
+
+def _own(a: Array | None) -> Array | None:
+    """A read-only copy of ``a`` with its own memory (not the engine's buffer cache: it lives as long as the
+    bound model)."""
+    if a is None:
+        return None
+    a = np.array(a, order="C")
+    a.flags.writeable = False
+    return a
+
+
+class _LayerStep:
+    """One layer's step for a batch of ``B`` streams on buffers made once: the input projection of the step
+    (``recurrence.projector``) or the stacked ``[x; 1; h]`` slot, and the engine's fused step, which writes the
+    new state into ``h_out [Hr, B]`` (and an LSTM's cell state into its own buffer). A forward call of ``T = 1``
+    does the same arithmetic on the same shapes and layouts (``recurrence.run_layers``)."""
+
+    __slots__ = ("step", "project", "xw_t", "slot", "slot_x", "slot_h", "h_in", "c_in", "h_out", "dtype")
+
+    def __init__(self, mode, params: PseudoLayerParams, bias: Array, B: int) -> None:
+        GH, Hr = params.R.shape
+        H = GH // mode.num_gates
+        self.dtype = dtype = params.R.dtype
+        stacked = stacks_input(mode, params, B)
+        self.step = fused_step(mode, params, B, None, bias if stacked else None)
+        self.h_out = np.empty((Hr, B), dtype)
+        self.c_in = np.empty((H, B), dtype) if mode.has_cell_state else None
+        self.h_in = np.empty((Hr, B), dtype)
+        self.project = self.xw_t = self.slot = self.slot_x = self.slot_h = None
+        if stacked:  # recurrence.stacked_inputs' slot: [x_t; 1; h]
+            width = params.W.shape[1]
+            self.slot = np.empty((width + 1 + Hr, B), dtype)
+            self.slot[width] = 1
+            self.slot_x, self.slot_h = self.slot[:width], self.slot[width + 1 :]
+        else:
+            xw = projection_buffer(GH, 1, B, dtype)
+            self.project, self.xw_t = projector(params, bias, xw, reused=True), xw[:, 0]
+
+    def __call__(self, x: Array, h_rows: Array, c_rows: Array | None) -> tuple[Array, Array | None]:
+        """``x [B, in]`` (contiguous, compute dtype), ``h_rows [B, Hr]``, ``c_rows [B, H]`` or ``None``
+        (any float dtype, any strides) -> the new ``h [Hr, B]`` and ``c [H, B]`` (this layer's buffers)."""
+        c = None
+        if c_rows is not None:  # the cell state meets only elementwise operations: any strides give the same bits
+            c = c_rows.T if c_rows.dtype == self.dtype else self.feature_major(c_rows, self.c_in)
+        if self.project is None:
+            np.copyto(self.slot_x, x.T)
+            np.copyto(self.slot_h, h_rows.T)
+            return self.step(0, None, self.slot, c, self.h_out)
+        h = self.feature_major(h_rows, self.h_in)
+        self.project(x)
+        return self.step(0, self.xw_t, h, c, self.h_out)
+
+    def feature_major(self, rows: Array, buffer: Array) -> Array:
+        """A state's ``[B, width]`` rows as the engine's step takes them, ``[width, B]`` contiguous in the compute
+        dtype: the transposed view where it is that (batch 1, as ``np.ascontiguousarray`` leaves the engine's
+        initial state), else a copy into ``buffer``."""
+        view = rows.T
+        if view.dtype == self.dtype and view.flags.c_contiguous:
+            return view
+        np.copyto(buffer, view)
+        return buffer
+
+
+class _StepPlan:
+    """The buffers of :meth:`BoundRNN.step` for one batch size: each layer's :class:`_LayerStep` and the
+    layer outputs that the next layer reads (``[B, Hr]``, rounded through the storage dtype where the
+    engine rounds them)."""
+
+    __slots__ = ("layers", "inputs", "rounded", "output_dtype")
+
+    def __init__(self, mode, layers: Sequence[PseudoLayerParams], biases: Sequence[Array], B: int,
+                 round_to: np.dtype | None, output_dtype: np.dtype) -> None:
+        self.layers = [_LayerStep(mode, p, b, B) for p, b in zip(layers, biases)]
+        Hr, dtype = layers[0].R.shape[1], layers[0].R.dtype
+        self.inputs = [np.empty((B, Hr), dtype) for _ in layers[1:]]
+        self.rounded = None if round_to is None else np.empty((B, Hr), round_to)
+        self.output_dtype = output_dtype
+
+    @_QUIET  # as the model's forward: overflow in the sigmoid's exp is its saturation, not an error
+    def run(self, x: Array, h: Array, c: Array | None, out_h: Array, out_c: Array | None) -> Array:
+        """One step of every layer from ``x [B, in]`` (contiguous, compute dtype) and the states ``h [L, B, Hr]``,
+        ``c [L, B, H]``; then, every input read, the new states into ``out_h``, ``out_c`` (which may be ``h``,
+        ``c``). Returns the output ``[B, Hr]`` (a fresh array)."""
+        states = []
+        for layer, step in enumerate(self.layers):
+            h_new, c_new = step(x, h[layer], None if c is None else c[layer])
+            states.append((h_new, c_new))
+            if layer < len(self.inputs):  # the next layer's input
+                x = self.inputs[layer]
+                if self.rounded is None:
+                    np.copyto(x, h_new.T)
+                else:  # the engine's layer_output_dtype: float16 storage between layers
+                    np.copyto(self.rounded, h_new.T)
+                    np.copyto(x, self.rounded)
+        for layer, (h_new, c_new) in enumerate(states):
+            np.copyto(out_h[layer], h_new.T)
+            if c_new is not None:
+                np.copyto(out_c[layer], c_new.T)
+        return out_h[-1].astype(self.output_dtype, order="C")  # out_h's dtype rounds to output_dtype as h_new
+
+
+class BoundRNN:
+    """A model bound to a copy of its parameters (``model.bind(params)``), for inference and streaming.
+
+    Binding checks ``params`` and unpacks them once into read-only per-layer matrices in the compute dtype
+    (float32 for float16 models): **copies**, so a later change to the caller's ``params`` does not reach
+    the bound model. Inference only: no dropout, no backward pass.
+
+    ``forward(input_data, input_h=None, input_c=None, sequence_lengths=None, time_major=True)`` and
+    ``bound(input_data, input_h=None, input_c=None, *, sequence_lengths=None, time_major=True)`` are the
+    model's ``forward(..., is_training=False)`` and ``__call__`` without ``params`` (every layout, direction,
+    length and state the model takes), bit for bit the model's results.
+
+    ``step(x, h=None, c=None, *, out_h=None, out_c=None)`` advances a batch of streams by one time step;
+    **unidirectional models only** (a bidirectional model's backward direction starts at the end of the
+    sequence, so it cannot stream: ``ValueError``). See :meth:`step`.
+
+    A bound model is safe to share between threads: the step's scratch buffers are per thread.
+    """
+
+    def __init__(self, model, params: Array) -> None:
+        """Use ``model.bind(params)``; ``params`` checked by the model."""
+        self.model = model
+        self.dtype: np.dtype = model.dtype
+        self.compute_dtype: np.dtype = compute_dtype(model.dtype)
+        self._mode = model._mode
+        self._layers = tuple(PseudoLayerParams(**{f.name: _own(getattr(p, f.name))
+                                                  for f in dataclasses.fields(PseudoLayerParams)})
+                             for p in model._pseudo_layers(params, copy=True))
+        self._biases = tuple(_own(projection_bias(self._mode, p)) for p in self._layers)
+        self._has_cell = model._config.has_cell_state
+        self._L, self._Hr, self._H, self._I = model.num_layers, model.state_width, model.num_units, model.input_size
+        self._round_to = (model.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and model.dtype != self.compute_dtype
+                          else None)
+        self._local = threading.local()
+        self._state_dtypes = (self.dtype, self.compute_dtype)
+
+    def __repr__(self) -> str:
+        return f"BoundRNN({self.model!r})"
+
+    # ---- whole sequences --------------------------------------------------------------------------
+
+    def forward(self, input_data: Array, input_h: Array | None = None, input_c: Array | None = None,
+                sequence_lengths: Sequence[int] | Array | None = None, time_major: bool = True) -> ForwardResult:
+        """The model's ``forward(input_data, input_h, params, input_c, is_training=False, sequence_lengths,
+        time_major)`` with the bound parameters: the same checks, code and results."""
+        model = self.model
+        args = contract.forward_arguments(model._config, model._array, input_data, input_h, input_c, False,
+                                          time_major)
+        return model._forward_layers(args, self._layers, sequence_lengths)
+
+    def __call__(self, input_data: Array, input_h: Array | None = None, input_c: Array | None = None, *,
+                 sequence_lengths: Sequence[int] | Array | None = None,
+                 time_major: bool = True) -> tuple[Array, ...]:
+        """``(output, output_h)``, or ``(output, output_h, output_c)`` for the LSTM: the model's ``__call__``
+        (``is_training=False``) with the bound parameters. ``input_c`` is the LSTM's (``None`` otherwise)."""
+        result = self.forward(input_data, input_h, input_c, sequence_lengths, time_major)
+        return result[:3] if self._has_cell else result[:2]
+
+    # ---- one step ---------------------------------------------------------------------------------
+
+    def zero_state(self, batch_size: int, dtype: object = None) -> tuple[Array, Array | None]:
+        """Zero states for :meth:`step`: ``(h [L, B, Hr], c [L, B, H])``, ``c`` ``None`` unless LSTM;
+        ``dtype`` the model's (default) or its compute dtype (:meth:`step`)."""
+        B = checks.int_at_least("batch_size", batch_size, 1)
+        dtype = self.dtype if dtype is None else self._state_dtype("dtype", np.dtype(dtype))
+        h = np.zeros((self._L, B, self._Hr), dtype)
+        return h, np.zeros((self._L, B, self._H), dtype) if self._has_cell else None
+
+    def step(self, x: Array, h: Array | None = None, c: Array | None = None, *, out_h: Array | None = None,
+             out_c: Array | None = None) -> tuple[Array, ...]:
+        """One time step of every stream of a batch: ``(output [B, Hr], h_new)``, or
+        ``(output, h_new, c_new)`` for the LSTM.
+
+        ``x [B, input_size]`` of the model's dtype; ``h [L, B, Hr]`` and the LSTM's ``c [L, B, H]``, time-major
+        states as the model's ``input_h``/``input_c`` (``None``: zeros). States may also be of the compute
+        dtype (float32 for a float16 model: the state then stays in the precision the whole-sequence call
+        keeps it in instead of being rounded to float16 every step); ``h`` and ``c`` share one dtype, and
+        the new states have it. ``out_h``/``out_c``: arrays of the states' shape and dtype to write the new
+        states into (returned), else fresh arrays. They may be ``h``/``c`` themselves, or overlap ``x``, ``h``
+        or ``c`` anyhow: the step reads all of its inputs before it writes any state, so an in-place update
+        (``out_h=h``) is safe. ``out_h`` and ``out_c`` must not overlap each other (``ValueError``). ``output``
+        is a fresh array of the model's dtype (the last layer's new ``h``).
+
+        Unidirectional models only (``ValueError`` otherwise); no sequence lengths (each stream advances;
+        keep a stream's old state yourself to hold it) and no batch-major states.
+        Bit for bit the model's ``forward`` of ``x[None]`` from the same states (``is_training=False``).
+        """
+        if self.model.num_dirs != 1:
+            raise ValueError("step needs a unidirectional model: a bidirectional model's backward direction "
+                             "starts at the end of the sequence, so it cannot stream (use forward on whole "
+                             "sequences)")
+        x, h, c, out_h, out_c = self._step_arguments(x, h, c, out_h, out_c)
+        plan = self._plan(x.shape[0])
+        output = plan.run(np.ascontiguousarray(x, dtype=self.compute_dtype), h, c, out_h, out_c)
+        return (output, out_h, out_c) if self._has_cell else (output, out_h)
+
+    def _plan(self, B: int) -> _StepPlan:
+        plans = getattr(self._local, "plans", None)
+        if plans is None:
+            plans = self._local.plans = {}
+        plan = plans.get(B)
+        if plan is None:
+            if len(plans) >= MAX_PLANS:
+                del plans[next(iter(plans))]
+            plan = plans[B] = _StepPlan(self._mode, self._layers, self._biases, B, self._round_to, self.dtype)
+        return plan
+
+    def _step_arguments(self, x: object, h: object, c: object, out_h: object, out_c: object) -> tuple:
+        """The checked arguments of :meth:`step`, zero states for ``None`` and fresh ``out_`` arrays; at once
+        where they are plain arrays as they should be (the common case costs a few attribute reads)."""
+        if type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 2 and x.shape[1] == self._I:
+            B = x.shape[0]
+            if (B and type(h) is np.ndarray and h.shape == (self._L, B, self._Hr) and h.dtype in self._state_dtypes
+                    and (c is None if not self._has_cell else
+                         type(c) is np.ndarray and c.dtype == h.dtype and c.shape == (self._L, B, self._H))
+                    and (out_h is None or (out_h is h and h.flags.writeable))
+                    and (out_c is None or (out_c is c and c.flags.writeable
+                                           and (out_h is None or not np.may_share_memory(h, c))))):
+                if out_h is None:
+                    out_h = np.empty(h.shape, h.dtype)
+                if c is not None and out_c is None:
+                    out_c = np.empty(c.shape, c.dtype)
+                return x, h, c, out_h, out_c
+        x = self._step_input(x)
+        h, c = self._step_states(h, c, x.shape[0])
+        out_h, out_c = self._step_outputs(out_h, out_c, h, c)
+        return x, h, c, out_h, out_c
+
+    def _step_input(self, x: object) -> Array:
+        x = checks.array("x", x, self.dtype, 2, "[B, input_size]")
+        if x.shape[0] < 1 or x.shape[1] != self._I:
+            raise ValueError(f"x must have shape [B, input_size] with B >= 1, input_size = {self._I}, got {x.shape}")
+        return x
+
+    def _state_dtype(self, name: str, dtype: np.dtype) -> np.dtype:
+        if dtype not in self._state_dtypes:
+            allowed = " or ".join(sorted({str(self.dtype), str(self.compute_dtype)}))
+            raise TypeError(f"{name} must have dtype {allowed} (the model's dtype or its compute dtype), got {dtype}")
+        return dtype
+
+    def _state(self, name: str, value: object, shape: tuple[int, ...], dtype: np.dtype | None, doc: str) -> Array:
+        """A state (or an ``out_`` buffer) of ``shape`` and ``dtype`` (``None``: either state dtype)."""
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"{name} must be a numpy.ndarray with shape {doc}, got {type(value).__name__}")
+        checks.not_masked(name, value)
+        if dtype is None:
+            self._state_dtype(name, value.dtype)
+        elif value.dtype != dtype:
+            raise TypeError(f"{name} must have dtype {dtype} (the states' dtype), got {value.dtype}")
+        checks.shape(name, value, shape, doc)
+        return value
+
+    def _step_states(self, h: object, c: object, B: int) -> tuple[Array, Array | None]:
+        h_shape, c_shape = (self._L, B, self._Hr), (self._L, B, self._H)
+        if h is not None:
+            h = self._state("h", h, h_shape, None, "[num_layers, B, Hr]")
+        if not self._has_cell:
+            checks.no_cell_state("c", c, self.model.rnn_mode)
+        elif c is not None:
+            c = self._state("c", c, c_shape, None if h is None else h.dtype, "[num_layers, B, num_units]")
+        dtype = h.dtype if h is not None else c.dtype if c is not None else self.dtype
+        if h is None:
+            h = np.zeros(h_shape, dtype)
+        if self._has_cell and c is None:
+            c = np.zeros(c_shape, dtype)
+        return h, c
+
+    def _step_outputs(self, out_h: object, out_c: object, h: Array, c: Array | None) -> tuple[Array, Array | None]:
+        if out_h is None:
+            out_h = np.empty(h.shape, h.dtype)
+        else:
+            out_h = self._writeable("out_h", self._state("out_h", out_h, h.shape, h.dtype, "h's"))
+        if c is None:
+            checks.no_cell_state("out_c", out_c, self.model.rnn_mode)
+            return out_h, None
+        if out_c is None:
+            out_c = np.empty(c.shape, c.dtype)
+        else:
+            out_c = self._writeable("out_c", self._state("out_c", out_c, c.shape, c.dtype, "c's"))
+            if np.may_share_memory(out_h, out_c):
+                raise ValueError("out_h and out_c overlap: each new state needs memory of its own")
+        return out_h, out_c
+
+    @staticmethod
+    def _writeable(name: str, value: Array) -> Array:
+        if not value.flags.writeable:
+            raise ValueError(f"{name} must be writeable (the new state is written into it)")
+        return value
