@@ -19,6 +19,8 @@ MAX_INPUT = 8
 MAX_TIME = 6
 MAX_BATCH = 4
 WEIGHT_SCALES = (0.5, 1.0, 2.0)
+# Sizes small enough for properties that write and read files or run a framework each example.
+SMALL = dict(max_layers=2, max_units=5, max_input=4, max_time=5, max_batch=3)
 # What ``rnn_configs(..., require=...)`` can insist on: each feature drawn always instead of sometimes.
 FEATURES = ("layers", "bidirectional", "ragged", "batch_major", "projection", "skip_input")
 
