@@ -1,7 +1,7 @@
-"""``rnn-compat``: the command line.
+"""``rnn-compat``: the command line of the cuDNN RNN compatibility suite.
 
 Exit status: 0 when everything compared is within the tolerance policy, 1 when something is not (or a
-report run stopped before its last unit), 2 on bad arguments.
+report run stopped before its last unit), 2 on bad arguments, 128 + the signal's number when interrupted.
 """
 
 from __future__ import annotations
@@ -173,9 +173,10 @@ FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("length
 def peer_summary(peer) -> dict:
     """What ``rnn-compat peers`` says of one peer: availability, where a plugin came from, what it runs, and
     its exceptions to the tolerance policy (budget overrides and known divergences, each with its reason)."""
-    from . import known_divergences, tolerances
+    from .known_divergences import divergences_of
     from .peers.base import availability
     from .peers.plugins import SPECS
+    from .tolerances import overrides_of
 
     ok, why = availability(peer)
     caps, notes = peer.capabilities, dict(peer.capabilities.notes)
@@ -188,9 +189,8 @@ def peer_summary(peer) -> dict:
     if caps.max_layers is not None:
         lacks[f"stacks of more than {caps.max_layers} layer(s)"] = notes.get("num_layers", "")
     overrides = [{"dtype": o.dtype, "quantity": o.quantity, "bound": o.budget.bound, "reason": o.budget.reason}
-                 for o in tolerances.all_overrides() if o.peer == peer.name]
-    divergences = [{"area": d.area, "modes": list(d.modes), "reason": d.reason}
-                   for d in known_divergences.ledger() if d.peer == peer.name]
+                 for o in overrides_of(peer)]
+    divergences = [{"area": d.area, "modes": list(d.modes), "reason": d.reason} for d in divergences_of(peer)]
     return {"name": peer.name, "available": ok, "detail": why, "plugin": SPECS.get(peer.name),
             "modes": list(caps.modes), "dtypes": list(caps.dtypes), "lacks": lacks,
             "overrides": overrides, "known_divergences": divergences}
@@ -231,26 +231,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     peer = get_peer(args.peer)
     ok, why = availability(peer)
     if not ok:
-        print(f"{peer.name} is unavailable: {why}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--peer {peer.name} is unavailable here: {why}")
     try:
         data = json_loads(args.config, "--config")
     except ValueError as exc:
         raise ValueError(f"{exc} (--config must be an RNNConfig as JSON)") from None
+    if isinstance(data, dict) and "dtype" not in data:  # the peer's float32 (or its first dtype), not the truth's
+        dtypes = peer.capabilities.dtypes
+        data = {**data, "dtype": "float32" if "float32" in dtypes else dtypes[0]}
     cfg = RNNConfig.from_dict(data)
     why = peer.unsupported(cfg) or (None if peer.capabilities.backward or not args.backward
                                     else f"{peer.name} has no backward pass")
     if why:
-        print(f"{peer.name} cannot run {cfg.short()}: {why}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--peer {peer.name} cannot run --config {cfg.short()}: {why}")
     try:
         comparison = compare_peer(peer, cfg, backward=args.backward)
     except MemoryError as exc:  # the config's size, not the peer's doing
-        print(f"{cfg.short()} does not fit in this machine's memory: {exc}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--config {cfg.short()} does not fit in this machine's memory: {exc}") from None
     except Exception as exc:  # the peer's own failure: a finding (as in a report), not a bad argument
-        print(f"{peer.name} failed on {cfg.short()} ({'gradients' if args.backward else 'forward'}): "
-              f"{type(exc).__name__}: {exc}")
+        print(f"rnn-compat check: {peer.name} failed on {cfg.short()} "
+              f"({'gradients' if args.backward else 'forward'}): {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(comparison.explain())
     return 0 if comparison.passed else 1
@@ -262,16 +262,21 @@ def _read_model(args: argparse.Namespace, path: str):
     from .interop import convert
 
     if args.source == convert.AUTO:  # told by the file: the options below are checked against what it is
-        args.source = convert.detect(path)
+        args.source = convert.detect(path, args.names)
     if args.scope and args.source not in convert.TF_NAMED:
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
     if args.module is not None and args.source != "torch":
         raise ValueError(f"--module applies to PyTorch files (--from torch), not to --from {args.source}")
-    overrides = {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
-                 "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
-                 "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope,
-                 "module": args.module}
-    return convert.read(args.source, path, overrides)
+    return convert.read(args.source, path, _overrides(args))
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    """The model options of the command line as the readers' options (``None``: not given)."""
+    return {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
+            "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
+            "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope,
+            "module": args.module, "recurrent_activation": args.recurrent_activation, "names": args.names,
+            "layers": args.layers, "layer": args.layer}
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -304,12 +309,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     if args.out_scope and args.target not in convert.TF_NAMED:
         raise ValueError(f"--out-scope applies to TF-named files (--to tf or checkpoint), not to --to {args.target}")
+    if args.cell and args.target != "torch":
+        raise ValueError(f"--cell applies to PyTorch files (--to torch), not to --to {args.target}")
     check_output("OUTPUT", convert.written_files(args.target, args.output),
                  {"INPUT": convert.read_files(args.input)}, args.force)
     source = _read_model(args, args.input)
     scope = (args.out_scope or None) if args.out_scope is not None else source.scope
     convert.write(args.target, args.output, source.model, source.weights, source.biases,
-                  scope if args.target in convert.TF_NAMED else None)
+                  scope if args.target in convert.TF_NAMED else None, cell=args.cell)
     print(f"{args.input} ({args.source}) -> {args.output} ({args.target}): {source.model!r}"
           + (f" under scope {scope!r}" if scope and args.target in convert.TF_NAMED else ""))
     return 0
@@ -402,10 +409,6 @@ def _array(path: str, what: str):
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from reference.formats.files import replacing
-
     if args.out is not None and not args.out:
         raise ValueError("--out must name a file, got ''")
     out = Path(args.out) if args.out else Path(args.input).with_name(Path(args.input).stem + "_output.npz")
@@ -417,7 +420,16 @@ def cmd_infer(args: argparse.Namespace) -> int:
                                   "--lengths": [Path(p) for p in [args.lengths] if p is not None],
                                   "--state": [Path(p) for p in [args.state] if p is not None]}, args.force)
     with _reading("CHECKPOINT", args.checkpoint):
-        source = _read_model(args, args.checkpoint)
+        try:
+            source = _read_model(args, args.checkpoint)
+        except ValueError as exc:
+            from reference.formats.tf import UnevenLayers
+
+            if args.layer is not None or not isinstance(exc.__cause__ or exc, UnevenLayers):
+                raise
+            source = None
+    if source is None:  # a stack of layers of several sizes: a chain of one-layer models
+        return _infer_chain(args, out)
     model = source.model
     x = _array(args.input, "INPUT")
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
@@ -437,9 +449,39 @@ def cmd_infer(args: argparse.Namespace) -> int:
         raise type(exc)(f"{argument}: {exc}") from None
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
                                 ("output_c", result.output_c)) if v is not None}
+    return _write_results(args, out, model, x, result.output, arrays)
+
+
+def _infer_chain(args: argparse.Namespace, out: Path) -> int:
+    """``infer`` of a TF-named stack whose layers differ in size, as a chain of one-layer models (see
+    ``reference.chain``): ``output`` and each layer's final states, ``output_h_0``, ``output_h_1``, ..."""
+    from .interop import convert
+
+    if args.state is not None:
+        raise ValueError(f"--state {args.state}: the layers of {args.checkpoint} differ in size, and run as a chain "
+                         f"of one-layer models from zero states (--state is not read for a chain)")
+    with _reading("CHECKPOINT", args.checkpoint):
+        chain = convert.read_chain(args.source, args.checkpoint, _overrides(args))
+    x = _array(args.input, "INPUT")
+    lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
+    if x.dtype != chain.dtype:
+        raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's models are {chain.dtype}")
+    result = chain.forward(x, sequence_lengths=lengths, time_major=not args.batch_major)
+    arrays = {"output": result.output, **{f"output_h_{k}": h for k, h in enumerate(result.output_h)},
+              **{f"output_c_{k}": c for k, c in enumerate(result.output_c or [])}}
+    return _write_results(args, out, chain, x, result.output, arrays)
+
+
+def _write_results(args: argparse.Namespace, out: Path, model, x, output, arrays: dict) -> int:
+    """``infer``'s results into ``out`` (``.npy``: the output alone; ``.npz``: every array and their layout),
+    written whole or not at all, and a line saying what was written."""
+    import numpy as np
+
+    from reference.formats.files import replacing
+
     with replacing(out) as partial, open(partial, "wb") as f:
         if out.suffix == ".npy":
-            np.save(f, result.output)
+            np.save(f, output)
         else:
             np.savez(f, **arrays, **{LAYOUT_KEY: np.array(_layout(args.batch_major))})
     print(f"{model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
@@ -474,18 +516,35 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
                                                          "contradicts the file is refused")
     options.add_argument("--mode", choices=MODE_NAMES,
                          help="for files without a config (relu vs tanh cannot be read off the weights)")
-    options.add_argument("--num-layers", type=int)
-    options.add_argument("--num-units", type=int)
-    options.add_argument("--input-size", type=int)
-    options.add_argument("--direction", choices=DIRECTIONS)
-    options.add_argument("--input-mode", choices=("linear_input", "skip_input"))
-    options.add_argument("--num-proj", type=int)
-    options.add_argument("--dtype", choices=DTYPE_NAMES)
+    options.add_argument("--num-layers", type=int, help="stacked layers (files that hold only some of a stack's)")
+    options.add_argument("--num-units", type=int, help="hidden units H of each layer")
+    options.add_argument("--input-size", type=int, help="the width of the input (skip_input: the input is H wide)")
+    options.add_argument("--direction", choices=DIRECTIONS, help="one direction or two")
+    options.add_argument("--input-mode", choices=("linear_input", "skip_input"),
+                         help="skip_input: layer 0 adds its input as it is, without input matrices")
+    options.add_argument("--num-proj", type=int, help="an LSTM's recurrent projection width (cuDNN's projSize)")
+    options.add_argument("--dtype", choices=DTYPE_NAMES, help="the weights' and data's dtype")
     options.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's "
                                          "tensors, where the file holds several")
     options.add_argument("--module", help="PyTorch files (--from torch) holding several recurrent modules: the "
                                           "path of the one to read (e.g. encoder.rnn, or model.rnn in a training "
                                           "checkpoint's 'model' entry)")
+    options.add_argument("--recurrent-activation", choices=("sigmoid", "hard_sigmoid"),
+                         help="Keras .h5 weights files: the recurrent_activation the LSTM or GRU layers were trained "
+                              "with, where the file cannot say (Keras before 2.3 defaulted to hard_sigmoid, which "
+                              "is refused: cuDNN computes sigmoid)")
+    options.add_argument("--names", metavar="FILE.json",
+                         help="safetensors / .npz files under names of their own: a JSON object mapping them onto "
+                              "a scheme read here (TensorFlow's, PyTorch's or Keras's per-layer names), such as "
+                              "{\"enc_w_ih\": \"weight_ih_l0\"}; names it leaves out are kept")
+    options.add_argument("--layer", type=int, metavar="N",
+                         help="TF-named stacks whose layers differ in size (a MultiRNNCell of 512, 256, 128 units): "
+                              "read layer N alone, as a one-layer model (infer runs the whole stack as a chain of "
+                              "one-layer models without it)")
+    options.add_argument("--layers", metavar="NAME,NAME",
+                         help="Keras weights files that hold other layers too (an Embedding, a Dense head): the "
+                              "recurrent layers of the stack, in its order, by name (lstm_1,lstm_2) or by index in "
+                              "the file's list of layers")
 
 
 def _plugin_option(parser: argparse.ArgumentParser) -> None:
@@ -494,11 +553,42 @@ def _plugin_option(parser: argparse.ArgumentParser) -> None:
                              "(or a subclass, or a list of them); repeatable; see compat_tests/peers/plugins.py")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rnn-compat", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = """How far cuDNN-style recurrent networks (relu/tanh RNN, LSTM, cuDNN's GRU and the textbook GRU)
+drift from an exact reference: every available backend (the NumPy reference, PyTorch, onnxruntime, Keras,
+cuDNN on a GPU) against the float64 truth, judged by a tolerance policy; and the NumPy reference run on the
+CPU on weights of any format."""
 
-    report = sub.add_parser("report", help="divergence of every available backend from the float64 reference")
+EPILOG = """exit status: 0 within the tolerance policy, 1 outside it (or a report stopped early), 2 bad
+arguments, 130/143 interrupted (SIGINT/SIGTERM). Each command's own help: rnn-compat COMMAND --help."""
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return f"rnn-compat {metadata.version('cudnn-rnn-compat')}"
+    except metadata.PackageNotFoundError:  # run from a working tree that pip never installed
+        return "rnn-compat (uninstalled working tree)"
+
+
+def _command(sub, name: str, help: str, description: str = "", **kwargs) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` opens with what it does (its one-line help, then ``description``)."""
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + "." + (
+        f" {description}" if description else ""), formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser; ``parser.commands`` maps each command to its own parser."""
+    from .peers import BUILT_IN
+
+    parser = argparse.ArgumentParser(prog="rnn-compat", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    report = _command(sub, "report", "divergence of every available backend from the float64 reference",
+                      "Writes report.md, index.html, report.json and results.jsonl (one record per unit) into --out; "
+                      "Ctrl-C keeps the finished units, and --resume runs the rest.")
     report.add_argument("--backends", help="comma-separated backends (default: all available)")
     _plugin_option(report)
     report.add_argument("--grid", default="default", help="quick | window (a GPU window's) | default | full | a JSON grid file")
@@ -507,36 +597,51 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--force", action="store_true", help="start over in an --out that holds a run or a report "
                                                              "(they are replaced)")
     report.add_argument("--seed", type=int, help="the built-in grids' seed (default 0)")
-    report.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    report.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help=f"worker processes (default: the CPU count, {os.cpu_count() or 1} here)")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
     report.add_argument("--max-seconds", type=float,
                         help="start no unit after this many seconds; the report then covers the units that ran "
                              "(marked incomplete, exit status 1) and --resume runs the rest")
 
-    render = sub.add_parser("render", help="write a report run's report.json, report.md and index.html again from "
-                                           "its run.json and results.jsonl (a stopped run, or figures on a machine "
-                                           "with matplotlib)")
+    render = _command(sub, "render", "write a report run's report.json, report.md and index.html again from its "
+                                     "run.json and results.jsonl", "For a stopped run, or the figures on a machine "
+                                                                   "with matplotlib.")
     render.add_argument("dir", help="the folder of a report run (--out of rnn-compat report)")
 
-    check = sub.add_parser("check", help="re-run one comparison (the command a failure prints)")
-    check.add_argument("--peer", required=True)
+    check = _command(sub, "check", "re-run one comparison (the command a failure prints)",
+                     "The peer's forward pass (or gradients) on one config against the float64 truth, every "
+                     "quantity judged by the tolerance policy. A config without a dtype runs in float32.")
+    check.add_argument("--peer", required=True, help=f"the implementation to judge: {', '.join(BUILT_IN)}, or a "
+                                                     "plugin's (--plugin, RNN_COMPAT_PLUGINS or an installed "
+                                                     "package: rnn-compat peers lists them)")
     _plugin_option(check)
-    check.add_argument("--config", required=True, help="an RNNConfig as JSON")
+    check.add_argument("--config", required=True,
+                       help='an RNNConfig as JSON, e.g. \'{"mode": "gru", "num_layers": 2, "dtype": "float32"}\' '
+                            "(fields: compat_tests/config.py RNNConfig; absent ones take their defaults)")
     check.add_argument("--backward", action="store_true", help="compare the gradients instead of the forward pass")
 
-    conv = sub.add_parser("convert", help="weights between formats (checkpoint, torch, keras, onnx, tf)")
+    conv = _command(sub, "convert", "weights between formats (checkpoint, torch, keras, onnx, tf)",
+                    "The output's suffix picks the file kind: checkpoint .safetensors/.npz; torch .pt/.pth "
+                    "(torch.save's format) or .safetensors/.npz (a state_dict); keras .keras, .weights.h5, .h5/.hdf5 "
+                    "or .safetensors/.npz; onnx .onnx; tf a checkpoint prefix (its .index and .data files).")
     conv.add_argument("--from", dest="source", default=AUTO, choices=FORMATS + (AUTO,),
                       help="the input's format (default auto: told by its name and contents)")
-    conv.add_argument("--to", dest="target", required=True, choices=FORMATS)
-    conv.add_argument("input")
-    conv.add_argument("output")
+    conv.add_argument("--to", dest="target", required=True, choices=FORMATS,
+                      help="the output's format (its file kinds above)")
+    conv.add_argument("input", help="the weights to read")
+    conv.add_argument("output", help="the file to write (refused where it is INPUT; an existing one needs --force)")
     _model_options(conv)
     conv.add_argument("--force", action="store_true", help="replace OUTPUT where it exists")
     conv.add_argument("--out-scope", help="TF-named targets: the variable scope to write the tensors under ('' for "
                                            "none; default: a TF-named source's own)")
+    conv.add_argument("--cell", action="store_true",
+                      help="--to torch: name the tensors as a single nn.RNNCell, nn.LSTMCell or nn.GRUCell does "
+                           "(weight_ih, weight_hh, bias_ih, bias_hh; a one-layer, one-direction model)")
 
-    infer = sub.add_parser("infer", help="run a checkpoint (or weights of another format) on the CPU with the "
-                                         "NumPy reference")
+    infer = _command(sub, "infer", "run a checkpoint (or weights of another format) on the CPU with the NumPy "
+                                   "reference", "Prints the output's shape and writes it (and the final states) with "
+                                                "--out; --state goes on from an earlier --out.")
     infer.add_argument("checkpoint", help="the weights: our checkpoint or a file of any format (see --from)")
     infer.add_argument("--from", dest="source", default=AUTO, choices=FORMATS + (AUTO,),
                        help="the weights' format (default auto: told by the file's name and contents, see "
@@ -553,18 +658,26 @@ def main(argv: list[str] | None = None) -> int:
                                        "(its output_h, output_c), to go on from where that run ended (in its "
                                        "layout: --out's .npz says it under 'layout')")
 
-    peers = sub.add_parser("peers", help="every peer (built-in and plugins): available here or why not, and what "
-                                         "it can run")
+    peers = _command(sub, "peers", "every peer (built-in and plugins): available here or why not, and what it "
+                                   "can run", "With its exceptions to the tolerance policy, each with its reason.")
     peers.add_argument("--json", action="store_true", help="as JSON")
     _plugin_option(peers)
 
-    test = sub.add_parser("test", help="run the suite (or the tests the arguments name); other arguments go to pytest")
-    test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev")
+    test = _command(sub, "test", "run the suite (or the tests the arguments name); other arguments go to pytest")
+    test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev",
+                      help="Hypothesis examples per property: ci 150 derandomized (what CI runs), dev 300 fresh "
+                           "each run (the default), thorough 2000")
     _plugin_option(test)
 
+    parser.commands = sub.choices
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "test":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     with _terminated_as_interrupted() as ending:
         status = _dispatch(args, extra)
         if argv is None and status > 128:  # this process was interrupted and ends: another signal ends it at once
@@ -606,12 +719,17 @@ def _terminated_as_interrupted() -> Iterator[Callable[[], None]]:
             signal.signal(signal.SIGTERM, saved)
 
 
+# The commands that look peers up (or the policy, which reads their exceptions): they load the plugin peers.
+PEER_COMMANDS = ("report", "render", "check", "peers", "test")
+
+
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     try:
-        if getattr(args, "plugin", None):
-            from .peers import load_plugin
+        if args.command in PEER_COMMANDS:  # the installed plugins and RNN_COMPAT_PLUGINS', then --plugin's
+            from .peers import load_plugin, load_plugins
 
-            for spec in args.plugin:
+            load_plugins()
+            for spec in getattr(args, "plugin", ()):
                 load_plugin(spec)
         if args.command == "test":
             return cmd_test(args, extra)

@@ -62,7 +62,7 @@ def test_check_reports_a_peer_that_raises_as_a_failure_not_a_bad_argument(monkey
     cfg = RNNConfig("gru", dtype="float32")
     assert cli.main(["check", "--peer", "backward-fails", "--backward", "--config", cfg.to_json()]) == 1
     assert (f"backward-fails failed on {cfg.short()} (gradients): RuntimeError: backward refused"
-            in capsys.readouterr().out)
+            in capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("name, label", [("my_grid", "my_grid"), ("default.json", "default.json"),
@@ -192,3 +192,46 @@ def test_a_state_file_in_the_other_layout_is_refused(gru_files, capsys):
     with np.load("z.npz", allow_pickle=False) as z, np.load("z_bm.npz", allow_pickle=False) as z_bm:
         np.testing.assert_array_equal(z_bm["output"], z["output"].transpose(1, 0, 2))
         assert str(z_bm["layout"]) == "batch_major"
+
+
+def test_the_command_line_explains_itself(capsys):
+    """The top-level help says what the tool is and lists every command with what it does; every command's help
+    opens with a description and every option says what it is for; --version answers."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and re.fullmatch(r"rnn-compat (\d+\.\d+\.\d+|\(uninstalled working tree\))\n",
+                                                 capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    top = capsys.readouterr().out
+    assert "cuDNN-style recurrent networks" in top and "exit status:" in top
+    commands = cli.build_parser().commands
+    assert set(commands) == {"report", "render", "check", "convert", "infer", "peers", "test"}
+    for command, parser in commands.items():
+        assert re.search(rf"^    {command}\s+\w", top, re.M), command
+        assert parser.description and len(parser.description) > 20, command
+        unexplained = [a.option_strings or a.dest for a in parser._actions if not a.help]
+        assert not unexplained, (command, unexplained)
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    assert "reference, torch-cpu, onnxruntime" in " ".join(capsys.readouterr().out.split())  # --peer names the peers
+
+
+def test_a_subcommands_error_names_the_subcommand(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["check", "--peer", "reference", "--config", "{}", "--bogus"])
+    assert done.value.code == 2 and "rnn-compat check: error: unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_check_runs_a_config_without_a_dtype_in_float32_and_prefixes_its_refusals(capsys):
+    assert cli.main(["check", "--peer", "reference", "--config", '{"mode": "gru"}']) == 0
+    assert "gru L1 H4 I3 uni T4 B2 float32" in capsys.readouterr().out
+    assert cli.main(["check", "--peer", "reference", "--config", '{"mode": "gru", "dtype": "float64"}']) == 2
+    assert capsys.readouterr().err.startswith("rnn-compat check: --peer reference cannot run --config ")
+
+
+def test_convert_to_keras_names_every_file_kind_it_writes(gru_files, capsys):
+    assert cli.main(["convert", "--to", "keras", "m.npz", "out.bin"]) == 2
+    err = capsys.readouterr().err
+    for kind in (".keras", ".weights.h5", ".h5", ".safetensors", ".npz"):
+        assert kind in err, err

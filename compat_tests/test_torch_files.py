@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from compat_tests import cli
 import reference
 from compat_tests.compare import assert_agree_within_policy
-from compat_tests.config import Outputs, make_case, run_reference
+from compat_tests.config import Outputs, make_case
+from compat_tests.run import run_reference
 from compat_tests.peers import PEERS
 from compat_tests.strategies import damaged, rnn_configs
 from reference import checkpoint
@@ -184,8 +185,8 @@ def test_code_a_file_names_is_never_run(tmp_path):
 
 def test_a_file_without_a_recurrent_module_says_what_it_holds(tmp_path):
     torch.save(torch.nn.Linear(2, 3), tmp_path / "linear.pt")
-    with pytest.raises(ValueError, match=r"holds no recurrent module \(no 'weight_ih_l0'\); it holds objects of "
-                                         r"torch\.nn\.modules\.linear\.Linear"):
+    with pytest.raises(ValueError, match=r"holds no recurrent module \(no 'weight_ih_l0', or a single cell's "
+                                         r"'weight_ih'\); it holds objects of torch\.nn\.modules\.linear\.Linear"):
         torch_archive.load_state_dict(tmp_path / "linear.pt")
     torch.save({"lr": 0.1, "weights": [torch.ones(2)]}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match=r"it holds a dict of 2 entries \('lr', 'weights'\)"):
@@ -478,7 +479,7 @@ def test_a_damaged_archive_loads_or_is_refused_naming_it(saved_lstm, data, tmp_p
 def test_infer_runs_a_torch_save_file_as_torch_does(legacy, tmp_path, capsys):
     """``rnn-compat infer --from torch`` on a pickled ``nn.RNN`` (which says relu itself), in either format:
     the outputs of the reference on the weights torch holds, bit for bit (the converter's outputs against
-    torch's own are ``test_interop.py``'s)."""
+    torch's own are ``test_round_trips.py``'s)."""
     torch.manual_seed(3)
     rnn = torch.nn.RNN(3, 5, num_layers=2, nonlinearity="relu", bidirectional=True)
     torch.save(rnn, tmp_path / "rnn.pt", _use_new_zipfile_serialization=not legacy)

@@ -151,11 +151,56 @@ def read_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict | None]:
 CONFIG_LIMIT = 2**20  # bytes of the config an .npz carries (a few hundred, as written here)
 
 
-def declared_tensors(path: str | Path) -> tuple[dict[str, np.ndarray | Declared], dict | None]:
+MAX_NAMES = 100_000  # entries of a name map (a bound: a map is a file's word too)
+
+
+def name_map(names, what: str = "the name map") -> dict[str, str]:
+    """A map of a file's own tensor names onto a naming scheme read here (``{"enc_w_ih": "weight_ih_l0"}``): a
+    dict, or the path of a JSON file holding one; refused, naming ``what``, where it is not names to distinct
+    names."""
+    if isinstance(names, (str, Path)):
+        where = f"{what} {names}"
+        with open(names, "rb") as f:
+            raw = f.read(CONFIG_LIMIT + 1)
+        if len(raw) > CONFIG_LIMIT:
+            raise ValueError(f"{where} is larger than {CONFIG_LIMIT} bytes; refused")
+        names, what = load_json(raw, where), where
+    if not isinstance(names, dict) or len(names) > MAX_NAMES or \
+            not all(isinstance(k, str) and isinstance(v, str) and k and v for k, v in names.items()):
+        raise ValueError(f"{what} must be a JSON object (a dict) of a file's tensor names to the names of a scheme "
+                         f"read here, both non-empty strings, such as {{\"enc_w_ih\": \"weight_ih_l0\"}}")
+    twice = sorted({v for v in names.values() if list(names.values()).count(v) > 1})
+    if twice:
+        raise ValueError(f"{what} maps several names onto {twice[0]!r}")
+    return dict(names)
+
+
+def renamed(tensors: dict, names: dict[str, str] | None) -> dict:
+    """``tensors`` under the names ``names`` maps them to (:func:`name_map`; others keep theirs). A name the map
+    gives that the file does not hold, or a new name that another tensor already has, is refused."""
+    if not names:
+        return tensors
+    absent = [k for k in names if k not in tensors]
+    if absent:
+        raise ValueError(f"the name map renames {absent[:3]}, which the file does not hold; it holds "
+                         f"{sorted(tensors)[:8]}{' ...' if len(tensors) > 8 else ''}")
+    kept = set(tensors) - set(names)
+    clash = sorted(v for v in names.values() if v in kept)
+    if clash:
+        raise ValueError(f"the name map renames a tensor to {clash[0]!r}, which another tensor of the file is named")
+    return {names.get(k, k): v for k, v in tensors.items()}
+
+
+def declared_tensors(path: str | Path, names: dict[str, str] | None = None) \
+        -> tuple[dict[str, np.ndarray | Declared], dict | None]:
     """:func:`read_tensors`, but an ``.npz``'s tensors as their headers declare them (:class:`Declared`), none
     inflated but its config: read them with :func:`read_declared` once :func:`check_needed` has held them
-    against what the model they describe needs. A safetensors file's are read whole (nothing inflates)."""
+    against what the model they describe needs. A safetensors file's are read whole (nothing inflates).
+    ``names``: the tensors under the names this map gives them (:func:`renamed`)."""
     path = Path(path)
+    if names:
+        tensors, config = declared_tensors(path)
+        return renamed(tensors, names), config
     if path.suffix != ".npz":
         return read_tensors(path)
     declared = declared_arrays(path)
@@ -375,9 +420,12 @@ def read_declared(path: str | Path, tensors: dict, names=None) -> dict:
     return {k: arrays[t.member] if k in wanted else t for k, t in tensors.items()}
 
 
-def tensor_names(path: str | Path) -> list[str]:
-    """The names of the tensors of a safetensors or ``.npz`` file, read off its header or member list alone."""
+def tensor_names(path: str | Path, names: dict[str, str] | None = None) -> list[str]:
+    """The names of the tensors of a safetensors or ``.npz`` file, read off its header or member list alone
+    (``names``: as this map renames them, :func:`renamed`)."""
     path = Path(path)
+    if names:
+        return list(renamed(dict.fromkeys(tensor_names(path)), names))
     if path.suffix == ".safetensors":
         return safetensors.names(path)
     if path.suffix == ".npz":
@@ -411,7 +459,9 @@ def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     """Restore a checkpoint written by :func:`save`; or a file of TF-named tensors without our config (a
     safetensors or ``.npz`` file, or a TensorFlow checkpoint ``PREFIX``), whose config comes from its names
     and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``scope`` picks one of several
-    variable scopes). ``overrides`` must agree with a config the file carries. Errors name the file."""
+    variable scopes, ``names`` maps a tensor file's own names onto TF's: :func:`name_map`, ``layer`` reads one
+    layer of a stack as a one-layer model: ``reference.formats.tf.pick_layer``). ``overrides`` must
+    agree with a config the file carries. Errors name the file."""
     if overrides is not None:
         check_mapping("overrides", overrides, "config fields")
     with about(path):
@@ -420,16 +470,24 @@ def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
 
 def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    names = overrides.pop("names", None)  # a name map onto TF's names (name_map), for a tensor file
+    if names is not None:
+        names = name_map(names)
+        if tf_bundle.is_bundle(path):
+            raise ValueError("a name map applies to safetensors and .npz files, not to a TensorFlow checkpoint")
     if "dtype" in overrides:  # as a config says it: np.float32 is 'float32'
         overrides["dtype"] = storage_dtype(overrides["dtype"]).name
     if tf_bundle.is_bundle(path):
         bundle = tf_bundle.open_bundle(path)  # the index is parsed once, for the names and for the reads
         return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in bundle.entries.items()}, bundle.read,
                              overrides)
-    tensors, config = declared_tensors(path)  # an .npz's are inflated only once the model says what it needs
+    tensors, config = declared_tensors(path, names)  # an .npz's are inflated only once the model says what it needs
     if config is None:
         return from_tf_names({n: (a.dtype.name, a.shape) for n, a in tensors.items()},
                              lambda names: read_declared(path, {n: tensors[n] for n in names}), overrides)
+    if overrides.get("layer") is not None:
+        raise ValueError("a layer is picked from a TF-named stack without our config; this file carries its config "
+                         "(one cuDNN stack)")
     with_options(config, overrides, f"{path} carries its config")
     model = model_from_config(config, holds=len(tensors))
     check_fits(model, sum(np.size(t) for t in tensors.values()), "the checkpoint's tensors")
@@ -444,6 +502,15 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
     """A model from TF-named tensors that carry no config (``meta``: name -> (dtype name, shape)): the config
     from :func:`reference.formats.tf.config_from_tf` with ``overrides`` on top; ``read(names)`` returns only
     the model's tensors (a ``global_step`` or optimizer slots beside them stay unread)."""
+    overrides = dict(overrides)
+    layer = overrides.pop("layer", None)  # one layer of a stack, read as a one-layer model
+    if layer is not None:
+        originals = tf.pick_layer({n: n for n in meta}, layer, overrides.get("scope"))  # its names -> the file's
+        meta, read_all = {n: meta[o] for n, o in originals.items()}, read
+
+        def read(names):  # noqa: F811 (the file's tensors under the one-layer names)
+            got = read_all([originals[n] for n in names])
+            return {n: got[originals[n]] for n in names}
     found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
     config = with_options(complete_config(found), overrides, "its tensors' names and shapes tell its config",
                           untold=("input_mode",))

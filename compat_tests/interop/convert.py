@@ -62,13 +62,29 @@ def _config(found: dict | None, overrides: dict, what: str, carried: bool) -> di
     return config
 
 
-def detect(path: str | Path) -> str:
+# The naming schemes of tensor files read here, for messages about names none of them fits.
+SCHEMES = ("TensorFlow's (rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel, ...; --from checkpoint), "
+           "PyTorch's (weight_ih_l0, ..., or a single cell's weight_ih, ..., under any module path; --from torch), "
+           "Keras's per-layer names (layer0/kernel, layer0/recurrent_kernel, layer0/bias; --from keras); ONNX "
+           "graphs name W, R and B by node, in an .onnx file")
+
+
+def unrecognised(names: list[str], extra: str = "") -> ValueError:
+    """The refusal of a tensor file whose names fit none of the :data:`SCHEMES`."""
+    shown = sorted(names)[:8]
+    return ValueError(f"its tensor names fit none of the naming schemes read here, {SCHEMES}{extra}; it holds "
+                      f"{shown}{' ...' if len(names) > 8 else ''}: map its names onto one of them (--names FILE.json, "
+                      f"options key names: a JSON object such as {{\"enc_w_ih\": \"weight_ih_l0\"}})")
+
+
+def detect(path: str | Path, names: dict | None = None) -> str:
     """The format of the file at ``path``, by its name and contents: ``.onnx`` is onnx; ``.keras``, ``.h5`` and
-    ``.hdf5`` are keras; a safetensors or ``.npz`` file is torch where a name ends in ``weight_ih_l0`` (a
-    state_dict, of a whole model too), keras where one is ``layer0/kernel`` (the per-layer tensor file), else
-    checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or ``PREFIX.index``) is tf; a file ``torch.save`` may
+    ``.hdf5`` are keras; a safetensors or ``.npz`` file is torch where a name ends in ``weight_ih_l0`` or (a
+    single cell's) ``weight_ih`` (a state_dict, of a whole model too), keras where one is ``layer0/kernel``
+    (the per-layer tensor file), else checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or ``PREFIX.index``) is tf; a file ``torch.save`` may
     have written (a zip or a pickle, or named ``.pt``, ``.pth``, ``.bin``) is torch. Anything else is checkpoint,
-    whose reader says what is wrong with it, as it does for a tensor file whose names cannot be read."""
+    whose reader says what is wrong with it, as it does for a tensor file whose names cannot be read.
+    ``names``: a tensor file's names as this map renames them (``checkpoint.name_map``)."""
     path = Path(path)
     if path.suffix == ".onnx":
         return "onnx"
@@ -76,10 +92,10 @@ def detect(path: str | Path) -> str:
         return "keras"
     if path.suffix in checkpoint.SUFFIXES:
         try:
-            names = checkpoint.tensor_names(path)
+            names = checkpoint.tensor_names(path, None if names is None else checkpoint.name_map(names))
         except (ValueError, OSError):
             return "checkpoint"
-        if any(n.endswith(torch.RNN_FIRST_WEIGHT) for n in names):
+        if any(n.endswith(torch.FIRST_WEIGHTS) for n in names):
             return "torch"
         return "keras" if any(re.fullmatch(r"layer\d+/kernel", n) for n in names) else "checkpoint"
     if tf_bundle.is_bundle(path):
@@ -90,12 +106,19 @@ def detect(path: str | Path) -> str:
 def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
     """The model and weights of a file of format ``fmt`` (``"auto"``: :func:`detect`'s); errors name the file,
     and where the file is not of format ``fmt`` but of one :func:`detect` tells, that one."""
+    overrides = dict(overrides or {})
     with checkpoint.about(path):
+        names = overrides.pop("names", None)
+        if names is not None:
+            names = checkpoint.name_map(names)
+            if Path(path).suffix not in checkpoint.SUFFIXES:
+                raise ValueError(f"a name map applies to tensor files ({' or '.join(checkpoint.SUFFIXES)}), not to "
+                                 f"{Path(path).name!r}")
         try:
-            return _read(detect(path) if fmt == AUTO else fmt, path, overrides or {})
+            return _read(detect(path, names) if fmt == AUTO else fmt, path, overrides, names)
         except ValueError as exc:
             try:
-                told = detect(path)
+                told = detect(path, names)
             except (ValueError, OSError):
                 told = fmt
             if fmt in (AUTO, told) or {fmt, told} <= set(TF_NAMED) or f"--from {told}" in str(exc):
@@ -103,13 +126,32 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
             raise ValueError(f"{exc} (the file looks like format {told}: --from {told})") from None
 
 
-def _read(fmt: str, path: str | Path, overrides: dict):
+def _read(fmt: str, path: str | Path, overrides: dict, names: dict | None = None):
     overrides = dict(overrides)
     module = overrides.pop("module", None)  # which recurrent module of a PyTorch file
     if module is not None and fmt != "torch":
         raise ValueError(f"a module path applies to PyTorch files (torch), not to {fmt}")
+    keras_own = fmt == "keras" and keras_file.is_keras_file(path)
+    if overrides.get("recurrent_activation") is not None and not keras_own:
+        raise ValueError(f"recurrent_activation applies to Keras's own files (.h5, .keras), whose LSTM and GRU "
+                         f"layers may say otherwise, not to {fmt}")
+    if overrides.get("layer") is not None and fmt not in TF_NAMED:
+        raise ValueError(f"a layer number applies to TF-named files (checkpoint, tf), not to {fmt}")
+    if overrides.get("layers") is not None and not keras_own:
+        raise ValueError(f"a choice of layers applies to Keras weights files (.h5, .weights.h5), not to {fmt}")
+    if not keras_own:
+        overrides.pop("recurrent_activation", None)
+        overrides.pop("layers", None)
+    if fmt not in TF_NAMED:
+        overrides.pop("layer", None)
     if fmt in ("checkpoint", "tf"):  # TF names, with our config or (a foreign file) read off names and shapes
-        ck = checkpoint.load(path, overrides)
+        try:
+            ck = checkpoint.load(path, {**overrides, "names": names})
+        except ValueError as exc:  # (named by checkpoint.about, around the reader's own)
+            if not isinstance(exc.__cause__ or exc, tf.NoCells) or Path(path).suffix not in checkpoint.SUFFIXES:
+                raise
+            raise unrecognised(checkpoint.tensor_names(path, names),
+                               tf.tf1_cells_note(checkpoint.tensor_names(path))) from None
         return Read(ck.model, ck.weights, ck.biases, ck.config.get("scope"))
     if fmt == "onnx":
         from .onnx_model import import_model
@@ -118,8 +160,8 @@ def _read(fmt: str, path: str | Path, overrides: dict):
     if fmt == "keras" and keras_file.is_keras_file(path):  # Keras's own .keras / .h5 files
         return Read(*keras_file.read(path, overrides))
     if fmt == "torch":
-        return _read_torch(path, overrides, module)
-    tensors, found = checkpoint.declared_tensors(path)  # an .npz's inflated once the model says what it needs
+        return _read_torch(path, overrides, module, names)
+    tensors, found = checkpoint.declared_tensors(path, names)  # an .npz's inflated once the model says what it needs
     carried = found is not None
     if fmt == "keras":
         model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
@@ -142,7 +184,7 @@ def _read(fmt: str, path: str | Path, overrides: dict):
     raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")
 
 
-def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
+def _read_torch(path: str | Path, overrides: dict, module: str | None, names: dict | None = None) -> Read:
     """A file ``torch.save`` wrote (parsed, never unpickled), or a state_dict in a safetensors or ``.npz`` file
     (ours, with its config, or a foreign one: a whole model's, whose recurrent module ``module`` picks)."""
     nonlinearity = None  # what a pickled nn.RNN says of itself
@@ -150,7 +192,7 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
     if archive:  # ours carry their config beside the state_dict
         found = checkpoint.parse_config(torch_archive.carried_config(path), path)
     else:  # an .npz's tensors inflated only once the model says what it needs
-        tensors, found = checkpoint.declared_tensors(path)
+        tensors, found = checkpoint.declared_tensors(path, names)
     carried = found is not None
     if carried and module:
         raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
@@ -159,6 +201,7 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
     elif not carried:  # a whole model's state_dict: its recurrent module's tensors
         modules = torch.module_tensors(tensors)
         tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors
+    tensors = torch.layer_names(tensors)  # a single cell's weight_ih, ... as layer 0's
     if found is None:
         found = torch.config_from_state_dict(tensors, nonlinearity or overrides.get("rnn_mode"))
     model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
@@ -168,6 +211,18 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None) -> Read:
         checkpoint.check_needed({n: np.shape(t) for n, t in tensors.items()}, expected, model)
         tensors = checkpoint.read_declared(path, tensors, expected)
     return Read(model, *torch.from_state_dict(model, tensors))
+
+
+def read_chain(fmt: str, path: str | Path, overrides: dict | None = None):
+    """A TF-named stack whose layers differ in size as a ``reference.chain.Chain`` of one-layer models (one
+    model where they do not); other formats' stacks are one model, or refused by :func:`read`."""
+    from reference.chain import load_chain
+
+    fmt = detect(path, (overrides or {}).get("names")) if fmt == AUTO else fmt
+    if fmt not in TF_NAMED:
+        raise ValueError(f"{path}: a chain of one-layer models is read from TF-named files (checkpoint, tf), not {fmt}")
+    return load_chain(path, {k: v for k, v in (overrides or {}).items()
+                             if k not in ("module", "recurrent_activation", "layers")})
 
 
 def written_files(fmt: str, path: str | Path) -> list[Path]:
@@ -204,11 +259,15 @@ def _bundle_prefix(path: str | Path) -> Path:
     return Path(path)
 
 
-def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None = None) -> None:
+def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None = None, cell: bool = False) -> None:
     """``model``'s canonical weights into a file of format ``fmt``; ``scope``: the variable scope of a
-    TF-named file's tensors (``checkpoint``, ``tf``)."""
+    TF-named file's tensors (``checkpoint``, ``tf``); ``cell``: a ``torch`` file's tensors named as a single
+    ``nn.RNNCell``/``nn.LSTMCell``/``nn.GRUCell`` names them (``weight_ih``, ...; a one-layer, one-direction
+    model), which ``cell.load_state_dict`` takes."""
     if scope is not None and fmt not in TF_NAMED:
         raise ValueError(f"a variable scope applies to TF-named files ({' or '.join(TF_NAMED)}), not to {fmt}")
+    if cell and fmt != "torch":
+        raise ValueError(f"single-cell names (weight_ih, ...) apply to PyTorch files (torch), not to {fmt}")
     tf.check_scope_to_write(scope)
     config = checkpoint.model_config(model)
     if fmt == "checkpoint":
@@ -219,10 +278,14 @@ def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None 
             raise ValueError(f"a PyTorch file must end in {' or '.join(torch_save.SUFFIXES)} (torch.save's format) "
                              f"or {' or '.join(checkpoint.SUFFIXES)}, got {Path(path).name!r}")
         write_state_dict = torch_save.write_state_dict if suffix in torch_save.SUFFIXES else checkpoint.write_tensors
-        write_state_dict(path, torch.to_state_dict(model, weights, biases), config)
+        write_state_dict(path, torch.to_state_dict(model, weights, biases, cell=cell), config)
     elif fmt == "keras" and keras_file.is_keras_file(path):
         keras_file.write(path, model, weights, biases)
     elif fmt == "keras":
+        if Path(path).suffix not in checkpoint.SUFFIXES:
+            raise ValueError(f"a Keras file must end in .keras (a Keras 3 model), .weights.h5 (its weights), .h5 or "
+                             f".hdf5 (a legacy tf.keras 2 model), or {' or '.join(checkpoint.SUFFIXES)} (the layers' "
+                             f"tensors), got {Path(path).name!r}")
         tensors = {f"layer{k}/{n}": a for k, layer in enumerate(keras.to_keras(model, weights, biases))
                    for n, a in zip(("kernel", "recurrent_kernel", "bias"), layer)}
         checkpoint.write_tensors(path, tensors, config)

@@ -13,7 +13,9 @@ A model file is read as the stack of its recurrent layers (``SimpleRNN``, ``GRU`
 ``CuDNNLSTM`` and ``CuDNNGRU``, each alone or in a ``Bidirectional``), once ``keras_stack`` finds its config to
 be one cuDNN stack, which may lie in a model nested in the one saved. A weights file does not say what lies
 between its layers, so it may hold recurrent layers only (and layers without weights), none inside a nested
-model.
+model, unless the user picks the stack's layers (options key ``layers``). Nor does it say which
+``recurrent_activation`` its LSTM and GRU layers computed: a file of a Keras that defaulted to hard_sigmoid
+(before 2.3, by its ``keras_version``) is refused unless the user says sigmoid (``recurrent_activation``).
 Weights of Keras 3 files sit under paths that Keras derives from each layer's class
 (``layers/gru_1/cell/vars/0``); legacy files list them by layer name.
 """
@@ -35,8 +37,8 @@ from reference.formats.canonical import matrix_shape
 from reference.formats.files import load_json, replacing
 
 from compat_tests.interop import hdf5_tree
-from compat_tests.interop.keras_stack import (WRAPPER, Layer, is_recurrent, layer_name, stack_indices, stack_kind,
-                                              stack_model)
+from compat_tests.interop.keras_stack import (WRAPPER, Era, Layer, is_recurrent, keras_era, layer_name, stack_indices,
+                                              stack_kind, stack_model)
 from compat_tests.optional import require
 
 SUFFIXES = (".keras", ".h5", ".hdf5")  # ``.weights.h5`` ends in ``.h5``
@@ -55,6 +57,9 @@ def read(path: str | Path, options: dict | None = None) -> tuple[object, list[np
     path = Path(path)
     with open(path, "rb"):  # a missing or unreadable file: the OSError that names it, as for every format
         pass
+    options = dict(options or {})
+    told = options.pop("recurrent_activation", None)
+    chosen = layer_choice(options.pop("layers", None))
     with checkpoint.about(path):
         if path.suffix == ".keras":
             config, h5 = _archive(path)
@@ -62,7 +67,69 @@ def read(path: str | Path, options: dict | None = None) -> tuple[object, list[np
             config, h5 = None, hdf5_tree.read(path)
             if "model_config" in h5.attrs:  # a legacy model file
                 config = _json(h5.attrs["model_config"], "the model_config attribute")
-        return _model(_layers(config, h5), options or {}, config is not None)
+        era = keras_era(written_by(h5), told, legacy=is_legacy(h5))
+        if chosen is not None and config is not None:
+            raise ValueError("a choice of layers applies to weights files: a model file's config says which layers "
+                             "are its stack")
+        return _model(_layers(config, h5, chosen), options, config is not None, era)
+
+
+PICK = "--layers NAME,NAME (options key layers)"
+
+
+def layer_choice(value) -> list[str | int] | None:
+    """The layers a user picks from a weights file (``--layers lstm_1,lstm_2``, options key ``layers``): a
+    comma-separated string or a list, of layer names or of indices into the file's list of layers, in the
+    stack's order; ``None``: not given."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or \
+            not all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in items):
+        raise ValueError(f"layers must name the recurrent layers to read, by name or index (such as 'lstm_1,lstm_2' "
+                         f"or [1, 2]), got {value!r}")
+    chosen = [int(i) if isinstance(i, str) and i.strip().isdigit() else i.strip() if isinstance(i, str) else i
+              for i in items]
+    if any(i == "" for i in chosen):
+        raise ValueError(f"layers names an empty layer: {value!r}")
+    if len(set(chosen)) < len(chosen):
+        raise ValueError(f"layers names a layer twice: {value!r}")
+    return chosen
+
+
+def _picked(chosen: list[str | int], names: list[str], recorded: dict[str, str] | None = None) -> list[str]:
+    """The file's layers (``names``, in its order; ``recorded``: other names they go by) that ``chosen`` picks,
+    in the order chosen; an unknown name or an index out of range is refused, listing the file's layers."""
+    aliases = {alias: name for name, alias in (recorded or {}).items()}
+    found = []
+    for item in chosen:
+        if isinstance(item, int):
+            if recorded is not None:
+                raise ValueError(f"layers: a Keras 3 weights file does not record its layers' order: name them "
+                                 f"(it holds {names})")
+            if not 0 <= item < len(names):
+                raise ValueError(f"layers: index {item} is not one of the file's {len(names)} layers {names}")
+            found.append(names[item])
+        elif item in names or item in aliases:
+            found.append(item if item in names else aliases[item])
+        else:
+            raise ValueError(f"layers: the file holds no layer {item!r}; it holds {names}")
+    return found
+
+
+def is_legacy(h5) -> bool:
+    """Whether an open Keras HDF5 file is of the legacy format (tf.keras 2's, Keras 2's, Keras 3's
+    ``save_model(m, "m.h5")``), where weights are listed by layer name."""
+    return "model_weights" in h5 or _names(h5.attrs, "layer_names") is not None
+
+
+def written_by(h5) -> str | None:
+    """The ``keras_version`` attribute of a legacy file (at its root, or on ``model_weights``), else None."""
+    for attrs in (h5.attrs, h5["model_weights"].attrs if "model_weights" in h5 else {}):
+        version = attrs.get("keras_version")
+        if isinstance(version, str):
+            return version
+    return None
 
 
 def _archive(path: Path) -> tuple[dict, hdf5_tree.Group]:
@@ -132,9 +199,9 @@ def _json(raw, what: str) -> dict:
 # --- the stack's layers and their weights ---------------------------------------------------------------
 
 
-def _layers(config: dict | None, h5) -> list[Layer]:
+def _layers(config: dict | None, h5, chosen: list[str | int] | None = None) -> list[Layer]:
     if config is None:
-        return _weights_file_layers(h5)
+        return _weights_file_layers(h5, chosen)
     model, way = stack_model(config)
     entries, names, stack = stack_indices(model)
     if "model_weights" in h5 or _names(h5.attrs, "layer_names"):
@@ -273,21 +340,27 @@ def _numbered(key: str) -> tuple[str, int]:
     return (m.group(1), int(m.group(2))) if m else (key, 0)
 
 
-def _weights_file_layers(h5) -> list[Layer]:
+def _weights_file_layers(h5, chosen: list[str | int] | None = None) -> list[Layer]:
     """The recurrent layers of a weights file (no config): in a legacy file in the order of its
     ``layer_names``, in a Keras 3 file in the order of their groups' numbers (one class only). Any other
-    layer that holds weights is refused: the file cannot say where it sits."""
+    layer that holds weights is refused: the file cannot say where it sits. ``chosen`` (:func:`layer_choice`)
+    picks the layers of the stack, in its order, from a file that holds others."""
     names = _names(h5.attrs, "layer_names")
     if names is not None:  # a legacy file
-        groups = [(n, h5[n], _names(h5[n].attrs, "weight_names") or []) for n in names if n in h5]
+        picked = names if chosen is None else _picked(chosen, names)
+        groups = [(n, h5[n], _names(h5[n].attrs, "weight_names") or []) for n in picked if n in h5]
         found = []
         for name, group, weight_names in groups:
-            if not weight_names:
+            if not weight_names and chosen is None:
                 continue
             kinds = [_weight_kind(w) for w in weight_names]
             if "recurrent_kernel" not in kinds:
+                if chosen is not None:
+                    held = weight_names[:2] or "no weights"
+                    raise ValueError(f"layers: layer {name!r} holds {held}, not a recurrent layer's weights")
                 raise ValueError(f"layer {name!r} holds {weight_names[:2]}, not a recurrent layer's weights; a weights "
-                                 f"file does not say where such a layer sits: read the model file (.keras or .h5)")
+                                 f"file does not say where such a layer sits: read the model file (.keras or .h5), or "
+                                 f"pick the recurrent layers of the stack, in its order: {PICK}")
             bidirectional = any("backward" in w for w in weight_names)
             cls = WRAPPER if bidirectional else ""  # a cell layer whose class the weights tell
             kernels = kinds.count("kernel")
@@ -299,6 +372,17 @@ def _weights_file_layers(h5) -> list[Layer]:
     if "layers" not in h5:
         raise ValueError("not a Keras weights file (no layers group, no layer_names)")
     layers = h5["layers"]
+    if chosen is not None:
+        keys = list(layers)
+        recorded = {key: layers[key]["vars"].attrs.get("name") for key in keys if "vars" in layers[key]}
+        found = []
+        for key in _picked(chosen, keys, {k: v for k, v in recorded.items() if isinstance(v, str)}):
+            group = layers[key]
+            if "cell" not in group and "forward_layer" not in group:
+                raise ValueError(f"layers: layer group {key!r} is not a recurrent layer's (no cell)")
+            cls = WRAPPER if "forward_layer" in group else ""
+            found.append(Layer(key, cls, None, _directions(group, f"layers/{key}", cls)))
+        return found
     recurrent, other = [], []
     for key in layers:
         group = layers[key]
@@ -308,12 +392,13 @@ def _weights_file_layers(h5) -> list[Layer]:
             other.append(key)  # a layer with weights, or a model of layers
     if other:
         raise ValueError(f"layer group {other[0]!r} holds weights but is not a recurrent layer (or is a model of "
-                         f"layers); a weights file does not say where such a layer sits: read the .keras model file")
+                         f"layers); a weights file does not say where such a layer sits: read the .keras model file, "
+                         f"or pick the recurrent layers of the stack, in its order: {PICK}")
     numbered = {key: _numbered(key) for key in recurrent}
     prefixes = {prefix for prefix, _ in numbered.values()}
     if len(prefixes) > 1:
         raise ValueError(f"the weights file holds recurrent layers of several classes ({sorted(prefixes)}), whose "
-                         f"order it does not record: read the .keras model file")
+                         f"order it does not record: read the .keras model file, or name them in order: {PICK}")
     found = []
     for key in sorted(recurrent, key=lambda key: numbered[key][1]):
         group = layers[key]
@@ -322,10 +407,10 @@ def _weights_file_layers(h5) -> list[Layer]:
     return found
 
 
-def _model(layers: list[Layer], options: dict, has_config: bool):
+def _model(layers: list[Layer], options: dict, has_config: bool, era: Era = Era()):
     if not layers:
         raise ValueError("the file holds no recurrent layer's weights")
-    mode, direction = stack_kind(layers)
+    mode, direction = stack_kind(layers, era)
     kernel = layers[0].weights[0][0]
     input_size, _ = matrix_shape(f"layer {layers[0].name!r} kernel", kernel.shape)
     units, _ = matrix_shape(f"layer {layers[0].name!r} recurrent kernel", layers[0].weights[0][1].shape)

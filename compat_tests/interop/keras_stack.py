@@ -12,7 +12,9 @@ cuDNN stack is a ValueError naming the layer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +28,56 @@ WRAPPER = "Bidirectional"
 INFERENCE_IDENTITY = ("Dropout", "SpatialDropout1D", "GaussianDropout", "GaussianNoise", "AlphaDropout")
 MODELS = ("Sequential", "Functional", "Model")  # models of layers, which may be layers of another model
 MAX_NESTING = 16  # models inside models looked into (a bound: a config is a file's word)
+
+
+# Keras before 2.3 (standalone Keras 2.0-2.2, and tf.keras of TensorFlow 1.x, which records "2.x.y-tf") made
+# LSTM and GRU default to recurrent_activation="hard_sigmoid"; Keras 2.3, tf.keras 2 and Keras 3 to "sigmoid".
+SIGMOID_SINCE = (2, 3)
+RECURRENT_ACTIVATIONS = ("sigmoid", "hard_sigmoid")  # what the option recurrent_activation may say
+
+
+class Era(NamedTuple):
+    """What the Keras that wrote a file takes for what a layer's config leaves out, and what the user says of
+    the weights (``told``: the option ``recurrent_activation``, ``None`` for not given)."""
+
+    version: str | None = None  # the file's keras_version attribute, as written
+    recurrent_activation: str | None = "sigmoid"  # its LSTM's and GRU's default (None: it cannot be told)
+    reset_after: bool = True  # its GRU's default
+    told: str | None = None
+
+    def writer(self) -> str:
+        return f"Keras {self.version}" if self.version else "a Keras that recorded no keras_version"
+
+
+def keras_era(version: str | None, told: str | None = None, legacy: bool = True) -> Era:
+    """The :class:`Era` of a file whose ``keras_version`` attribute is ``version`` (``legacy``: an HDF5 file of
+    the legacy format, where a missing version means a Keras that recorded none, Keras 1 or another tool; a
+    Keras 3 archive or weights file is Keras 3's). ``told``: the option, checked here."""
+    if told is not None and told not in RECURRENT_ACTIVATIONS:
+        raise ValueError(f"recurrent_activation must be one of {', '.join(RECURRENT_ACTIVATIONS)}, got {told!r}")
+    if not legacy:
+        return Era(version, "sigmoid", True, told)
+    m = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    if m is None:
+        return Era(version, None, True, told)
+    old = (int(m[1]), int(m[2])) < SIGMOID_SINCE
+    return Era(version, "hard_sigmoid" if old else "sigmoid", not old, told)
+
+
+def old_default_note(era: Era) -> str:
+    """Why a file's LSTM or GRU may compute hard_sigmoid, for messages."""
+    if era.recurrent_activation is None:
+        return (f"the file was written by {era.writer()}, so the recurrent_activation its LSTM and GRU layers "
+                f"defaulted to (hard_sigmoid before Keras 2.3, sigmoid since) cannot be told")
+    tf1 = " (and tf.keras of TensorFlow 1.x; TensorFlow 2.0 and 2.1, which record 2.2.4-tf too, default to sigmoid)" \
+        if era.version and era.version.endswith("-tf") else ""
+    return (f"the file was written by {era.writer()}, whose LSTM and GRU default to recurrent_activation="
+            f"'hard_sigmoid' (Keras before 2.3{tf1})")
+
+
+ADVICE = ("read the model file, whose config states the activation, or, if the weights were trained with sigmoid, say "
+          "so: --recurrent-activation sigmoid (options key recurrent_activation='sigmoid'); a hard_sigmoid layer has "
+          "no cuDNN equivalent, and reading it as sigmoid would be wrong by tens of percent")
 
 
 @dataclass
@@ -189,13 +241,14 @@ def _check_link(entries: list[dict], names: list[str], previous: int | None, k: 
                          f"recurrent layer before it, {names[previous]!r}: the layers are not one stack")
 
 
-def _cell_mode(name: str, cls: str, config: dict, backward: bool = False) -> str:
-    """The cuDNN mode one recurrent (cell) layer's config computes; anything else is refused naming it."""
+def _cell_mode(name: str, cls: str, config: dict, backward: bool = False, era: Era = Era()) -> str:
+    """The cuDNN mode one recurrent (cell) layer's config computes; anything else is refused naming it. What
+    the config leaves out is the default of the Keras that wrote it (``era``)."""
     def value(key: str, default):
         v = config.get(key, default)
         return v.get("class_name", v) if isinstance(v, dict) else v
 
-    activation, recurrent = value("activation", "tanh"), value("recurrent_activation", "sigmoid")
+    activation, stated = value("activation", "tanh"), value("recurrent_activation", None)
     if cls in CUDNN_LAYERS:  # cuDNN's cell itself: no activations to choose
         mode = CUDNN_LAYERS[cls]
     elif cls == "SimpleRNN":
@@ -203,10 +256,20 @@ def _cell_mode(name: str, cls: str, config: dict, backward: bool = False) -> str
             raise ValueError(f"layer {name!r}: activation {activation!r} has no cuDNN equivalent (tanh or relu)")
         mode = activation
     else:
-        for key, got, want in (("activation", activation, "tanh"), ("recurrent_activation", recurrent, "sigmoid")):
-            if got != want:
-                raise ValueError(f"layer {name!r}: {key} {got!r} has no cuDNN equivalent ({want})")
-        mode = "lstm" if cls == "LSTM" else "gru" if config.get("reset_after", True) else "classic_gru"
+        if stated is not None and era.told is not None and stated != era.told:
+            raise ValueError(f"layer {name!r}: its config states recurrent_activation {stated!r}, which disagrees "
+                             f"with the option given ({era.told!r}); the option may only say what the file cannot")
+        recurrent = stated if stated is not None else era.told or era.recurrent_activation
+        if activation != "tanh":
+            raise ValueError(f"layer {name!r}: activation {activation!r} has no cuDNN equivalent (tanh)")
+        if recurrent is None:
+            raise ValueError(f"layer {name!r}: its config does not state its recurrent_activation and "
+                             f"{old_default_note(era)}; {ADVICE}")
+        if recurrent != "sigmoid":
+            why = "" if stated is not None or era.told else f" ({old_default_note(era)}; the config does not state it)"
+            raise ValueError(f"layer {name!r}: recurrent_activation {recurrent!r}{why} has no cuDNN equivalent "
+                             f"(sigmoid)")
+        mode = "lstm" if cls == "LSTM" else "gru" if config.get("reset_after", era.reset_after) else "classic_gru"
     if bool(config.get("go_backwards", False)) != backward:
         raise ValueError(f"layer {name!r}: go_backwards={not backward} outside a Bidirectional's backward layer has "
                          f"no cuDNN equivalent" if not backward else
@@ -214,7 +277,7 @@ def _cell_mode(name: str, cls: str, config: dict, backward: bool = False) -> str
     return mode
 
 
-def _kind(layer: Layer) -> tuple[str | None, str]:
+def _kind(layer: Layer, era: Era = Era()) -> tuple[str | None, str]:
     """``(rnn_mode, direction)`` of a layer: from its config, or (a weights file) from its weights' shapes,
     where relu and tanh look alike (``None``)."""
     direction = "bidirectional" if layer.cls == WRAPPER else "unidirectional"
@@ -247,20 +310,49 @@ def _kind(layer: Layer) -> tuple[str | None, str]:
             **forward, "config": {**cell, "go_backwards": not cell.get("go_backwards", False)}}
         parts = [(forward, False), (backward, True)]
         modes = [_cell_mode(f"{layer.name}/{_dict(part.get('config')).get('name', 'backward' if back else 'forward')}",
-                            part.get("class_name"), _dict(part.get("config")), back) for part, back in parts]
+                            part.get("class_name"), _dict(part.get("config")), back, era) for part, back in parts]
         if modes[0] != modes[1] or backward.get("class_name") != forward.get("class_name") or \
                 _dict(backward.get("config")).get("units") != cell.get("units"):
             raise ValueError(f"layer {layer.name!r}: its backward layer differs from its forward layer")
         return modes[0], direction
-    return _cell_mode(layer.name, layer.cls, config), direction
+    return _cell_mode(layer.name, layer.cls, config, era=era), direction
 
 
-def stack_kind(layers: list[Layer]) -> tuple[str | None, str]:
+def stack_kind(layers: list[Layer], era: Era = Era()) -> tuple[str | None, str]:
     """``(rnn_mode, direction)`` that every layer of the stack computes (``rnn_mode`` None: relu or tanh,
-    which a weights file cannot tell); layers that differ are not one cuDNN stack."""
-    kinds = [_kind(layer) for layer in layers]
+    which a weights file cannot tell); layers that differ are not one cuDNN stack. ``era``: the Keras that
+    wrote the file, whose defaults stand for what a config leaves out, and what the user says of the weights.
+    A weights file does not say which recurrent_activation its LSTM or GRU layers computed: where the Keras
+    that wrote it defaulted to hard_sigmoid, or cannot be told, it is refused unless the user says sigmoid."""
+    kinds = [_kind(layer, era) for layer in layers]
     for layer, got in zip(layers, kinds):
         if got != kinds[0]:
             raise ValueError(f"layer {layer.name!r} computes a {got[1]} {got[0]!r} layer, but the first recurrent "
                              f"layer {layers[0].name!r} a {kinds[0][1]} {kinds[0][0]!r} one: not one cuDNN stack")
+    gated = kinds[0][0] in ("lstm", "gru", "classic_gru")
+    if era.told is not None and not gated:
+        raise ValueError(f"recurrent_activation {era.told!r} was given, but layer {layers[0].name!r} is a SimpleRNN, "
+                         f"which has none")
+    if era.told == "hard_sigmoid":
+        raise ValueError(f"the weights were trained with recurrent_activation 'hard_sigmoid' (the option given), "
+                         f"which has no cuDNN equivalent (sigmoid)")
+    plain = [layer for layer in layers if layer.config is None and not all(layer.cudnn_layout)]
+    if gated and plain and era.told is None and era.recurrent_activation != "sigmoid":
+        raise ValueError(f"layer {plain[0].name!r} is a {'LSTM' if kinds[0][0] == 'lstm' else 'GRU'}, and "
+                         f"{old_default_note(era)}; a weights file does not record which one its layers used: {ADVICE}")
+    def time_major(layer: Layer) -> bool:
+        return bool(_cell_config(layer).get("time_major", False))
+
+    configured = [layer for layer in layers if layer.config is not None]
+    other = [layer for layer in configured if time_major(layer) != time_major(configured[0])] if configured else []
+    if other:
+        raise ValueError(f"layer {other[0].name!r} reads its input {'time' if time_major(other[0]) else 'batch'}-major "
+                         f"(time_major), but layer {configured[0].name!r} the other way: each layer reads the one "
+                         f"before's output with its axes swapped, which is not one cuDNN stack")
     return kinds[0]
+
+
+def _cell_config(layer: Layer) -> dict:
+    """The config of a layer's cell layer (a Bidirectional's forward layer's)."""
+    config = _dict(layer.config)
+    return _dict(_dict(config.get("layer")).get("config")) if layer.cls == WRAPPER else config

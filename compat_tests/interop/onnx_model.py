@@ -138,6 +138,7 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
             raise ValueError(f"initializer {t.name!r} cannot be read: {type(exc).__name__}: {exc}") from None
     nodes = [n for n in proto.graph.node if n.op_type in RECURRENT_OPS and n.domain in DEFAULT_DOMAIN]
     if not nodes:
+        _refuse_hidden(proto.graph)
         unrolled = {"MatMul", "Gemm"} & {n.op_type for n in proto.graph.node}
         raise ValueError("the ONNX graph has no GRU, LSTM or RNN node" + (
             ": it computes with MatMul or Gemm, perhaps a recurrence unrolled into steps, which cannot be read as "
@@ -145,6 +146,8 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
             "layer; export nn.RNN with torch.onnx.export(..., dynamo=False), which writes an RNN node)"
             if unrolled else ""))
     paths = stack_paths(proto.graph, nodes)
+    inits.update(_folded(proto.graph, inits, [name for n in nodes for name in list(n.input)[1:4] if name],
+                         list(proto.opset_import)))
     layers = [_node_weights(n, inits) for n in nodes]
     kinds = [_node_kind(n, layer) for n, layer in zip(nodes, layers)]
     if META_KEY in meta:
@@ -162,6 +165,114 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
     check_stack(proto, nodes, paths, inits, model.num_dirs, model.num_units)
     check_starts(proto.graph, nodes, inits)
     return model, weights, biases
+
+
+# Recurrent ops of other domains, and why they are not read.
+FOREIGN_RECURRENT = {
+    "DynamicQuantizeLSTM": "its weights are int8 with scales and zero points, and onnxruntime quantizes its inputs "
+                           "at run time too, so no float model computes what it does; export the float model",
+    "AttnLSTM": "an LSTM with attention, which no cuDNN cell computes",
+}
+CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
+def _subgraphs(node):
+    """``(attribute name, graph)`` of every subgraph a node holds (an If's branches, a Loop's or Scan's body)."""
+    import onnx
+
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.name, attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for k, g in enumerate(attr.graphs):
+                yield f"{attr.name}[{k}]", g
+
+
+def _refuse_hidden(graph, depth: int = 0) -> None:
+    """Refuse, naming it, a graph whose recurrent nodes are not GRU/LSTM/RNN nodes of its own: one inside a
+    control-flow subgraph (If, Loop, Scan), or of another domain (``com.microsoft``'s DynamicQuantizeLSTM)."""
+    for node in graph.node:
+        if node.op_type in FOREIGN_RECURRENT or (node.op_type in RECURRENT_OPS and node.domain not in DEFAULT_DOMAIN):
+            why = FOREIGN_RECURRENT.get(node.op_type, "an op of another domain than ONNX's own")
+            raise ValueError(f"the ONNX graph holds node {node_name(node)}, a {node.domain or 'ai.onnx'} "
+                             f"{node.op_type}, which is not read: {why}")
+        for where, sub in _subgraphs(node):
+            inner = [n for n in sub.node if n.op_type in RECURRENT_OPS or n.op_type in FOREIGN_RECURRENT]
+            if inner and depth < 16:
+                raise ValueError(f"the ONNX graph's recurrent node {node_name(inner[0])} ({inner[0].op_type}) lies "
+                                 f"inside the {where} subgraph of {node.op_type} node {node_name(node)}: it runs on "
+                                 f"what that {'branch' if node.op_type == 'If' else 'body'} is given, when and as "
+                                 f"often as the graph decides at run time, which is not one cuDNN model; export the "
+                                 f"recurrent part without control flow")
+            if depth < 16:
+                _refuse_hidden(sub, depth + 1)
+
+
+# Ops folded, from the file's constants alone, into a W, R or B that is not an initializer (as exporters write
+# them): none makes more values than it reads.
+FOLDABLE = ("Constant", "Identity", "Cast", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Concat", "Slice")
+MAX_FOLDED = 64  # nodes folded for one graph's weights (a bound: a graph is a file's word)
+
+
+def _folded(graph, inits: dict, names: list[str], opsets: list | None = None) -> dict[str, np.ndarray]:
+    """The values of ``names`` (recurrent nodes' W, R, B) that are not initializers, computed from the file's
+    constants through :data:`FOLDABLE` ops alone (evaluated by ``onnx.reference``, the model never run); one
+    fed at run time, or computed by any other op, is refused naming it and why."""
+    fed = {i.name for i in graph.input}
+    producers = {out: n for n in graph.node for out in n.output if out}
+    order: list = []
+    used: set[str] = set()
+
+    def visit(name: str, wanted: str) -> None:
+        if name in inits:  # (one that is also a graph input is read as an initializer, as a W itself is)
+            used.add(name)
+            return
+        if name in fed:
+            raise ValueError(f"{wanted} is fed at run time ({name!r} is a graph input), not fixed by the file")
+        node = producers.get(name)
+        if node is None:
+            raise ValueError(f"{wanted}: {name!r} is neither an initializer nor any node's output")
+        if node.domain not in DEFAULT_DOMAIN or node.op_type not in FOLDABLE:
+            raise ValueError(f"{wanted} is computed by {node.op_type} node {node_name(node)}: only initializers and "
+                             f"constants moved by {', '.join(FOLDABLE[1:])} are read as weights")
+        if any(node is n for n in order):
+            return
+        if len(order) >= MAX_FOLDED:
+            raise ValueError(f"{wanted} is computed by more than {MAX_FOLDED} nodes; refused")
+        for source in node.input:
+            if source:
+                visit(source, wanted)
+        order.append(node)
+
+    wanted = [n for n in dict.fromkeys(names) if n not in inits]
+    for name in wanted:
+        visit(name, f"weight {name!r}")
+    if not wanted:
+        return {}
+    return _evaluate(order, {n: inits[n] for n in used}, wanted, opsets)
+
+
+def _evaluate(nodes: list, constants: dict[str, np.ndarray], outputs: list[str], opsets: list | None = None) \
+        -> dict[str, np.ndarray]:
+    """``outputs`` of the constant ``nodes`` on ``constants``, by ONNX's reference evaluator, at the file's
+    opsets (``opsets``: its ``opset_import``, which decide an op's form)."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    for node in nodes:
+        if node.op_type == "Constant":  # external data refused, as for initializers
+            from compat_tests.interop.onnx_stack import _constant
+
+            _constant(node)
+    graph = helper.make_graph(nodes, "weights", [], [helper.make_value_info(n, helper.TypeProto()) for n in outputs],
+                              initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
+    try:
+        model = helper.make_model(graph, **({"opset_imports": opsets} if opsets else {}))
+        values = ReferenceEvaluator(model).run(None, {})
+    except Exception as exc:  # noqa: BLE001 (a malformed op of the file's: its own error, named)
+        raise ValueError(f"the constant ops that make the weights {outputs[:3]} cannot be evaluated "
+                         f"({type(exc).__name__}: {exc})") from None
+    return {n: np.asarray(v) for n, v in zip(outputs, values)}
 
 
 def _node_weights(node, inits: dict) -> dict[str, np.ndarray]:

@@ -109,6 +109,69 @@ GATE_COLUMNS = {"lstm": ("kernel", 4), "gru": ("gates/kernel", 2), "classic_gru"
                 "relu": ("kernel", 1), "tanh": ("kernel", 1)}  # the first layer's kernel: [in + Hr, k * H]
 
 
+class NoCells(ValueError):
+    """Tensors among which no cell of the names read here is found."""
+
+
+class UnevenLayers(ValueError):
+    """A stack of cells whose layers differ in size (a ``MultiRNNCell`` of 512, 256 and 128 units): not one cuDNN
+    stack. ``sizes``: ``(input width, units)`` per layer; ``overrides``: the reading options under which it was
+    found (the scope)."""
+
+    def __init__(self, message: str, sizes: list[tuple[int, int]]):
+        super().__init__(message)
+        self.sizes = sizes
+
+
+def _layer_sizes(found: dict, first, cell: str, kernel: str, k: int, layers: list[int]) -> list[tuple[int, int]]:
+    """``(input width, units)`` of each layer's cell, off its kernel's shape ``[in + Hr, k * H]``."""
+    sizes = []
+    for layer in layers:
+        entry = found.get((layer, first, cell, kernel))
+        if entry is None:
+            raise ValueError(f"the checkpoint lacks layer {layer}'s {kernel!r} of its {cell}")
+        rows, cols = matrix_shape(f"layer {layer}'s {kernel!r}", entry[1])
+        projection = found.get((layer, first, cell, "projection/kernel"))
+        width = matrix_shape(f"layer {layer}'s 'projection/kernel'", projection[1])[1] if projection else cols // k
+        sizes.append((rows - width, cols // k))
+    return sizes
+
+
+def pick_layer(tensors: dict, layer: int, scope: str | None = None) -> dict:
+    """The tensors of one layer (``layer``) of a TF-named stack as a one-layer stack's (``cell_0``), under the
+    same scope; every other layer's cell tensors are left out (others, such as a ``global_step``, are kept)."""
+    if not isinstance(layer, int) or isinstance(layer, bool) or layer < 0:
+        raise ValueError(f"layer must be a layer number >= 0, got {layer!r}")
+    out, seen = {}, False
+    for name, value in tensors.items():
+        m = _CELL.match(name)
+        if not m or m["cell"] not in CELL_NAMES.values() or (scope is not None and m["scope"] != scope):
+            out[name] = value
+            continue
+        if int(m["uni"] if m["uni"] is not None else m["bi"]) != layer:
+            continue
+        seen = True
+        start, end = m.span("uni") if m["uni"] is not None else m.span("bi")
+        out[name[:start] + "0" + name[end:]] = value
+    if not seen:
+        raise ValueError(f"the checkpoint has no layer {layer}")
+    return out
+
+
+# TensorFlow cells whose checkpoints are not read: what each computes beyond its tensors.
+TF1_CELLS = {"lstm_cell": "tf.nn.rnn_cell.LSTMCell", "basic_lstm_cell": "tf.nn.rnn_cell.BasicLSTMCell"}
+
+
+def tf1_cells_note(names) -> str:
+    """Why tensors of TensorFlow's ``LSTMCell`` / ``BasicLSTMCell`` among ``names`` are not read (else '')."""
+    found = sorted({part for name in names for part in str(name).split("/") if part in TF1_CELLS})
+    if not found:
+        return ""
+    return (f"; it holds {found[0]} tensors ({TF1_CELLS[found[0]]}), which are not read: that cell adds forget_bias "
+            f"(1.0 unless built otherwise) to its forget gate at run time, which the checkpoint does not hold, and may "
+            f"use peepholes, a cell clip or a projection; cudnn_compatible_lstm_cell is that cell with forget_bias=0")
+
+
 def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: str | None = None,
                    scope: str | None = None) -> dict:
     """The model config that TF checkpoint names and shapes tell (``tensors``: name -> (dtype name, shape)),
@@ -126,8 +189,8 @@ def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: st
     if scope is None and len(cells) > 1:
         raise ValueError(f"RNN cells under several scopes {sorted(s or '' for s in cells)}: say which (--scope)")
     if not cells:
-        raise ValueError("no TensorFlow RNN cell tensors (rnn/multi_rnn_cell/cell_N/... or "
-                         "stack_bidirectional_rnn/cell_N/...) found")
+        raise NoCells("no TensorFlow RNN cell tensors (rnn/multi_rnn_cell/cell_N/... or "
+                      "stack_bidirectional_rnn/cell_N/...) found" + tf1_cells_note(tensors))
     scope = scope if scope is not None else next(iter(cells))
     found = cells[scope]
     kinds = {cell for _, _, cell, _ in found}
@@ -155,6 +218,14 @@ def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: st
     H = cols // k
     projection = found.get((0, first, cell, "projection/kernel"))
     num_proj = matrix_shape("layer 0's 'projection/kernel'", projection[1])[1] if projection else None
+    sizes = _layer_sizes(found, first, cell, kernel, k, layers)
+    D = 1 if first is None else 2
+    if any(units != H for _, units in sizes) or any(width != D * (num_proj or H) for width, _ in sizes[1:]):
+        told = ", ".join(f"layer {n}: {units} units on {width} inputs" for n, (width, units) in enumerate(sizes))
+        raise UnevenLayers(f"the checkpoint's {len(sizes)} layers differ in size ({told}; a MultiRNNCell of cells of "
+                           f"several sizes): a cuDNN stack's layers are all alike, so it is not one; take one layer "
+                           f"(--layer N, options key layer) or run them as a chain of one-layer models, each with "
+                           f"its own states (rnn-compat infer does; reference.chain.load_chain in Python)", sizes)
     return {"rnn_mode": mode, "num_layers": len(layers), "num_units": H, "input_size": rows - (num_proj or H),
             "input_mode": "linear_input", "direction": "unidirectional" if first is None else "bidirectional",
             "num_proj": num_proj, "dtype": dtype, "scope": scope}

@@ -2,7 +2,9 @@
 
 ``weight_ih_l{k}[_reverse]`` stacks the canonical input matrices (PyTorch's gate orders equal cuDNN's:
 GRU r, z, n; LSTM i, f, g, o), ``weight_hh_l{k}`` the recurrent ones, ``bias_ih``/``bias_hh`` the two bias
-sets, ``weight_hr_l{k}`` the LSTM projection. PyTorch has no textbook GRU and no skip_input. A
+sets, ``weight_hr_l{k}`` the LSTM projection. A single cell (``nn.RNNCell``, ``nn.LSTMCell``, ``nn.GRUCell``)
+names a one-layer module's tensors without the suffix: ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``.
+PyTorch has no textbook GRU and no skip_input. A
 ``state_dict`` without any bias (``bias=False``) is the same network with zero biases, and reads as that;
 one that lacks only some biases is refused.
 """
@@ -28,8 +30,14 @@ def _supported(model) -> None:
         raise ValueError("PyTorch has no skip_input mode")
 
 
-def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> dict[str, np.ndarray]:
+def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray],
+                  cell: bool = False) -> dict[str, np.ndarray]:
+    """``model``'s state_dict as ``nn.RNN``/``nn.LSTM``/``nn.GRU`` name it, or (``cell``) as ``nn.RNNCell``/
+    ``nn.LSTMCell``/``nn.GRUCell`` do (``weight_ih``, ...: one layer, one direction, no projection)."""
     _supported(model)
+    if cell:
+        check_cell(model)
+        return {k[:-len(CELL_SUFFIX)]: v for k, v in to_state_dict(model, weights, biases).items()}
     out = {}
     for pl, t in enumerate(by_pseudo_layer(model, weights, biases)):
         s = _suffix(model, pl)
@@ -42,10 +50,38 @@ def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray]) ->
     return out
 
 
+# A single cell's (nn.RNNCell, nn.LSTMCell, nn.GRUCell) names: a one-layer module's without the layer suffix.
+CELL_NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+CELL_SUFFIX = "_l0"
+CELLS = {"relu": "nn.RNNCell(nonlinearity='relu')", "tanh": "nn.RNNCell", "lstm": "nn.LSTMCell", "gru": "nn.GRUCell"}
+
+
+def check_cell(model) -> None:
+    """A model that a single cell's names can hold: one layer, one direction, no projection."""
+    if model.num_layers != 1 or model.num_dirs != 1 or model.num_proj:
+        raise ValueError(f"a single cell's names (weight_ih, weight_hh, bias_ih, bias_hh: {CELLS.get(model.rnn_mode)}) "
+                         f"hold one layer of one direction without projection, not {model!r}")
+
+
+def is_cell(state) -> bool:
+    """Whether a module's entries are named as a single cell's (``weight_ih``, no layer suffix)."""
+    return "weight_ih" in state and "weight_ih" + CELL_SUFFIX not in state
+
+
+def layer_names(state: dict) -> dict:
+    """A module's entries under ``nn.RNN``'s names: a single cell's ``weight_ih``, ... become layer 0's
+    ``weight_ih_l0``, ... (the same one-layer network); others are left as they are."""
+    if not is_cell(state):
+        return state
+    return {(k + CELL_SUFFIX if k in CELL_NAMES else k): v for k, v in state.items()}
+
+
 def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
-    """The canonical lists of ``model`` from a state_dict; errors name the tensor."""
+    """The canonical lists of ``model`` from a state_dict (an ``nn.RNN``'s, or a single cell's); errors name the
+    tensor."""
     _supported(model)
     check_mapping("state", state, "tensors by state_dict name")
+    state = layer_names(state)
     check_fits(model, sum(np.size(v) for v in state.values()), "the state_dict's tensors")
     expected = {k: v.shape for k, v in to_state_dict(model, *zeros(model)).items()}
     if not any(name.startswith("bias_") for name in state):  # bias=False: zero biases, the same function
@@ -70,16 +106,20 @@ def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
 
 
 RNN_FIRST_WEIGHT = "weight_ih_l0"
+FIRST_WEIGHTS = (RNN_FIRST_WEIGHT, "weight_ih")  # a module's, a single cell's
+KNOWN_BY = "'weight_ih_l0', or a single cell's 'weight_ih'"
 
 
 def module_tensors(state: dict) -> dict[str, dict]:
-    """The entries of each recurrent module (``nn.RNN``, ``nn.LSTM``, ``nn.GRU``) in a whole model's
-    ``state_dict``, by the module's path (``"encoder.rnn"``; ``""`` for a bare module's state_dict), each under
-    its own names (``weight_ih_l0``, ...): a module is known by its ``weight_ih_l0``, and its entries are the
-    names that continue its path with no further dot. Other modules' entries (an embedding, a head) are left
-    out."""
-    prefixes = [name[: -len(RNN_FIRST_WEIGHT)] for name in state if name.endswith(RNN_FIRST_WEIGHT)]
-    return {p[:-1]: {n[len(p):]: v for n, v in state.items() if n.startswith(p) and "." not in n[len(p):]}
+    """The entries of each recurrent module (``nn.RNN``, ``nn.LSTM``, ``nn.GRU``, or a single ``nn.RNNCell``,
+    ``nn.LSTMCell``, ``nn.GRUCell``) in a whole model's ``state_dict``, by the module's path (``"encoder.rnn"``;
+    ``""`` for a bare module's state_dict), each under ``nn.RNN``'s names (``weight_ih_l0``, ...; a cell's
+    ``weight_ih`` is layer 0's, :func:`layer_names`): a module is known by its ``weight_ih_l0`` (a cell by its
+    ``weight_ih``), and its entries are the names that continue its path with no further dot. Other modules'
+    entries (an embedding, a head) are left out."""
+    prefixes = dict.fromkeys(name[: -len(first)] for name in state for first in FIRST_WEIGHTS
+                             if isinstance(name, str) and name.endswith(first))
+    return {p[:-1]: layer_names({n[len(p):]: v for n, v in state.items() if n.startswith(p) and "." not in n[len(p):]})
             for p in prefixes if p == "" or p.endswith(".")}
 
 
@@ -87,7 +127,7 @@ def pick_module(modules: dict, module: str | None = None) -> str:
     """The path of the one recurrent module of ``modules`` (``{path: ...}``, :func:`module_tensors`) that
     ``module`` names, or of the only one; errors list the paths found."""
     if not modules:
-        raise ValueError(f"holds no recurrent module's weights (no {RNN_FIRST_WEIGHT!r})")
+        raise ValueError(f"holds no recurrent module's weights (no {KNOWN_BY})")
     if module is None and len(modules) > 1:
         raise ValueError(f"holds {len(modules)} recurrent modules, {sorted(modules)}: say which (module / --module)")
     if module is not None and module not in modules:
@@ -97,8 +137,10 @@ def pick_module(modules: dict, module: str | None = None) -> str:
 
 def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = None) -> dict:
     """What a state_dict's names and shapes tell about the network; relu and tanh need ``rnn_mode``."""
+    state = layer_names(state)
     if "weight_ih_l0" not in state or "weight_hh_l0" not in state:
-        raise ValueError("not a PyTorch RNN state_dict: no 'weight_ih_l0' / 'weight_hh_l0'")
+        raise ValueError("not a PyTorch RNN state_dict: no 'weight_ih_l0' / 'weight_hh_l0' (nor a single cell's "
+                         "'weight_ih' / 'weight_hh')")
     for name in ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0"):
         if name in state:
             matrix_shape(name, np.shape(state[name]))

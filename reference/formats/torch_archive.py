@@ -13,7 +13,8 @@ plain containers from it (dicts, lists, tuples, strings, numbers), a :class:`Ten
 tensor (storage, offset, size, stride: nothing read yet) and an :class:`Opaque` placeholder for any other
 object (a whole ``nn.Module``, an ``argparse.Namespace`` beside the weights), whose class is named and never
 imported. A state_dict inside the object (at the top, or under a key such as ``"model"`` of a training
-checkpoint) is then found by its ``weight_ih_l0`` tensors, and only its tensors are read, each checked
+checkpoint) is then found by its ``weight_ih_l0`` tensors (a single cell's by its ``weight_ih``), and only its
+tensors are read, each checked
 against its storage's bytes before anything is allocated.
 """
 
@@ -33,7 +34,7 @@ from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 import numpy as np
 
 from .files import quiet_escapes
-from .torch import module_tensors, pick_module
+from .torch import KNOWN_BY, module_tensors, pick_module
 from .torch_save import CONFIG_MEMBER
 
 # Storage classes of ``torch.save`` and their NumPy dtypes; bfloat16 (no NumPy dtype) is widened to float32,
@@ -654,17 +655,20 @@ def _opaque_objects(obj) -> Iterator[Opaque]:
 
 def load_state_dict(path: str | Path, module: str | None = None) -> tuple[dict[str, np.ndarray], str | None]:
     """The tensors of the recurrent module (``nn.RNN``, ``nn.LSTM``, ``nn.GRU``) in the ``torch.save`` file at
-    ``path``, under their own names (``weight_ih_l0``, ...), and the module's ``nonlinearity`` where the file
+    ``path``, under ``nn.RNN``'s names (``weight_ih_l0``, ...; a single cell's ``weight_ih`` is layer 0's), and the
+    module's ``nonlinearity`` where the file
     holds the module object itself (``"relu"``/``"tanh"`` of an ``nn.RNN``; else ``None``). ``module`` picks one
     by path (see :func:`rnn_modules`) where the file holds several. Errors are ``ValueError`` s naming what is
     wrong."""
     with open_file(path) as archive:
         modules = rnn_modules(archive.obj)
         if not modules:
-            raise ValueError(f"holds no recurrent module (no 'weight_ih_l0'); it holds {describe(archive.obj)}")
+            raise ValueError(f"holds no recurrent module (no {KNOWN_BY}); it holds {describe(archive.obj)}")
         name = pick_module(modules, module)
         out = {}
         for key, value in modules[name].tensors.items():
+            if value is None:  # a parameter registered as None: a pickled cell's bias_ih with bias=False
+                continue
             if not isinstance(value, TensorRecord):
                 what = value.cls if isinstance(value, Opaque) else type(value).__name__
                 raise ValueError(f"{_qualified(name, key)} is not a tensor but a {what}")
