@@ -17,7 +17,7 @@ import numpy as np
 
 from .compare import compare_peer
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
-from .peers import PEERS, get_peer
+from .peers import PEERS, get_peer, load_plugins
 from .peers.base import availability
 
 
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--peers", default="", help="comma-separated peers (default: every available peer)")
     args = parser.parse_args(argv)
+    load_plugins()
     peers = [get_peer(name) for name in args.peers.split(",") if name] or list(PEERS.values())
     worst: dict[tuple[str, str, str], tuple[float, float, str]] = defaultdict(lambda: (0.0, 0.0, ""))
     left_out = 0

@@ -45,21 +45,23 @@ def reproduce_command(peer: str, cfg: RNNConfig, backward: bool = False) -> str:
             f"--config {shlex.quote(cfg.to_json())}")
 
 
-def judge_results(peer: str, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, kappa: dict[str, float],
+def judge_results(peer, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, kappa: dict[str, float],
                   backward: bool = False, forward_overflows: bool = False) -> Comparison:
-    """Judge every quantity of ``truth`` (``Outputs`` or ``GradOutputs``) against ``actual``'s."""
+    """Judge every quantity of ``truth`` (``Outputs`` or ``GradOutputs``) against ``actual``'s, by the budgets
+    of ``peer`` (a peer, whose own overrides count, or a peer's name)."""
+    peer_name = peer if isinstance(peer, str) else peer.name
     verdicts = {}
     for name, expected in truth._asdict().items():
         if expected is None:
             continue
         got = getattr(actual, name)
         if got is None or got.shape != expected.shape or got.dtype != np.dtype(cfg.dtype):
-            raise AssertionError(f"{peer} returned {name} of {None if got is None else (got.shape, got.dtype)}, "
+            raise AssertionError(f"{peer_name} returned {name} of {None if got is None else (got.shape, got.dtype)}, "
                                  f"expected {expected.shape} {cfg.dtype} for {cfg.short()}")
         stats = error_stats(got, expected, time_axis=_time_axis(cfg, name))
         verdicts[name] = tolerances.judge(peer, cfg.dtype, name, stats, kappa.get(name, 1.0),
                                           steps=cfg.seq_len * cfg.batch, forward_overflows=forward_overflows)
-    return Comparison(peer, cfg, verdicts, backward)
+    return Comparison(peer_name, cfg, verdicts, backward)
 
 
 SEQUENCES = ("output", "d_input")  # quantities with a time axis; the others are states or parameters
@@ -80,7 +82,7 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else peer.forward(cfg, case)
     overflows = backward and _overflows(ground_truth(cfg, case, dropout=dropout, masks=masks), np.dtype(cfg.dtype))
-    return judge_results(peer.name, cfg, actual, truth, sensitivity(cfg, case, truth, evaluate=evaluate), backward,
+    return judge_results(peer, cfg, actual, truth, sensitivity(cfg, case, truth, evaluate=evaluate), backward,
                          overflows)
 
 

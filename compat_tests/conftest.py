@@ -8,7 +8,8 @@ default: more examples, fresh randomness each run), ``thorough`` (a long hunt be
 available) fails every test skipped because the cuDNN backend is unavailable in the test process.
 Peers: ``--peers torch-cpu,onnxruntime`` (or ``RNN_COMPAT_PEERS``) limits the peer suites; a selected
 peer that is not installed skips with its reason. Peers of your own come in through
-``RNN_COMPAT_PLUGINS`` or an installed entry point (``compat_tests.peers.plugins``).
+``RNN_COMPAT_PLUGINS`` or an installed entry point (``compat_tests.peers.plugins``), loaded in
+``pytest_configure``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from compat_tests.gpu_ladder import LADDERED_PEERS
-from compat_tests.peers import GPU_PEERS, PEERS
+from compat_tests.peers import BUILT_IN, GPU_PEERS, PEERS, load_plugins, plugins
 from compat_tests.peers.base import availability
 from reference import buffers
 
@@ -37,6 +38,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from compat_tests import fake_cuda
 
         fake_cuda.install()
+    try:  # after the fake, which a plugin's import may meet; before any test is generated for the peers
+        load_plugins()
+    except (ValueError, TypeError) as exc:  # a spec of RNN_COMPAT_PLUGINS, named in the message
+        raise pytest.UsageError(f"{exc} (in {plugins.ENV})") from exc
     # Every array the reference's buffer cache could serve goes through it, however small, so the suite's
     # small Hypothesis models check its reuse too (by default only arrays >= 128 KiB do).
     buffers.MIN_CACHED_BYTES = 0
@@ -147,18 +152,13 @@ def kill_before_replacing(monkeypatch):
 
 @pytest.fixture
 def registry(monkeypatch):
-    """The built-in peers alone, no plugin specs, no exceptions declared by plugins and an empty
-    ``RNN_COMPAT_PLUGINS`` for the test; all as they were after it (the peer suites of the same process must
-    not see the test's plugins)."""
-    from compat_tests import known_divergences, tolerances
-    from compat_tests.peers import BUILT_IN, plugins
-
-    saved = [(table, dict(table)) for table in (PEERS, plugins.SPECS, tolerances._DECLARED,
-                                                known_divergences._DECLARED)]
+    """The built-in peers alone, no plugin specs and an empty ``RNN_COMPAT_PLUGINS`` for the test; all as they
+    were after it (the peer suites of the same process must not see the test's plugins). A plugin peer's
+    exceptions to the policy go with it."""
+    saved = [(table, dict(table)) for table in (PEERS, plugins.SPECS)]
     for name in set(PEERS) - set(BUILT_IN):
         del PEERS[name]
-    for table in (plugins.SPECS, tolerances._DECLARED, known_divergences._DECLARED):
-        table.clear()
+    plugins.SPECS.clear()
     monkeypatch.setenv(plugins.ENV, "")
     yield PEERS
     for table, before in saved:

@@ -2,20 +2,14 @@
 
 A test that meets one of these marks itself ``xfail(strict=True)`` with the reason, so the ledger stays
 true both ways: a divergence that disappears (a peer fixed it) turns the test red until its entry goes.
+``KNOWN`` is the built-in peers'; any other peer carries its own (``Peer.known_divergences``, in one of
+``PEER_AREAS``), checked by ``compat_tests.policy.problem`` as its plugin loads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Divergence:
-    peer: str
-    area: str  # what the test checks, e.g. "nan_propagation"
-    modes: tuple[str, ...]
-    reason: str
-
+from . import policy
+from .policy import AREAS, PEER_AREAS, WHOLE_PEER_AREAS, Divergence  # noqa: F401 (re-exported)
 
 KNOWN: tuple[Divergence, ...] = (
     Divergence(
@@ -57,63 +51,21 @@ KNOWN: tuple[Divergence, ...] = (
 )
 
 
-# The areas whose tests run every peer, so that a plugin peer may declare a divergence in them
-# (``Peer.known_divergences``); the others test one built-in peer.
-PEER_AREAS = {
-    "nan_propagation": "test_forward.py::test_nan_input_propagates_to_its_own_sequence_only",
-    "padded_nan_gradients": "test_backward.py::test_padded_steps_give_and_receive_no_gradient[nan]",
-}
-WHOLE_PEER_AREAS = ("padded_nan_gradients",)  # tests that draw the mode: a divergence of every mode or none
-
-# The divergences plugin peers declare for themselves, by peer name (registered and checked as they load,
-# in compat_tests.peers.plugins): the ledger is KNOWN and these.
-_DECLARED: dict[str, tuple[Divergence, ...]] = {}
-
-
-def declare(peer: str, divergences: tuple[Divergence, ...]) -> None:
-    """Register ``divergences`` (already checked, each naming ``peer``) as ``peer``'s own; replaces any before."""
-    if divergences:
-        _DECLARED[peer] = tuple(divergences)
-    else:
-        _DECLARED.pop(peer, None)
+def divergences_of(peer) -> tuple[Divergence, ...]:
+    """``peer``'s known divergences (a peer, or a name: the registered peer of that name): the built-in
+    ledger's for its name, then those the peer carries (``Peer.known_divergences``)."""
+    name = policy.name_of(peer)
+    return (*(d for d in KNOWN if d.peer == name), *policy.own(peer, "known_divergences"))
 
 
 def ledger() -> tuple[Divergence, ...]:
-    """The built-in ledger, then the divergences declared by plugin peers loaded in this process."""
-    return (*KNOWN, *(d for declared in _DECLARED.values() for d in declared))
+    """The built-in ledger, then the divergences the registered peers carry (plugin peers loaded here)."""
+    return (*KNOWN, *policy.declared("known_divergences"))
 
 
-def declared_problem(divergences: object, peer: str, modes: tuple[str, ...]) -> str | None:
-    """Why ``divergences`` cannot be what ``peer`` (which runs ``modes``) declares, or ``None``: a tuple or
-    list of :class:`Divergence`, each naming ``peer`` itself, one of :data:`PEER_AREAS`, some of ``modes``
-    and a reason, at most one per area."""
-    if not isinstance(divergences, (tuple, list)):
-        return (f"known_divergences must be a tuple of compat_tests.known_divergences.Divergence, "
-                f"got {type(divergences).__name__}")
-    seen = set()
-    for k, d in enumerate(divergences):
-        what = f"known_divergences[{k}]"
-        if not isinstance(d, Divergence):
-            return f"{what} must be a compat_tests.known_divergences.Divergence, got {d!r:.80}"
-        if d.peer != peer:
-            return f"{what} names peer {d.peer!r}: a peer may declare only its own divergences ({peer!r})"
-        if d.area not in PEER_AREAS:
-            return f"{what} has area {d.area!r}, expecting one of {', '.join(PEER_AREAS)}"
-        if not isinstance(d.modes, tuple) or not d.modes or not set(d.modes) <= set(modes):
-            return f"{what} has modes {d.modes!r}, expecting a non-empty tuple of the peer's modes {modes}"
-        if d.area in WHOLE_PEER_AREAS and set(d.modes) != set(modes):
-            return (f"{what}: area {d.area!r} must name every mode the peer runs {modes} (its test draws the "
-                    f"mode, so it can expect the divergence only of the peer as a whole)")
-        if not isinstance(d.reason, str) or not d.reason.strip():
-            return f"{what} has no reason: every divergence says what the peer does instead"
-        if d.area in seen:
-            return f"{what} declares area {d.area!r} a second time"
-        seen.add(d.area)
-    return None
-
-
-def known(peer: str, area: str, mode: str) -> Divergence | None:
-    for d in ledger():
-        if d.peer == peer and d.area == area and mode in d.modes:
+def known(peer, area: str, mode: str) -> Divergence | None:
+    """The divergence of ``peer`` (a peer, or a name) its test of ``area`` in ``mode`` is to expect, if any."""
+    for d in divergences_of(peer):
+        if d.area == area and mode in d.modes:
             return d
     return None

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from compat_tests.compare import assert_agree_within_policy
 from compat_tests.config import Case, Outputs, RNNConfig, make_case
 from compat_tests.run import forward_case, run_reference
-from compat_tests.peers.canonical import by_pseudo_layer
 from compat_tests.tolerances import DROPOUT_RATE_SIGMAS
+from reference.formats.canonical import by_pseudo_layer
 
 
 def sig(v):

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from compat_tests.compare import assert_agree_within_policy
 from compat_tests.config import Case, Outputs, RNNConfig, make_case
 from compat_tests.run import forward_case, ground_truth, run_reference
-from compat_tests.peers.canonical import by_pseudo_layer
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import GRU_VARIANTS_DIFFER_BY
+from reference.formats.canonical import by_pseudo_layer
 from reference.modes import MODES
 
 REFERENCE_DTYPES = ("float32", "float64")

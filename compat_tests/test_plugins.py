@@ -181,6 +181,9 @@ def test_a_plugin_s_own_exceptions_are_the_policy_for_it_alone(registry, capsys)
     before = policy_summary()
     assert not tolerances.judge("declares", "float32", "output", stats, kappa=1.0).passed
     assert known_divergences.known("declares", "nan_propagation", "tanh") is None
+    # The exceptions travel with the peer: handed the peer itself, a lookup needs no registration.
+    assert tolerances.judge(_DECLARES, "float32", "output", stats, kappa=1.0).passed
+    assert known_divergences.known(_DECLARES, "nan_propagation", "tanh") == _DECLARES.known_divergences[0]
 
     load_plugin("compat_tests.test_plugins:_DECLARES")
     assert tolerances.budget("declares", "float32", "output") == _WIDE
@@ -234,8 +237,8 @@ class _NanEater(Peer):
 _NAN_EATERS = [_NanEater("nan-eater", declares=False), _NanEater("nan-eater-declared", declares=True)]
 
 
-# A plugin file of its own: a report's workers load plugins as compat_tests.peers is imported, before this
-# module (which imports compat_tests.compare, which imports compat_tests.peers) could be.
+# A plugin file of its own: a report's workers load their plugins as they start, before they could import this
+# module by name for a spec pointing into it (a worker runs no conftest).
 _LOOSE_REFERENCE = """
 from compat_tests.run import run_reference
 from compat_tests.peers import Capabilities, Peer
@@ -321,16 +324,56 @@ def test_entry_points_and_the_environment_are_loaded_and_a_broken_entry_point_is
     assert fresh["installed-echo"] is _GOOD and "installed-echo" not in plugins.SPECS  # installed: no spec needed
     ok, why = fresh["broken"].available()
     assert not ok and "entry point broken = compat_tests.no_such_module:PEER failed to load: ModuleNotFoundError" in why
-    assert tolerances.budget("declares", "float32", "output") == _WIDE  # an installed peer's exceptions count too
+    assert tolerances.budget(fresh["declares"], "float32", "output") == _WIDE  # an installed peer's exceptions count
     ok, why = fresh["odd-policy"].available()  # ... once checked: a malformed one makes the peer unavailable
     assert not ok and "failed to load: ValueError: " in why and "bound 0: a budget is a positive finite" in why
-    assert "odd-policy" not in tolerances._DECLARED
+    assert fresh["odd-policy"].overrides == () and tolerances.budget(fresh["odd-policy"], "float32", "output") \
+        == tolerances.DEFAULTS[("float32", "forward")]
     with pytest.raises(RuntimeError, match="failed to load"):
         fresh["broken"].forward(RNNConfig("gru"), None)
 
 
+_LOADS_ON_REQUEST = """
+import importlib.metadata, sys
+
+asked, installed = [], importlib.metadata.entry_points
+
+
+def entry_points(**kw):  # counts the reads of the peers' group (other packages read theirs as they import)
+    if kw.get("group") == "cudnn_rnn_compat.peers":
+        asked.append(kw["group"])
+        return []
+    return installed(**kw)
+
+
+importlib.metadata.entry_points = entry_points
+import compat_tests.calibration, compat_tests.cli, compat_tests.conftest, compat_tests.report.sweep
+from compat_tests import peers, tolerances
+
+assert list(peers.PEERS) == list(peers.BUILT_IN) and not peers.plugins.SPECS and asked == [], (peers.PEERS, asked)
+assert tolerances.all_overrides() == tolerances.OVERRIDES
+print([p.name for p in peers.load_plugins()], [p.name for p in peers.load_plugins()], asked)
+"""
+
+
+def test_importing_loads_no_plugin_and_load_plugins_does_once():
+    """No module loads a plugin as it is imported; ``load_plugins`` reads the installed entry points once and
+    the environment's specs (already loaded: nothing more) at every call."""
+    run = subprocess.run([sys.executable, "-c", _LOADS_ON_REQUEST], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, plugins.ENV: BOTH}, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip() == f"['my-gru', 'my-textbook-gru'] [] ['{plugins.GROUP}']"
+
+
+def test_a_command_that_looks_peers_up_loads_the_environment_s_plugins(registry, monkeypatch, capsys):
+    monkeypatch.setenv(plugins.ENV, BOTH)
+    assert cli.main(["peers", "--json"]) == 0
+    listed = {p["name"]: p["plugin"] for p in json.loads(capsys.readouterr().out)}
+    assert listed["my-gru"] == BOTH and list(PEERS)[-2:] == ["my-gru", "my-textbook-gru"]
+
+
 def test_an_installed_peer_whose_name_is_taken_is_left_out_with_a_warning(registry, monkeypatch):
-    """Raising while compat_tests.peers is imported would stop every command, rnn-compat peers included."""
+    """Raising while the plugins load would stop every command, rnn-compat peers included."""
     group = plugins.GROUP
     installed = [importlib.metadata.EntryPoint("reference", "compat_tests.test_plugins:_TAKES_A_BUILTIN_NAME", group),
                  importlib.metadata.EntryPoint("bad name", "compat_tests.no_such_module:PEER", group),

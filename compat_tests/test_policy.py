@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat_tests import conditioning, tolerances
+from compat_tests import conditioning, known_divergences, policy, tolerances
 from compat_tests.compare import Recorded, compare_peer, judge_results
 from compat_tests.conditioning import sensitivity
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.run import ground_truth, ground_truth_backward
 from compat_tests.metrics import error_stats, ulp_distance
-from compat_tests.peers import PEERS
+from compat_tests.peers import BUILT_IN, PEERS
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
@@ -208,6 +208,26 @@ def test_every_budget_has_a_reason_and_a_known_key():
         assert b.bound > 0 and b.reason
     for o in tolerances.OVERRIDES:
         assert o.peer in PEERS and o.budget.reason
+
+
+def test_the_built_in_exceptions_pass_the_check_every_plugin_s_pass():
+    """One check for every peer's exceptions (``policy.problem``): the built-in tables, per peer, pass what a
+    plugin peer's must as it loads, with the areas of the one-peer tests besides."""
+    for name in BUILT_IN:
+        peer = PEERS[name]
+        overrides = [o for o in tolerances.OVERRIDES if o.peer == name]
+        divergences = [d for d in known_divergences.KNOWN if d.peer == name]
+        assert policy.problem(name, peer.capabilities.modes, overrides, divergences, areas=policy.AREAS) is None
+        assert peer.overrides == () and peer.known_divergences == ()  # a built-in peer's are in the tables
+    assert {o.peer for o in tolerances.OVERRIDES} | {d.peer for d in known_divergences.KNOWN} <= set(BUILT_IN)
+
+
+def test_a_recorded_result_is_judged_by_the_budget_of_the_peer_it_names():
+    """A name (or a ``Recorded`` result) reads the exceptions of the registered peer of that name."""
+    half = tolerances.budget("torch-cpu", "float16", "output")
+    assert half.bound == 8.0 and tolerances.budget(Recorded("torch-cpu"), "float16", "output") == half
+    assert tolerances.budget(PEERS["torch-cpu"], "float16", "output") == half
+    assert tolerances.budget("reference", "float16", "output") == tolerances.DEFAULTS[("float16", "forward")]
 
 
 def test_comparison_explains_itself_with_a_reproduce_command():

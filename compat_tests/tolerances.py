@@ -28,16 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import policy
 from .metrics import ErrorStats
-
-FORWARD_QUANTITIES = ("output", "output_h", "output_c")
-GRADIENT_QUANTITIES = ("d_input", "d_input_h", "d_input_c", "d_params")
-
-
-@dataclass(frozen=True)
-class Budget:
-    bound: float
-    reason: str
+from .policy import FORWARD_QUANTITIES, GRADIENT_QUANTITIES, Budget, Override  # noqa: F401 (re-exported)
 
 
 # (dtype, quantity kind) -> budget in conditioned epsilons
@@ -56,17 +49,9 @@ DEFAULTS: dict[tuple[str, str], Budget] = {
 }
 
 
-@dataclass(frozen=True)
-class Override:
-    peer: str
-    dtype: str
-    quantity: str
-    budget: Budget
-
-
-# Narrow exceptions, each with its reason. Divergences that are defects (wrong semantics rather than
-# more rounding) are listed in compat_tests/known_divergences.py instead. Plugin peers declare their own
-# (``Peer.overrides``, see :func:`declare`).
+# The built-in peers' narrow exceptions, each with its reason. Divergences that are defects (wrong semantics
+# rather than more rounding) are listed in compat_tests/known_divergences.py instead. Any other peer carries
+# its own (``Peer.overrides``, checked by ``compat_tests.policy.problem`` as its plugin loads).
 _TORCH_HALF = Budget(8.0, "PyTorch's CPU float16 RNNs round more intermediates to half precision than "
                           "cuDNN's HALF-data/FLOAT-math contract (the reference and onnxruntime stay "
                           "within 0.27 on the same sweep); measured up to 2.3 (small GRUs), not growing "
@@ -110,58 +95,22 @@ def kind_of(quantity: str) -> str:
     return "forward" if quantity in FORWARD_QUANTITIES else "gradient"
 
 
-# The overrides plugin peers declare for themselves (``Peer.overrides``), by peer name: registered when a
-# plugin is loaded (``compat_tests.peers.plugins``, which checks them), so that this module stays the one
-# place where a budget is looked up, and the report lists them beside the built-in ones.
-_DECLARED: dict[str, tuple[Override, ...]] = {}
-
-
-def declare(peer: str, overrides: tuple[Override, ...]) -> None:
-    """Register ``overrides`` (already checked, each naming ``peer``) as ``peer``'s own; replaces any before."""
-    if overrides:
-        _DECLARED[peer] = tuple(overrides)
-    else:
-        _DECLARED.pop(peer, None)
+def overrides_of(peer) -> tuple[Override, ...]:
+    """``peer``'s overrides (a peer, or a name: the registered peer of that name): the built-in table's for
+    its name, then those the peer carries (``Peer.overrides``)."""
+    name = policy.name_of(peer)
+    return (*(o for o in OVERRIDES if o.peer == name), *policy.own(peer, "overrides"))
 
 
 def all_overrides() -> tuple[Override, ...]:
-    """The built-in overrides, then those declared by plugin peers loaded in this process."""
-    return (*OVERRIDES, *(o for declared in _DECLARED.values() for o in declared))
+    """The built-in overrides, then those the registered peers carry (plugin peers loaded in this process)."""
+    return (*OVERRIDES, *policy.declared("overrides"))
 
 
-def declared_problem(overrides: object, peer: str) -> str | None:
-    """Why ``overrides`` cannot be what ``peer`` declares as its own, or ``None``: a tuple or list of
-    :class:`Override`, each naming ``peer`` itself, a dtype and a quantity the policy knows, a positive
-    finite bound and a reason, at most one per dtype and quantity."""
-    if not isinstance(overrides, (tuple, list)):
-        return f"overrides must be a tuple of compat_tests.tolerances.Override, got {type(overrides).__name__}"
-    seen = set()
-    for k, o in enumerate(overrides):
-        what = f"overrides[{k}]"
-        if not isinstance(o, Override) or not isinstance(o.budget, Budget):
-            return (f"{what} must be a compat_tests.tolerances.Override(peer, dtype, quantity, "
-                    f"Budget(bound, reason)), got {o!r:.80}")
-        if o.peer != peer:
-            return f"{what} names peer {o.peer!r}: a peer may override only its own budgets ({peer!r})"
-        if (o.dtype, "forward") not in DEFAULTS:
-            return f"{what} has dtype {o.dtype!r}, expecting one of {', '.join(sorted({d for d, _ in DEFAULTS}))}"
-        if o.quantity not in FORWARD_QUANTITIES + GRADIENT_QUANTITIES:
-            return (f"{what} has quantity {o.quantity!r}, expecting one of "
-                    f"{', '.join(FORWARD_QUANTITIES + GRADIENT_QUANTITIES)}")
-        bound = o.budget.bound
-        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
-            return f"{what} has bound {bound!r}: a budget is a positive finite int or float (conditioned epsilons)"
-        if not isinstance(o.budget.reason, str) or not o.budget.reason.strip():
-            return f"{what} has no reason: every override says why the default budget does not fit"
-        if (o.dtype, o.quantity) in seen:
-            return f"{what} overrides {o.dtype} {o.quantity} a second time"
-        seen.add((o.dtype, o.quantity))
-    return None
-
-
-def budget(peer: str, dtype: str, quantity: str) -> Budget:
-    for o in all_overrides():
-        if (o.peer, o.dtype, o.quantity) == (peer, dtype, quantity):
+def budget(peer, dtype: str, quantity: str) -> Budget:
+    """The budget ``peer`` (a peer, or a name) is judged by for ``dtype`` and ``quantity``."""
+    for o in overrides_of(peer):
+        if (o.dtype, o.quantity) == (dtype, quantity):
             return o.budget
     return DEFAULTS[(dtype, kind_of(quantity))]
 
@@ -200,9 +149,10 @@ def reduction_factor(quantity: str, steps: int) -> float:
     return max(1.0, (steps / REDUCTION_TERMS_FREE) ** 0.5) if quantity == "d_params" else 1.0
 
 
-def judge(peer: str, dtype: str, quantity: str, stats: ErrorStats, kappa: float, steps: int = 1,
+def judge(peer, dtype: str, quantity: str, stats: ErrorStats, kappa: float, steps: int = 1,
           forward_overflows: bool = False) -> Verdict:
-    """Pass/fail of one quantity: conditioned error within budget and no non-finite disagreement.
+    """Pass/fail of one quantity: conditioned error within ``peer``'s budget (a peer, or a name: see
+    :func:`budget`) and no non-finite disagreement.
 
     ``steps``: the number of (time step, sequence) pairs the run summed over (``T * B``).
     ``forward_overflows``: the truth's forward values exceed ``dtype``'s range, so gradients computed in

@@ -141,9 +141,9 @@ class _CudnnModel:
 
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 *, math_type: str | None = None, algo: str = "standard", _num_proj: int | None = None) -> None:
+                 num_proj: int | None = None, *, math_type: str | None = None, algo: str = "standard") -> None:
         config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction,
-                                       dtype, dropout, seed, _num_proj)
+                                       dtype, dropout, seed, num_proj)
         self.math_type, self.algo = check_options(config, math_type, algo)
         vars(self).update(config.attributes(), gates=config.gates, state_width=config.state_width)
         self._config = config
@@ -462,12 +462,6 @@ class CudnnLSTM(LSTMCall, _CudnnModel):
     """cuDNN ``CUDNN_LSTM`` on the GPU, with the optional projection (``projSize``)."""
 
     rnn_mode = "lstm"
-
-    def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
-                 direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 num_proj: int | None = None, *, math_type: str | None = None, algo: str = "standard") -> None:
-        super().__init__(num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
-                         math_type=math_type, algo=algo, _num_proj=num_proj)
 
 
 MODELS = {cls.rnn_mode: cls for cls in (CudnnRNNRelu, CudnnRNNTanh, CudnnLSTM, CudnnGRU)}

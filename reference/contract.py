@@ -109,7 +109,7 @@ def model_config(rnn_mode: str, num_layers: int, num_units: int, input_size: int
                  num_proj: int | None = None) -> ModelConfig:
     """Every backend's constructor checks, in argument order: the config, or a ``TypeError``/``ValueError``
     naming the argument. ``input_mode="auto_select"`` resolves by TensorFlow's rule; ``num_proj`` is the
-    LSTM's (the other modes' constructors do not take it)."""
+    LSTM's: the other modes refuse one (a ``TypeError``, as for an argument their constructors lack)."""
     checks.one_of("rnn_mode", rnn_mode, tuple(MODE_SHAPES))
     num_layers = checks.int_at_least("num_layers", num_layers, 1)
     num_units = checks.int_at_least("num_units", num_units, 1)
@@ -127,6 +127,9 @@ def model_config(rnn_mode: str, num_layers: int, num_units: int, input_size: int
     if not 0.0 <= dropout <= 1.0:  # also refuses NaN; compares an int too large for a float exactly
         raise ValueError(f"dropout must be in [0, 1], got {checks.shown(dropout)}")
     seed = checks.int_at_least("seed", seed, 0)
+    if num_proj is not None and not MODE_SHAPES[rnn_mode].supports_projection:
+        raise TypeError(f"num_proj is an LSTM's (a recurrent projection: rnn_mode 'lstm'); rnn_mode {rnn_mode!r} "
+                        f"takes none, got {checks.shown(num_proj)}")
     if num_proj is not None:
         num_proj = checks.int_at_least("num_proj", num_proj, 1)
         if num_proj >= num_units:

@@ -76,11 +76,10 @@ class _CudnnRNN:
         dtype: object = np.float32,
         dropout: float = 0.0,
         seed: int = 0,
-        *,
-        _num_proj: int | None = None,
+        num_proj: int | None = None,
     ) -> None:
         self._config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode,
-                                             direction, dtype, dropout, seed, _num_proj)
+                                             direction, dtype, dropout, seed, num_proj)
         vars(self).update(self._config.attributes())
         self._mode: CellMode = MODES[self.rnn_mode]
         self._spec = self._config.layout_spec()
@@ -361,21 +360,6 @@ class CudnnLSTM(LSTMCall, _CudnnRNN):
     """
 
     rnn_mode = "lstm"
-
-    def __init__(
-        self,
-        num_layers: int,
-        num_units: int,
-        input_size: int,
-        input_mode: str = "linear_input",
-        direction: str = "unidirectional",
-        dtype: object = np.float32,
-        dropout: float = 0.0,
-        seed: int = 0,
-        num_proj: int | None = None,
-    ) -> None:
-        super().__init__(num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
-                         _num_proj=num_proj)
 
 
 MODELS: dict[str, type[_CudnnRNN]] = {

@@ -71,7 +71,7 @@ left() { echo $((budget - (SECONDS - start))); }
 min() { echo $(($1 < $2 ? $1 : $2)); }
 say() { echo "gpu_run.sh: $*" | tee -a "$work/summary.txt"; }
 pack() {
-    tar -czf "$out/gpu_run.tar.gz.part" -C "$work" . && mv "$out/gpu_run.tar.gz.part" "$out/gpu_run.tar.gz"
+    tar -czf "$out/gpu_run.tar.gz.part" --exclude=.run.lock -C "$work" . && mv "$out/gpu_run.tar.gz.part" "$out/gpu_run.tar.gz"
     cp "$work/summary.txt" "$out/summary.txt"
     if [ -f "$work/versions.json" ]; then cp "$work/versions.json" "$out/versions.json"; fi
 }

@@ -1,7 +1,8 @@
 """Peer adapters, one per implementation; each converts canonical weights to its own format.
 
-``PEERS`` holds the built-in peers, then those of installed plugins and of ``RNN_COMPAT_PLUGINS``
-(``compat_tests.peers.plugins``); ``load_plugin`` adds one more at run time.
+``PEERS`` holds the built-in peers; importing this package loads no plugin. :func:`load_plugins` adds those of
+installed packages and of ``RNN_COMPAT_PLUGINS`` (``compat_tests.peers.plugins``) where a command or the suite
+asks, and :func:`load_plugin` one spec more (``--plugin``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,26 @@ GPU_PEERS = ("cudnn", "cudnn-tf32", "torch-cuda")
 BUILT_IN = tuple(PEERS)
 
 
+_installed_loaded = False  # entry points are read once per process; the environment's specs at every call
+
+
+def load_plugins() -> list[Peer]:
+    """Register the plugin peers this process is to see, and return those it adds: the installed entry points'
+    (group ``cudnn_rnn_compat.peers``; the first call only) and the specs of ``RNN_COMPAT_PLUGINS`` (a spec
+    already loaded keeps its peers). Called by ``rnn-compat`` for the commands that look peers up, by the
+    suite's ``pytest_configure`` (and so by every xdist worker), and by a report's worker processes as they
+    start: :func:`load_plugin` puts its spec into ``RNN_COMPAT_PLUGINS``, which they inherit. A spec that cannot
+    be loaded raises ``ValueError``/``TypeError`` naming it; a broken entry point only makes its peer
+    unavailable."""
+    global _installed_loaded
+    before = set(PEERS)
+    if not _installed_loaded:
+        _installed_loaded = True
+        plugins.load_installed(PEERS)
+    plugins.load_environment(PEERS)
+    return [peer for name, peer in PEERS.items() if name not in before]
+
+
 def load_plugin(spec: str) -> list[Peer]:
     """Register the peers ``spec`` (``MODULE:ATTR`` or ``PATH.py:ATTR``) names, here and in the processes
     started from here (``RNN_COMPAT_PLUGINS``), and return them."""
@@ -43,7 +64,4 @@ def get_peer(name: str) -> Peer:
                          f"--plugin MODULE:ATTR or {plugins.ENV})") from None
 
 
-__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "get_peer", "load_plugin"]
-
-# Last, so that a plugin module may import anything above from this package.
-plugins.load_all(PEERS)
+__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "get_peer", "load_plugin", "load_plugins"]

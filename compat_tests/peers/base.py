@@ -67,11 +67,12 @@ class Peer(ABC):
     """One implementation under test.
 
     A plugin peer may declare its own exceptions to the tolerance policy, each with its reason:
-    ``overrides`` (``compat_tests.tolerances.Override`` naming this peer: a budget of its own for a dtype
-    and quantity) and ``known_divergences`` (``compat_tests.known_divergences.Divergence`` naming this
-    peer, in one of that module's ``PEER_AREAS``: the test expects the divergence, strictly). They are
-    checked when the plugin loads and listed in reports and by ``rnn-compat peers``. The built-in peers'
-    exceptions live in those two modules."""
+    ``overrides`` (``compat_tests.policy.Override`` naming this peer: a budget of its own for a dtype and
+    quantity) and ``known_divergences`` (``compat_tests.policy.Divergence`` naming this peer, in one of
+    ``policy.PEER_AREAS``: the test expects the divergence, strictly). They travel with the peer: checked
+    when the plugin loads (``policy.problem``), read from the peer by the policy's lookups, listed in
+    reports and by ``rnn-compat peers``. The built-in peers' are tables: ``tolerances.OVERRIDES`` and
+    ``known_divergences.KNOWN``."""
 
     name: str
     capabilities: Capabilities

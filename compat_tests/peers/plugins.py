@@ -1,7 +1,8 @@
 """Peers from outside this package: your own implementation under the suite and in the report.
 
-Two ways in, both seen by every process that looks peers up (pytest and its xdist workers, the report's
-worker processes, ``rnn-compat check``, the calibration sweep):
+Two ways in, both read by ``compat_tests.peers.load_plugins()`` in every process that looks peers up and
+asks for them (``rnn-compat``'s commands that use peers, pytest and its xdist workers in ``pytest_configure``,
+the report's worker processes as they start, the calibration sweep); importing a module loads none:
 
 - a spec ``MODULE:ATTR`` or ``PATH.py:ATTR`` in the environment variable ``RNN_COMPAT_PLUGINS``
   (comma-separated), or on the command line (``rnn-compat report|check|test|peers --plugin SPEC``, which adds
@@ -16,8 +17,8 @@ reason says why, since it was merely installed, and one broken package should no
 same reason an installed peer whose name is taken is left out with a warning, where a spec's is an error.
 A spec cannot hold a comma (the variable's separator).
 A plugin peer is judged by the policy's default budgets unless it declares its own exceptions, each with
-its reason (``Peer.overrides``, ``Peer.known_divergences``): checked here, then registered with the policy
-modules, which look them up beside the built-in ones.
+its reason (``Peer.overrides``, ``Peer.known_divergences``): checked here (``compat_tests.policy.problem``);
+the policy's lookups read them from the peer itself.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .. import known_divergences, tolerances
+from .. import policy
 from ..config import Case, Outputs, RNNConfig
 from .base import Capabilities, Peer
 
@@ -108,16 +109,9 @@ def _check(peer: Peer, spec: str) -> None:
     if not isinstance(caps, Capabilities):
         raise TypeError(f"plugin {spec!r}: peer {name!r} must have capabilities of type "
                         f"compat_tests.peers.Capabilities, got {type(caps).__name__}")  # which check their fields
-    problem = (tolerances.declared_problem(peer.overrides, name)
-               or known_divergences.declared_problem(peer.known_divergences, name, caps.modes))
+    problem = policy.problem(name, caps.modes, peer.overrides, peer.known_divergences)
     if problem:
         raise ValueError(f"plugin {spec!r}: peer {name!r}: {problem}")
-
-
-def _declare(peer: Peer) -> None:
-    """Hand a registered peer's own exceptions (checked by :func:`_check`) to the policy modules."""
-    tolerances.declare(peer.name, tuple(peer.overrides))
-    known_divergences.declare(peer.name, tuple(peer.known_divergences))
 
 
 def peers_of(obj, spec: str) -> list[Peer]:
@@ -154,7 +148,6 @@ def _register(registry: dict[str, Peer], peers: list[Peer], source: str, spec: s
     for peer in peers:
         if peer.name not in registry:
             registry[peer.name] = peer
-            _declare(peer)
             if spec is not None:
                 SPECS[peer.name] = spec
 
@@ -183,19 +176,28 @@ def specs_from_environment() -> list[str]:
     return [s for s in (part.strip() for part in os.environ.get(ENV, "").split(",")) if s]
 
 
-def load_all(registry: dict[str, Peer]) -> None:
-    """Installed entry points, then the specs of ``RNN_COMPAT_PLUGINS``. An installed peer whose name is
-    taken, or cannot be a peer name, is left out with a warning: raising here, at import, would stop every
-    command, ``rnn-compat peers`` included, which is how one finds out."""
+def load_installed(registry: dict[str, Peer]) -> None:
+    """The installed entry points' peers into ``registry``. One whose name is taken, or cannot be a peer name,
+    is left out with a warning: raising would stop every command, ``rnn-compat peers`` included, which is how
+    one finds out."""
     for peer in entry_point_peers():
         if not NAME.fullmatch(peer.name) or peer.name in registry:
             warnings.warn(f"entry point peer {peer.name!r} (group {GROUP}) left out: its name is "
                           f"{'taken' if peer.name in registry else 'not a peer name'}", stacklevel=2)
             continue
         registry[peer.name] = peer
-        _declare(peer)
+
+
+def load_environment(registry: dict[str, Peer]) -> None:
+    """The specs of ``RNN_COMPAT_PLUGINS`` into ``registry`` (a spec already loaded keeps its peers)."""
     for spec in specs_from_environment():
         load(registry, spec)
+
+
+def load_all(registry: dict[str, Peer]) -> None:
+    """Installed entry points (:func:`load_installed`), then the specs of ``RNN_COMPAT_PLUGINS``."""
+    load_installed(registry)
+    load_environment(registry)
 
 
 def export(spec: str) -> None:

@@ -36,6 +36,7 @@ from typing import Iterator
 from reference.formats.files import load_json
 
 from ..config import RNNConfig
+from ..peers import load_plugins
 from .units import Unit, died_record, run_unit
 
 RESULTS = "results.jsonl"
@@ -212,9 +213,11 @@ def _interruptible() -> Iterator[_Signals]:
 
 
 def _worker_started(parent: int) -> None:
-    """A worker process's first act: Ctrl-C at a terminal reaches the whole process group, but only the main
-    process decides what it means (it stops the workers itself); and a worker dies with its parent (Linux's
-    PR_SET_PDEATHSIG), so a killed run leaves none behind."""
+    """A worker process's first acts: Ctrl-C at a terminal reaches the whole process group, but only the main
+    process decides what it means (it stops the workers itself); a worker dies with its parent (Linux's
+    PR_SET_PDEATHSIG), so a killed run leaves none behind; and it loads the plugin peers the run's units
+    name (``load_plugins``: the installed ones and ``RNN_COMPAT_PLUGINS``, inherited from the main process,
+    where ``--plugin`` put its specs)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
@@ -223,6 +226,7 @@ def _worker_started(parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent died before the line above
         os._exit(1)
+    load_plugins()
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:

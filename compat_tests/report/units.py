@@ -2,7 +2,9 @@
 
 ``run_unit`` takes and returns plain JSON-able dicts and touches nothing but its own arguments, so any
 executor can run it: the in-process loop, a process pool (``--jobs``), or a distributed engine such as
-Dask (``client.map(run_unit, [u.to_dict() for u in units])``) across many machines or GPUs.
+Dask (``client.map(run_unit, [u.to_dict() for u in units])``) across many machines or GPUs. A unit of a
+plugin peer needs that peer registered where it runs: ``compat_tests.peers.load_plugins()`` first (the
+report's own worker processes call it as they start).
 
 Studies:
 
@@ -28,7 +30,7 @@ from ..compare import Comparison, compare_peer, reproduce_command
 from ..config import RNNConfig, json_loads, make_case
 from ..run import ground_truth
 from ..metrics import error_stats
-from ..peers import PEERS
+from ..peers import PEERS, load_plugins
 
 STUDIES = ("compat", "gru_variant")
 
@@ -154,4 +156,5 @@ def run_unit(data: dict) -> dict:
 
 
 if __name__ == "__main__":  # unit_command: run one unit, print its record
+    load_plugins()
     print(json.dumps(run_unit(json_loads(sys.argv[1], "the unit (a JSON argument)")), indent=1, sort_keys=True))
