@@ -49,14 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     print(machine(), flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         trees = {}
-        for label, rev in (("before", args.before), ("after", args.after)):
-            if rev is None:
-                trees[label] = ROOT
-                continue
-            trees[label] = Path(scratch) / label
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(trees[label]), rev],
-                           check=True, capture_output=True)
         try:
+            for label, rev in (("before", args.before), ("after", args.after)):
+                if rev is None:
+                    trees[label] = ROOT
+                    continue
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(Path(scratch) / label),
+                                rev], check=True, capture_output=True)
+                trees[label] = Path(scratch) / label
             print(f"after/before: {args.after or 'working tree'} / {args.before}")
             for task, case in CASES:
                 times = {label: [] for label in trees}

@@ -6,7 +6,7 @@ every input, weight and initial state moves the result, divided by ``delta``. A 
 ``kappa ~ 1``; a chaotic one (large recurrent weights, long sequences) amplifies every rounding error
 exponentially with time, and no implementation can do better than ``eps * kappa`` there.
 
-``sensitivity`` estimates ``kappa`` per quantity with the float64 reference: it moves every value by a
+``sensitivity`` estimates ``kappa`` per quantity with the float64 truth (reference.spec): it moves every value by a
 relative ``+delta`` or ``-delta`` with random signs (full-size, independent errors, like rounding; random
 *magnitudes* would make the estimate collapse whenever one value dominates the result), tries each sign
 pattern both ways, and keeps the largest response. The tolerance policy divides a measured error by ``max(1, kappa)``, so the budget tests the

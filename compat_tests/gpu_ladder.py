@@ -21,7 +21,7 @@ not run, with the first failing test's one-line reproduce command), printed and 
 and ``ladder.md``.
 
     python -m compat_tests.gpu_ladder --out DIR [--seconds N] [--rungs NAME,...] [--expect-cudnn]
-    python -m compat_tests.gpu_ladder --failed LADDER_JSON     # the rungs that did not pass, comma-separated
+    python -m compat_tests.gpu_ladder --failed LADDER_JSON|RUNS   # the rungs that did not pass, comma-separated
 """
 
 from __future__ import annotations
@@ -149,15 +149,22 @@ def pytest_command(node: str) -> str:
 
 
 def _read_log(path: Path) -> list[dict]:
+    """The events written so far; a last line still being written (torn) is left for the next read."""
     if not path.exists():
         return []
-    lines = path.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            break
+    return events
 
 
-def _stop(process: subprocess.Popen) -> int:
-    """End a child pytest and everything it started (its own process group): SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+def _stop(process: subprocess.Popen) -> int | None:
+    """End a child pytest and everything it started (its own process group): SIGTERM, then SIGKILL; at most
+    about 5 s. ``None`` where even SIGKILL left it running (a process in the kernel's uninterruptible wait)."""
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
@@ -166,15 +173,16 @@ def _stop(process: subprocess.Popen) -> int:
             return process.wait(wait)
         except subprocess.TimeoutExpired:
             continue
-    return process.wait()
+    return process.poll()
 
 
 def run_group(nodes: list[str], log: Path, deadline: float, pytest_args: Sequence[str], limit_of,
-              console=sys.stdout) -> dict[str, dict]:
+              console=sys.stdout, results: dict[str, dict] | None = None) -> dict[str, dict]:
     """Run ``nodes`` in child pytest processes until each has a result or the deadline passes: a failure ends
     its process and the rest go on in a new one, a test over ``limit_of(node)`` seconds is killed (hung) and
-    the rest of its rung is not run, a process that dies takes only the test it was running (crashed)."""
-    results: dict[str, dict] = {}
+    the rest of its rung is not run, a process that dies takes only the test it was running (crashed).
+    ``results`` (returned) is filled as tests end, so that an interrupted run keeps what finished."""
+    results = {} if results is None else results
     pending = list(nodes)
     while pending:
         if time.monotonic() >= deadline:
@@ -187,29 +195,30 @@ def run_group(nodes: list[str], log: Path, deadline: float, pytest_args: Sequenc
         env = {**os.environ, "RNN_COMPAT_LADDER_LOG": str(log)}
         process = subprocess.Popen(command, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
         running, since, status = None, time.monotonic(), None
-        while status is None:
-            status = process.poll()
-            if status is not None:
-                break
-            events = _read_log(log)
-            started = [e for e in events if e["event"] == "start"]
-            ended = {e["nodeid"] for e in events if e["event"] == "end"}
-            current = next((e["nodeid"] for e in reversed(started) if e["nodeid"] not in ended), None)
-            if current != running:
-                running, since = current, time.monotonic()
-            now = time.monotonic()
-            if running is not None and now - since > limit_of(running):
+        try:
+            while status is None:
+                status = process.poll()
+                if status is not None:
+                    break
+                events = _read_log(log)
+                started = [e for e in events if e["event"] == "start"]
+                ended = {e["nodeid"] for e in events if e["event"] == "end"}
+                current = next((e["nodeid"] for e in reversed(started) if e["nodeid"] not in ended), None)
+                if current != running:
+                    running, since = current, time.monotonic()
+                now = time.monotonic()
+                if running is not None and now - since > limit_of(running):
+                    status = "hung"
+                elif now >= deadline:
+                    status = "out of time"
+                else:
+                    time.sleep(0.2)
+        finally:  # also where the runner itself is interrupted: its child (its own session) must not outlive it,
+            if process.poll() is None:  # and what finished is kept
                 _stop(process)
-                status = "hung"
-                break
-            if now >= deadline:
-                _stop(process)
-                status = "out of time"
-                break
-            time.sleep(0.2)
-        for event in _read_log(log):
-            if event["event"] == "end":
-                results[event["nodeid"]] = event
+            for event in _read_log(log):
+                if event["event"] == "end":
+                    results[event["nodeid"]] = event
         unfinished = [n for n in pending if n not in results]
         in_flight = next((e["nodeid"] for e in reversed(_read_log(log)) if e["event"] == "start"
                           and e["nodeid"] not in results), None)
@@ -226,10 +235,12 @@ def run_group(nodes: list[str], log: Path, deadline: float, pytest_args: Sequenc
             else:
                 results[in_flight] = {"outcome": "crashed", "message": f"its process ended with status {status} "
                                       "before the test reported (a crash, or a CUDA error that killed it)"}
-        elif unfinished and status not in (0, 1, "hung", "out of time"):
-            for node in unfinished:  # pytest itself could not start (collection or usage error)
+        elif unfinished and status not in ("hung", "out of time") and not any(
+                e["event"] == "start" for e in _read_log(log)):
+            for node in unfinished:  # pytest could not start, or ran none of them: another try would do the same
                 results[node] = {"outcome": "crashed", "message": f"pytest ended with status {status} "
-                                 "before running it (collection or usage error: see ladder-pytest.txt)"}
+                                 "without running it (a collection or usage error, or it was not selected: see "
+                                 "ladder-pytest.txt)"}
         pending = [n for n in pending if n not in results]
     return results
 
@@ -246,14 +257,16 @@ def climb(rungs: Sequence[Rung], out: Path, seconds: float, pytest_args: Sequenc
         return risky_seconds if risky_seconds and rung.isolated else rung.seconds
 
     results: dict[str, dict] = {}
-    with open(out / "ladder-pytest.txt", "a") as console:
-        for group in groups(rungs):
-            nodes = [n for rung in group for n in node_ids(rung)]
-            results.update(run_group(nodes, out / "ladder-log.jsonl", deadline, pytest_args, limit_of, console))
-    (out / "ladder-log.jsonl").unlink(missing_ok=True)
-    table = tabulate(rungs, results, expect_cudnn)
-    (out / "ladder.json").write_text(json.dumps(table, indent=1) + "\n")
-    (out / "ladder.md").write_text(markdown(table) + "\n")
+    try:
+        with open(out / "ladder-pytest.txt", "a") as console:
+            for group in groups(rungs):
+                nodes = [n for rung in group for n in node_ids(rung)]
+                run_group(nodes, out / "ladder-log.jsonl", deadline, pytest_args, limit_of, console, results)
+    finally:  # interrupted too (gpu_run.sh's step out of time): the table of what finished is written
+        (out / "ladder-log.jsonl").unlink(missing_ok=True)
+        table = tabulate(rungs, results, expect_cudnn)
+        (out / "ladder.json").write_text(json.dumps(table, indent=1) + "\n")
+        (out / "ladder.md").write_text(markdown(table) + "\n")
     return table
 
 
@@ -303,6 +316,21 @@ def text_table(table: dict) -> str:
     return "\n".join(lines)
 
 
+def newest_run(runs: Path) -> Path:
+    """The ``ladder.json`` of the newest unpacked run under ``runs`` (``reports/gpu``: ``*/`` and ``*/rerun-*/``),
+    told by the start stamp its ``summary.txt`` opens with (file times say nothing in a fresh checkout)."""
+    import re
+
+    stamps = {}
+    for ladder in list(runs.glob("*/ladder.json")) + list(runs.glob("*/rerun-*/ladder.json")):
+        summary = ladder.with_name("summary.txt")
+        found = re.search(r"started (\S+)", summary.read_text()) if summary.is_file() else None
+        stamps[ladder] = found.group(1) if found else ""
+    if not stamps:
+        raise ValueError(f"no {runs}/*/ladder.json to read the failed rungs from")
+    return max(stamps, key=lambda path: (stamps[path], str(path)))
+
+
 def failed_rungs(ladder_json: Path) -> list[str]:
     """The rungs of a run's ``ladder.json`` that did not pass."""
     from reference.formats.files import load_json
@@ -321,12 +349,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the time limit of each test of the isolated (risky) rungs instead of the rung's own")
     parser.add_argument("--expect-cudnn", action="store_true",
                         help="the backend is available (versions.json says so): a skipped test fails")
-    parser.add_argument("--failed", type=Path, metavar="LADDER_JSON",
-                        help="print the rungs of LADDER_JSON that did not pass, comma-separated, and exit")
+    parser.add_argument("--failed", type=Path, metavar="LADDER_JSON_OR_RUNS",
+                        help="print the rungs that did not pass, comma-separated, and exit: of a ladder.json, or of "
+                             "the newest run unpacked under a folder of runs (reports/gpu)")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
     if args.failed is not None:
-        print(",".join(failed_rungs(args.failed)))
+        try:
+            ladder = newest_run(args.failed) if args.failed.is_dir() else args.failed
+            print(",".join(failed_rungs(ladder)))
+        except (OSError, ValueError) as exc:
+            parser.exit(2, f"gpu_ladder: --failed: {exc}\n")
         return 0
     if args.out is None:
         parser.error("--out is required")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -86,3 +87,66 @@ def test_when_the_window_ends_what_did_not_run_says_so(tmp_path):
     assert rungs["algorithms"]["outcome"] in ("not run", "hung")
     assert "no time left" in json.dumps(rungs) or "stopped" in json.dumps(rungs)
     assert seconds < 40, seconds
+
+
+def test_the_newest_run_is_told_by_its_start_stamp_not_its_file_times(tmp_path):
+    """A checkout sets every file's time anew: --rerun-failed must read the run its summary says is newest."""
+    for folder, stamp in (("a100-cudnn9.19.0", "2026-12-01T10:00:00Z"), ("h100-cudnn9.19.0", "2026-11-30T10:00:00Z"),
+                          ("a100-cudnn9.19.0/rerun-1", "2026-12-01T10:20:00Z")):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "summary.txt").write_text(f"gpu_run.sh: grid window, 420 s, started {stamp}\n")
+        (tmp_path / folder / "ladder.json").write_text('{"rungs": [], "passed": true}')
+    os.utime(tmp_path / "h100-cudnn9.19.0" / "ladder.json")  # the newest file, the oldest run
+    assert gpu_ladder.newest_run(tmp_path) == tmp_path / "a100-cudnn9.19.0" / "rerun-1" / "ladder.json"
+    with pytest.raises(ValueError, match="no .*ladder.json to read the failed rungs from"):
+        gpu_ladder.newest_run(tmp_path / "h100-cudnn9.19.0" / "none")
+
+
+def test_a_torn_last_line_of_the_log_waits_for_the_next_read(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"event": "start", "nodeid": "a"}\n{"event": "end", "nod')
+    assert gpu_ladder._read_log(log) == [{"event": "start", "nodeid": "a"}]
+
+
+def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_path):
+    """gpu_run.sh ends a step out of time with SIGINT to the runner; its child pytest (a session of its own,
+    here hung in a persistent algorithm) must end with it, and the table of what finished must be written."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}", "FAKE_CUDA_FAULTS": "persist_hang"}
+    runner = subprocess.Popen([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--rungs",
+                               "algorithms", "--seconds", "300", "--", "--hypothesis-profile=gpu"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "ladder-log.jsonl"
+    deadline = time.monotonic() + 60
+    while not any("persist_static]" in e["nodeid"] for e in gpu_ladder._read_log(log)):
+        assert time.monotonic() < deadline and runner.poll() is None, "the hanging test never started"
+        time.sleep(0.2)
+    assert _processes_with(f"RNN_COMPAT_LADDER_LOG={log}"), "the child pytest should be running now"
+    os.kill(runner.pid, signal.SIGINT)
+    assert runner.wait(timeout=20) != 0
+    table = json.loads((tmp_path / "ladder.json").read_text())
+    tests = {t["test"]: t["outcome"] for t in table["rungs"][0]["tests"]}
+    assert tests["test_algorithm[13-algorithms-standard]"] == "passed" and "not run" in tests.values(), tests
+    assert not _processes_with(f"RNN_COMPAT_LADDER_LOG={log}")
+
+
+def _processes_with(variable: str) -> list[int]:
+    """The processes whose environment holds ``variable`` (``NAME=value``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and variable.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_tests_pytest_does_not_run_are_reported_at_once_not_started_again_until_the_window_ends(tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}"}
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--rungs", "base",
+                           "--seconds", "120", "--", "-k", "no_such_test"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=200)
+    assert done.returncode == 1 and time.monotonic() - t0 < 60
+    row = json.loads((tmp_path / "ladder.json").read_text())["rungs"][0]
+    assert row["outcome"] == "crashed" and "without running it" in row["first_failure"], row

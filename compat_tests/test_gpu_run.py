@@ -112,7 +112,7 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
     the GPU suite's skips with their reason, and a report of the backends that do run, which fails for
     the backends it was asked for and could not run; the exit status says the run fell short."""
     why = "CuPy cannot run its kernels (test double)"
-    run = gpu_run(tmp_path, 540, FAKE_CUDA_UNAVAILABLE=why)
+    run = gpu_run(tmp_path, 420, FAKE_CUDA_UNAVAILABLE=why)
     assert run.returncode == 1
     summary = (tmp_path / "summary.txt").read_text()
     assert "gpu_run.sh: capture: SKIPPED, cuDNN backend unavailable" in summary, summary
@@ -147,7 +147,7 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     (``--rerun-failed``) runs the failed rungs again with the capture."""
     out = tmp_path / "faulty"
     t0 = time.monotonic()
-    gpu_run(out, FAULTY_SECONDS, FAKE_CUDA_FAULTS=",".join(PLANTED), LADDER_RISKY_SECONDS="20")
+    gpu_run(out, FAULTY_SECONDS, FAKE_CUDA_FAULTS=",".join(PLANTED), LADDER_RISKY_SECONDS="10")
     assert time.monotonic() - t0 <= FAULTY_SECONDS + 5
     with tarfile.open(out / "gpu_run.tar.gz") as tar:
         ladder = json.load(tar.extractfile("./ladder.json"))
@@ -180,7 +180,7 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert gpu_ladder.failed_rungs(first / "ladder.json") == ["float16", "skip_input", "dropout", "algorithms"]
     again = tmp_path / "again"
     run = gpu_run(again, 120, "--rerun-failed", GPU_RUNS=str(into), FAKE_CUDA_FAULTS="skip_input_bias",
-                  LADDER_RISKY_SECONDS="20")
+                  LADDER_RISKY_SECONDS="10")
     summary = (again / "summary.txt").read_text()
     assert run.returncode == 1 and "re-run of the rungs float16,skip_input,dropout,algorithms" in summary, summary
     assert "gpu_run.sh: capture: FAILED" in summary  # its check sees the skip_input fault still planted

@@ -515,8 +515,18 @@ def test_keras_weights_that_would_inflate_beyond_what_weights_do_are_refused(tmp
         h5.create_dataset("layers/gru/cell/vars/0", data=np.zeros((1024, 1024), np.float32), compression="gzip")
     assert squeezed.stat().st_size < 4 * 2**20
     with pytest.raises(ValueError, match="dataset layers/gru/cell/vars/0 declares \\[1024, 1024\\] float32 "
-                                         "\\(4194304 bytes\\), more than the whole file's"):
+                                         "\\(4194304 bytes\\), which with the 0 bytes of the datasets before it is "
+                                         "more than the whole file's"):
         keras_file.read(squeezed)
+    many = tmp_path / "many.weights.h5"  # each dataset within the file's size, all together far beyond it
+    with h5py.File(many, "w") as h5:  # one stored megabyte, then 64 fill-value datasets that store nothing
+        h5.create_dataset("layers/gru/cell/vars/0", data=np.random.default_rng(0).random((512, 512), np.float32))
+        for k in range(1, 65):
+            h5.create_dataset(f"layers/gru/cell/vars/{k}", shape=(256, 256), dtype=np.float32, fillvalue=1.0)
+    assert 256 * 256 * 4 < many.stat().st_size < 64 * 256 * 256 * 4
+    with pytest.raises(ValueError, match="which with the [1-9]\\d* bytes of the datasets before it is more than the "
+                                         "whole file's"):
+        keras_file.read(many)
     assert keras_file.read(honest)[0].num_units == cfg.num_units  # the control
 
 

@@ -221,36 +221,6 @@ def test_layers_that_read_their_input_with_other_axes_are_not_one_stack(tmp_path
     assert keras_file.read(same)[0].rnn_mode == "gru"
 
 
-def test_onnx_activation_alpha_of_sigmoid_and_tanh_is_ignored_as_onnxruntime_ignores_it():
-    """ONNX's ``activation_alpha``/``activation_beta`` scale only the activations that take them (HardSigmoid,
-    LeakyRelu, ...; those are refused); onnxruntime computes a Sigmoid/Tanh node alike with or without them, and
-    so does the reader."""
-    pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper, numpy_helper
-    import onnxruntime
-
-    from compat_tests.interop.onnx_model import import_model
-
-    rng = np.random.default_rng(5)
-    H, I, T, B = 3, 2, 4, 2
-    arrays = {"W": rng.normal(size=(1, 4 * H, I)), "R": rng.normal(size=(1, 4 * H, H)),
-              "B": rng.normal(size=(1, 8 * H))}
-    x = rng.normal(size=(T, B, I)).astype(np.float32)
-    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=H,
-                            activations=["Sigmoid", "Tanh", "Tanh"], activation_alpha=[2.0, 3.0, 4.0],
-                            activation_beta=[0.5, 0.5, 0.5])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", "B", I])],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")],
-                              initializer=[numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()])
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    y, y_h, y_c = onnxruntime.InferenceSession(proto.SerializeToString(),
-                                               providers=["CPUExecutionProvider"]).run(None, {"X": x})
-    model, weights, biases = import_model(proto)
-    got = _run(model, weights, biases, x)
-    np.testing.assert_allclose(got.output, y[:, 0], atol=1e-5)
-    np.testing.assert_allclose(got.output_c, y_c, atol=1e-5)
-
-
 def test_the_keras_era_table():
     assert keras_era("2.2.4").recurrent_activation == "hard_sigmoid" and not keras_era("2.2.4").reset_after
     assert keras_era("2.3.0").recurrent_activation == "sigmoid" and keras_era("2.3.0").reset_after
@@ -317,6 +287,15 @@ def test_layers_are_picked_by_index_in_a_legacy_file_and_must_be_recurrent(embed
         keras_file.read(folder / "m.weights.h5", {"layers": "1,2"})
     with pytest.raises(ValueError, match="index 7 is not one of the file's 4 layers"):
         keras_file.read(folder / "legacy.h5", {"layers": [1, 7]})
+    import shutil
+
+    import h5py
+
+    shutil.copy(folder / "legacy.h5", tmp_path / "gap.h5")
+    with h5py.File(tmp_path / "gap.h5", "a") as f:  # a picked layer listed but its weights group gone
+        del f[names[2]]
+    with pytest.raises(ValueError, match=rf"layer '{names[2]}' is named in the file's layer_names but has no group"):
+        keras_file.read(tmp_path / "gap.h5", {"layers": "1,2"})
     np.save(tmp_path / "x.npy", x)
     assert cli.main(["infer", str(folder / "legacy.h5"), str(tmp_path / "x.npy"), "--layers", "1,2",
                      "--out", str(tmp_path / "y.npy")]) == 0

@@ -143,3 +143,30 @@ def test_weights_the_file_does_not_fix_are_refused_naming_why(make_w, match):
     inits = {k: v for k, v in LSTM_INITS.items() if k != "W"}
     with pytest.raises(ValueError, match=match):
         import_model(model([*extra_nodes, _lstm_node()], ("Y", "Y_h", "Y_c"), inits, inputs))
+
+
+def test_constant_ops_that_grow_the_data_are_refused_before_anything_is_made():
+    """A Concat of an input with itself, node after node, doubles the data at each: 40 nodes in a few hundred
+    bytes would ask for terabytes. Refused before the evaluator runs; a Concat of two different constants
+    (the bidirectional GRU above) is not."""
+    nodes = [const("seed", np.zeros((1, 1, 1), np.float32))]
+    for k in range(40):
+        nodes.append(helper.make_node("Concat", [f"g{k - 1}" if k else "seed"] * 2, [f"g{k}"], axis=2))
+    nodes.append(helper.make_node("LSTM", ["X", "g39", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=H))
+    proto = model(nodes, ("Y", "Y_h", "Y_c"), {"R": LSTM_INITS["R"], "B": LSTM_INITS["B"]})
+    with pytest.raises(ValueError, match=r"would make up to \d+ values from the 1 the file holds"):
+        import_model(proto)
+
+
+def test_activation_alpha_of_sigmoid_and_tanh_is_ignored_as_onnxruntime_ignores_it():
+    """ONNX's ``activation_alpha``/``activation_beta`` scale only the activations that take them (HardSigmoid,
+    LeakyRelu, ...; those are refused); onnxruntime computes a Sigmoid/Tanh node alike with or without them, and
+    so does the reader."""
+    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=H,
+                            activations=["Sigmoid", "Tanh", "Tanh"], activation_alpha=[2.0, 3.0, 4.0],
+                            activation_beta=[0.5, 0.5, 0.5])
+    proto = model([node], ("Y", "Y_h", "Y_c"), LSTM_INITS, opset=14)
+    y, y_h, y_c = ort_run(proto, X)
+    _, got = reference_run(proto, X)
+    np.testing.assert_allclose(got.output, y[:, 0], atol=1e-5)
+    np.testing.assert_allclose(got.output_c, y_c, atol=1e-5)

@@ -3,9 +3,7 @@ bit, and streaming one step at a time (``docs/streaming.md``)."""
 
 from __future__ import annotations
 
-import re
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +19,6 @@ from reference.modes import MODES
 from reference.precision import compute_dtype
 from reference.recurrence import stacks_input
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "streaming.md"
 STREAMABLE = Capabilities(bidirectional=False, lengths=False, batch_major=False)  # what a step takes
 
 
@@ -238,13 +235,6 @@ def test_threads_share_a_bound_model():
     for t in threads:
         t.join()
     assert all(same_bits(r, want) for r in results)
-
-
-def test_docs_examples_run():
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert blocks, f"no python code block in {DOC}"
-    for block in blocks:
-        exec(compile(block, str(DOC), "exec"), {})
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

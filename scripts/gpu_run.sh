@@ -40,15 +40,10 @@ while (($#)); do
     case $1 in
         --rerun-failed)
             rerun=1
-            runs=${GPU_RUNS:-reports/gpu}
-            last=$(ls -t "$runs"/*/ladder.json "$runs"/*/rerun-*/ladder.json 2>/dev/null | head -n 1)
-            if [ -z "$last" ]; then
-                echo "gpu_run.sh: --rerun-failed: no $runs/*/ladder.json to read the failed rungs from" >&2
-                exit 2
-            fi
-            rungs=$(${PYTHON:-python3} -m compat_tests.gpu_ladder --failed "$last") || exit 2
+            runs=${GPU_RUNS:-reports/gpu}  # the newest run unpacked there, by the start stamp of its summary
+            rungs=$(${PYTHON:-python3} -m compat_tests.gpu_ladder --failed "$runs") || exit 2
             if [ -z "$rungs" ]; then
-                echo "gpu_run.sh: --rerun-failed: every rung of $last passed; nothing to re-run" >&2
+                echo "gpu_run.sh: --rerun-failed: every rung of the newest run in $runs passed; nothing to re-run" >&2
                 exit 2
             fi
             ;;

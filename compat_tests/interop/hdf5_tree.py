@@ -135,15 +135,18 @@ def _dump(source: str, out: str) -> int:
     tree: dict = {}
     arrays: dict[str, np.ndarray] = {}
     stored = os.path.getsize(source)
+    inflated = [0]  # bytes of the datasets read so far: all of them together within the file's size
 
     def visit(path: str, obj) -> None:
         if isinstance(obj, h5py.Dataset):
             readable = obj.dtype.kind == "f" and obj.shape is not None
-            if readable and obj.size * obj.dtype.itemsize > stored:  # (checked before anything is inflated)
-                raise ValueError(f"dataset {path} declares {list(obj.shape)} {obj.dtype} "
-                                 f"({obj.size * obj.dtype.itemsize} bytes), more than the whole file's {stored}: "
-                                 f"compressed weights (Keras never compresses them) that would inflate beyond what "
-                                 f"the file stores; refused")
+            size = obj.size * obj.dtype.itemsize if readable else 0
+            if readable and inflated[0] + size > stored:  # (checked before anything is inflated)
+                raise ValueError(f"dataset {path} declares {list(obj.shape)} {obj.dtype} ({size} bytes), which with "
+                                 f"the {inflated[0]} bytes of the datasets before it is more than the whole file's "
+                                 f"{stored}: compressed or fill-value weights (Keras writes neither) that would "
+                                 f"inflate beyond what the file stores; refused")
+            inflated[0] += size
             if readable:
                 arrays[f"a{len(arrays)}"] = np.asarray(obj[()])
             tree[path] = {"dataset": f"a{len(arrays) - 1}" if readable else None, "attrs": {}}

@@ -348,6 +348,10 @@ def _weights_file_layers(h5, chosen: list[str | int] | None = None) -> list[Laye
     names = _names(h5.attrs, "layer_names")
     if names is not None:  # a legacy file
         picked = names if chosen is None else _picked(chosen, names)
+        missing = [n for n in picked if n not in h5]
+        if missing and chosen is not None:
+            raise ValueError(f"layers: layer {missing[0]!r} is named in the file's layer_names but has no group of "
+                             f"weights in it")
         groups = [(n, h5[n], _names(h5[n].attrs, "weight_names") or []) for n in picked if n in h5]
         found = []
         for name, group, weight_names in groups:

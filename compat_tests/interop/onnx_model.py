@@ -209,9 +209,11 @@ def _refuse_hidden(graph, depth: int = 0) -> None:
 
 
 # Ops folded, from the file's constants alone, into a W, R or B that is not an initializer (as exporters write
-# them): none makes more values than it reads.
+# them): each makes at most as many values as it reads (Concat: the sum of its inputs), so the values grow only
+# where an input is read several times, which _check_growth bounds before anything is computed.
 FOLDABLE = ("Constant", "Identity", "Cast", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Concat", "Slice")
 MAX_FOLDED = 64  # nodes folded for one graph's weights (a bound: a graph is a file's word)
+MAX_GROWTH = 4  # values the folded weights may hold, as a multiple of the constants they read
 
 
 def _folded(graph, inits: dict, names: list[str], opsets: list | None = None) -> dict[str, np.ndarray]:
@@ -249,7 +251,31 @@ def _folded(graph, inits: dict, names: list[str], opsets: list | None = None) ->
         visit(name, f"weight {name!r}")
     if not wanted:
         return {}
+    _check_growth(order, {n: inits[n] for n in used})
     return _evaluate(order, {n: inits[n] for n in used}, wanted, opsets)
+
+
+def _check_growth(nodes: list, constants: dict[str, np.ndarray]) -> None:
+    """Refuse, before anything is computed, constant ops that would make more values than
+    :data:`MAX_GROWTH` times all the file's constants they read: each op's output is bounded by the sum of its
+    inputs' (Concat) or by its input (the others), so only an input read several times grows the data, and
+    a chain of them (``Concat(x, x)`` after ``Concat(x, x)``...) doubles it at every node."""
+    bound = {name: int(np.size(value)) for name, value in constants.items()}
+    for node in nodes:
+        if node.op_type == "Constant":
+            made = max((int(np.prod(a.t.dims)) if a.t.dims else 1) for a in node.attribute) if node.attribute else 0
+            made = max(made, max((len(a.floats) + len(a.ints) + len(a.strings) for a in node.attribute), default=0))
+        else:
+            made = sum(bound.get(source, 0) for source in node.input if source)
+        for out in node.output:
+            bound[out] = made
+    read = sum(int(np.size(v)) for v in constants.values()) + sum(
+        bound[n.output[0]] for n in nodes if n.op_type == "Constant" and n.output)
+    largest = max(bound.values(), default=0)
+    if largest > MAX_GROWTH * max(read, 1):
+        raise ValueError(f"the constant ops that make the weights would make up to {largest} values from the "
+                         f"{read} the file holds (an input read several times, grown node after node); refused "
+                         f"before any is made")
 
 
 def _evaluate(nodes: list, constants: dict[str, np.ndarray], outputs: list[str], opsets: list | None = None) \

@@ -1,4 +1,5 @@
-"""The NumPy reference itself, in the config's dtype (float64 is the ground truth of every comparison)."""
+"""The NumPy reference engine itself (the public classes), in the config's dtype: an implementation under test, judged
+like every other against the float64 truth of ``reference.spec``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Embedded config grids for ``rnn-compat report``, and the plan that crosses them with the backends.
 
 A grid is a list of ``(study, config)``; ``plan`` turns it into work units, one per backend that can run
-the config (``compat``) or one per config (``gru_variant``, computed by the float64 reference), and
+the config (``compat``) or one per config (``gru_variant``, computed by the float64 truth of reference.spec), and
 counts what was left out and why. A grid may also come from a JSON file: a list of objects
 ``{"study": "compat" | "gru_variant", "config": {RNNConfig fields}}``.
 """

@@ -271,7 +271,7 @@ def _counts(report: dict) -> str:
     return text
 
 
-def _failures_note(report: dict, failures: list[dict]) -> str:
+def _failures_note(report: dict) -> str:
     t = report["totals"]
     return (f"{t['failed']} of {t['compat_units']} comparisons failed; one row per failed pass (forward or gradients) "
             f"or error, the largest share of a budget first, each with the command that runs it again.")
@@ -318,7 +318,7 @@ def markdown(report: dict) -> str:
         "backend cannot run it (see Not run); \"not in grid\": the grid has no such config.", "",
         *_md_table(["backend", "dtype", *MODE_NAMES], _mode_rows(report)), "",
         f"## Failures ({len(failures)})", "",
-        *([_failures_note(report, failures), "", *_md_cases(failures)] if failures else ["No comparison failed."]), "",
+        *([_failures_note(report), "", *_md_cases(failures)] if failures else ["No comparison failed."]), "",
         "## Closest calls", "",
         f"The {len(closest)} passed comparisons that used the largest share of their budget; re-run one with its "
         f"command." if closest else "No comparison was judged.", "",
@@ -508,7 +508,7 @@ def html_page(report: dict) -> str:
                      "pip install '.[report]', <code>rnn-compat render DIR</code> writes it again with them.</em></p>")
     parts.append(f"<a id='failures'></a><h2>Failures ({len(failures)})</h2>")
     if failures:
-        parts += [f"<p>{html.escape(_failures_note(report, failures))}</p>", _html_cases(failures)]
+        parts += [f"<p>{html.escape(_failures_note(report))}</p>", _html_cases(failures)]
     else:
         parts.append("<p class='passed'>No comparison failed.</p>")
     parts.append("<a id='closest'></a><h2>Closest calls</h2>")
