@@ -95,9 +95,9 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
             for g in range(GH // width):
                 xw[g * width : (g + 1) * width] = x_rows.T
         elif xw_rows is None:
-            W.dot(x_rows.T, xw)  # np.matmul's BLAS call, bit for bit, with less overhead (modes.py)
+            np.matmul(W, x_rows.T, out=xw)
         else:
-            x_rows.dot(W.T, xw_rows)
+            np.matmul(x_rows, W.T, out=xw_rows)
         if xw_rows is None:
             np.add(xw, bias[:, None] if column_bias is None else column_bias, xw)
         else:
