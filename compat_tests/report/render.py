@@ -444,6 +444,16 @@ def _figure(key: str, png: str, caption: str) -> str:
             f"<figcaption>{caption}</figcaption></figure>")
 
 
+def _study(figures: dict, key: str, title: str, caption: str) -> list[str]:
+    """A study's heading and figure, where the figure was drawn (none without matplotlib)."""
+    return [f"<h3>{title}</h3>", _figure(key, figures[key], caption)] if figures.get(key) else []
+
+
+def _collapsed(summary: str, head: list[str], rows: list[list[str]]) -> list[str]:
+    """A table folded under ``summary`` (nothing where it has no rows)."""
+    return [f"<details><summary>{summary}</summary>", _html_table(head, rows), "</details>"] if rows else []
+
+
 def _heat_caption(report: dict) -> str:
     reasons: dict[str, list[str]] = defaultdict(list)
     for s in report["skipped"]:
@@ -518,45 +528,38 @@ def html_page(report: dict) -> str:
     else:
         parts.append("<p>No comparison was judged.</p>")
     parts.append("<a id='studies'></a><h2>Studies</h2>")
-    if figures.get("drift"):
-        parts += ["<h3>Drift over long sequences</h3>",
-                  _figure("drift", figures["drift"],
-                          "The error at each time step of the configs of at least 100 steps, in the tables' unit: the "
-                          "step's error in conditioned eps (the config's kappa) / the quantity's budget, so 1 (the "
-                          "shaded band above it) is the budget. Rows: output and input gradient; columns: dtype; one "
-                          "line per backend, at each step the largest among its long configs of that dtype (for long "
-                          "sequences, the largest of each window of steps). Each config's own: the table below, and "
-                          "report.json (studies.drift).")]
+    parts += _study(figures, "drift", "Drift over long sequences",
+                    "The error at each time step of the configs of at least 100 steps, in the tables' unit: the "
+                    "step's error in conditioned eps (the config's kappa) / the quantity's budget, so 1 (the "
+                    "shaded band above it) is the budget. Rows: output and input gradient; columns: dtype; one "
+                    "line per backend, at each step the largest among its long configs of that dtype (for long "
+                    "sequences, the largest of each window of steps). Each config's own: the table below, and "
+                    "report.json (studies.drift).")
     if report["studies"]["drift"]:
-        parts += ["<details><summary>Per config: output error / budget at steps 1, 10, 100, 1000</summary>",
-                  _html_table(DRIFT_HEAD, _drift_rows(report)), "</details>"]
-    if figures.get("gru_variant"):
-        parts += ["<h3>cuDNN GRU vs textbook GRU under the same weights</h3>",
-                  _figure("gru_variant", figures["gru_variant"],
-                          "Not a compatibility check: how far the two GRU formulations (cuDNN's reset gate after "
-                          "the recurrent matmul, the textbook's before) drift apart under the same weights, per "
-                          "weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))), in absolute output units.")]
+        parts += _collapsed("Per config: output error / budget at steps 1, 10, 100, 1000", DRIFT_HEAD,
+                            _drift_rows(report))
+    parts += _study(figures, "gru_variant", "cuDNN GRU vs textbook GRU under the same weights",
+                    "Not a compatibility check: how far the two GRU formulations (cuDNN's reset gate after "
+                    "the recurrent matmul, the textbook's before) drift apart under the same weights, per "
+                    "weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))), in absolute output units.")
     variant_rows, variant_head = _variant_rows(report)
-    if variant_rows:
-        parts += ["<details><summary>GRU variants: max |output difference| per weight scale and length</summary>",
-                  _html_table(["scale", *variant_head], variant_rows), "</details>"]
-    if figures.get("amplification"):
-        parts += ["<h3>Forward vs backward error amplification</h3>",
-                  _figure("amplification", figures["amplification"],
-                          "One point per comparison with gradients: its forward pass's worst share of the budget "
-                          "(x) against its gradients' (y), both conditioned error / budget as in the tables. One "
-                          "panel per backend, one colour per dtype, one marker per mode. The dashed lines at 1 are "
-                          "the budgets (beyond them: failed); the grey diagonal is an equal share for both. Points "
-                          "on the left or bottom edge had no error there at all (or less than the axis shows); "
-                          "an error or a non-finite mismatch is not a point: see Failures. Points far below the "
-                          "diagonal (in the built-in grids, float16 relu) are gradients with a large condition "
-                          "estimate: a ReLU network's gradient depends on which units are active, which a "
-                          "half-precision rounding can flip, so kappa is large, the error is divided by it and uses "
-                          "little of its budget; their raw errors are the large raw ratios of the table below.")]
+    parts += _collapsed("GRU variants: max |output difference| per weight scale and length", ["scale", *variant_head],
+                        variant_rows)
+    parts += _study(figures, "amplification", "Forward vs backward error amplification",
+                    "One point per comparison with gradients: its forward pass's worst share of the budget "
+                    "(x) against its gradients' (y), both conditioned error / budget as in the tables. One "
+                    "panel per backend, one colour per dtype, one marker per mode. The dashed lines at 1 are "
+                    "the budgets (beyond them: failed); the grey diagonal is an equal share for both. Points "
+                    "on the left or bottom edge had no error there at all (or less than the axis shows); "
+                    "an error or a non-finite mismatch is not a point: see Failures. Points far below the "
+                    "diagonal (in the built-in grids, float16 relu) are gradients with a large condition "
+                    "estimate: a ReLU network's gradient depends on which units are active, which a "
+                    "half-precision rounding can flip, so kappa is large, the error is divided by it and uses "
+                    "little of its budget; their raw errors are the large raw ratios of the table below.")
     if report["studies"]["amplification"]:
         parts += [f"<p class='note'>{html.escape(AMPLIFICATION_NOTE)}</p>",
-                  "<details><summary>Amplification per backend, dtype and mode, as a table</summary>",
-                  _html_table(AMPLIFICATION_HEAD, _amplification_rows(report)), "</details>"]
+                  *_collapsed("Amplification per backend, dtype and mode, as a table", AMPLIFICATION_HEAD,
+                              _amplification_rows(report))]
     parts += ["<a id='policy'></a><h2>Policy exceptions for these backends</h2><ul>",
               *([f"<li>{html.escape(e)}</li>" for e in _exceptions(report)] or
                 ["<li>none: every backend is judged by the default budgets</li>"]), "</ul>"]
