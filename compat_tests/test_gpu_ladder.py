@@ -164,9 +164,14 @@ def test_persist_rebuild(rung, value, request, closing):
 def test_tf32_divergence(rung, value, request):
     """TF32 is shown, not hidden: cudnn-tf32 is a peer of its own, judged by its own (wider) budget. If
     default math did not engage TF32 for this shape, a note says so (the test does not pass vacuously)."""
+    from compat_tests.conditioning import sensitivity
+
     cfg = RNNConfig("lstm", num_layers=2, num_units=256, input_size=128, seq_len=50, batch=32, dtype="float32")
-    fma = compare_peer(PEERS["cudnn"], cfg)
-    tf32 = compare_peer(PEERS["cudnn-tf32"], cfg)
+    case = make_case(cfg)
+    truth = ground_truth(cfg, case)  # one truth and one condition estimate judge both math types
+    kappa = sensitivity(cfg, case, truth)
+    fma, tf32 = (judge_results(name, cfg, PEERS[name].forward(cfg, case), truth, kappa)
+                 for name in ("cudnn", "cudnn-tf32"))
     assert fma.passed, fma.explain()
     assert tf32.passed, tf32.explain()
     fma_ulp, tf32_ulp = fma.verdicts["output"].stats.max_ulp, tf32.verdicts["output"].stats.max_ulp

@@ -33,7 +33,10 @@ ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "c
 def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
     """The script on the fake with ``args`` (by default the quick grid); its report without torch-cuda, which
     no CPU runs (and naming it would fail it)."""
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
+    # One BLAS thread a process: the run shares CI's 2 cores with the suite's other worker, and OpenBLAS's
+    # spinning threads, oversubscribed, once made a ladder test take over its 120 s limit there.
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
            "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
            **env_extra}
     return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or ("quick",))], cwd=ROOT, env=env,
