@@ -2,8 +2,8 @@
 
 ``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S]``
 IMPL: reference | bound (the reference bound to its parameters once, ``model.bind``: its ``forward``, or its
-``step``) | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and tanh) |
-floor_steps (its own steps and GEMMs, data movement free) | gemm;
+``step``) | stream (a step of ``model.bind(params).stream(B)``) | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and tanh) |
+floor_steps (its own steps and GEMMs, data movement free) | floor_bound (the same, a bound model's layers) | gemm;
 TASK: train (forward + backward, all gradients) | infer (forward only) | step (one time step, ``T`` ignored, of
 a stream whose states each call carries over to the next, :func:`step_call`; the floors: a forward of ``T = 1``);
 ``--lengths``: a padded batch of sequences of :func:`lengths` (each implementation's own way: the reference's
@@ -40,13 +40,16 @@ def _reference_model(mode: str, I: int, H: int, L: int, bidi: bool):
 
 
 def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None,
-                   bound: bool = False):
-    """The reference's call (``bound``: bound to its parameters once, ``model.bind``)."""
+                   bound: bool = False, stream: bool = False):
+    """The reference's call (``bound``: bound to its parameters once, ``model.bind``; ``stream``: a step of
+    ``model.bind(params).stream(B)``)."""
     model = _reference_model(mode, I, H, L, bidi)
     rng = np.random.default_rng(0)
     params = (rng.standard_normal(model.params_size()) * H**-0.5).astype(np.float32)
     if task == "step":
-        return step_call(model, model.bind(params) if bound else None, params, B)
+        return step_call(model, model.bind(params) if bound or stream else None, params, B, stream)
+    if stream:
+        raise SystemExit("a stream runs one step at a time: task step")
     x = rng.standard_normal((T, B, I)).astype(np.float32)
     dy = rng.standard_normal((T, B, (2 if bidi else 1) * H)).astype(np.float32)
     if task == "infer":
@@ -63,11 +66,14 @@ def reference_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int,
     return train
 
 
-def step_call(model, bound, params: np.ndarray, B: int):
+def step_call(model, bound, params: np.ndarray, B: int, stream: bool = False):
     """One streaming step of batch ``B`` from states carried over from the call before: ``bound.step``
-    updating the states in place, or (``bound=None``) the model's ``T = 1`` call."""
+    updating the states in place, ``stream``: ``bound.stream(B).step`` (the states kept inside), or
+    (``bound=None``) the model's ``T = 1`` call."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((B, model.input_size)).astype(np.float32)
+    if stream:
+        return functools.partial(bound.stream(B).step, x)
     lstm = model.rnn_mode == "lstm"
     h = np.zeros((model.num_layers, B, model.state_width), np.float32)
     c = np.zeros((model.num_layers, B, model.num_units), np.float32) if lstm else None
@@ -256,10 +262,13 @@ def _gradient_gemms(d_rows: np.ndarray, h_rows: np.ndarray, x_rows: np.ndarray, 
     W.T @ d_rows
 
 
-def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None):
+def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi: bool, seq_lengths=None,
+               negated: bool = False):
     """``floor_steps``: the reference's own arithmetic with none of its data movement. Per pseudo-layer, ``T``
     calls of the step the reference builds (``recurrence.fused_step``, stacked where the reference stacks;
-    else after the input projection's GEMM) and for ``train`` ``T`` calls of ``mode.step_backward``, each
+    else after the input projection's GEMM; ``negated`` (``floor_bound``, inference): with the sigmoid gates
+    negated, as a bound model runs them, ``recurrence.negated_gates``) and for ``train`` ``T`` calls of
+    ``mode.step_backward``, each
     on the same buffers, which stay in cache, then the gradient GEMMs over all steps. What the reference
     would take if its strided reads and writes of the projection and gate gradients, its output and state
     copies, its trace's memory traffic and its runner cost nothing (full-length sequences, linear input)."""
@@ -275,6 +284,8 @@ def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     def draw(*shape):
         return (rng.standard_normal(shape) * 0.5).astype(np.float32)
 
+    if negated:  # a bound model's layers (reference.streaming): sigmoid gates negated, a call fewer a step
+        layers = [recurrence.negated_gates(row, p) for p in layers]
     plans = []
     for p in layers:
         width = p.W.shape[1]
@@ -292,8 +303,8 @@ def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
 
     def steps():
         for p, step, stacked, state, c, x_rows, acts in plans:
-            if not stacked:
-                p.W @ x_rows.T
+            if not stacked:  # one step's projection as recurrence.projector makes it (ndarray.dot for T = 1)
+                p.W.dot(x_rows.T) if T == 1 else p.W @ x_rows.T
             for _ in range(T):
                 step(0, None if stacked else xw, state, c, h_out)
         if task == "train":
@@ -317,9 +328,11 @@ def gemm_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bidi
     return lambda: a @ b
 
 
-IMPLS = {"reference": reference_call, "bound": functools.partial(reference_call, bound=True), "torch": torch_call,
+IMPLS = {"reference": reference_call, "bound": functools.partial(reference_call, bound=True),
+         "stream": functools.partial(reference_call, stream=True), "torch": torch_call,
          "onnxruntime": onnxruntime_call, "floor": floor_call,
-         "floor_act": functools.partial(floor_call, activations=True), "floor_steps": steps_call, "gemm": gemm_call}
+         "floor_act": functools.partial(floor_call, activations=True), "floor_steps": steps_call,
+         "floor_bound": functools.partial(steps_call, negated=True), "gemm": gemm_call}
 
 
 def main() -> None:
@@ -335,7 +348,7 @@ def main() -> None:
     p.add_argument("--lengths", action="store_true", help="a padded batch of sequences of lengths(T, B)")
     a = p.parse_args()
     impl, task, T = IMPLS[a.impl], a.task, a.T
-    if task == "step" and a.impl in ("floor", "floor_act", "floor_steps", "gemm"):
+    if task == "step" and a.impl in ("floor", "floor_act", "floor_steps", "floor_bound", "gemm"):
         task, T = "infer", 1  # the floors of a step: those of a forward pass of one step
     call = impl(task, a.mode, T, a.B, a.I, a.H, a.L, a.bidi == "Y", lengths(T, a.B) if a.lengths else None)
     most = 5000 if a.task == "step" else 200  # a step takes microseconds: more of them in the same time

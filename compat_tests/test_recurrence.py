@@ -150,3 +150,52 @@ def test_a_direction_runs_no_step_past_the_longest_sequence(T, lengths, reverse,
     valid = np.arange(T)[:, None] < lengths
     np.testing.assert_array_equal(y[..., 0], np.where(valid, (np.arange(T)[:, None] + 1 if not reverse
                                                                else lengths - np.arange(T)[:, None]), 0.0))
+
+
+# ---- negated gates (a bound model's inference) -----------------------------------------------------------
+
+
+@given(bits=st.lists(st.integers(0, (1 << 32) - 1), min_size=1, max_size=64),
+       dtype=st.sampled_from(["float16", "float32", "float64"]))
+def test_the_sigmoid_of_a_negated_input_is_the_sigmoid_bit_for_bit(bits, dtype):
+    """``sigmoid_of_negated(-x)`` is ``sigmoid(x)`` bit for bit, for any bit pattern (denormals, signed zeros,
+    infinities; NaN stays NaN), which is what lets a bound model negate its sigmoid gates' weights."""
+    from reference.modes import sigmoid, sigmoid_of_negated
+
+    width = np.dtype(dtype).itemsize
+    raw = np.array(bits, np.uint64).astype(f"u{width}")  # the low bits of each draw: every pattern of the width
+    x = raw.view(dtype)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 1e-40, -1e-40, 88.8, -88.8, 710.0, -710.0], dtype)
+    x = np.concatenate([x, specials])
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        want = sigmoid(x.copy())
+        got = sigmoid_of_negated(np.negative(x))
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert got[~nan].tobytes() == want[~nan].tobytes()
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_negated_gates_negate_the_sigmoid_rows_and_refuse_training(mode):
+    row = MODES[mode]
+    model = reference.make_model(mode, 2, 3, 3, input_mode="skip_input", dtype=np.float64)
+    params = np.random.default_rng(0).standard_normal(model.params_size())
+    first, second = model._pseudo_layers(params, copy=True)
+    assert recurrence.negated_gates(row, first) is first  # skip_input: the projection copies x, unnegated
+    negated = recurrence.negated_gates(row, second)
+    if row.negated_step is None:
+        assert negated is second and not row.sigmoid_blocks
+        return
+    H = second.R.shape[0] // row.num_gates
+    sign = np.ones(second.R.shape[0])
+    for block in row.sigmoid_blocks:
+        sign[block * H : (block + 1) * H] = -1
+    assert negated.negated_gates and recurrence.negated_gates(row, negated) is negated
+    for name in ("W", "b_W", "R", "b_R"):
+        a, b = getattr(second, name), getattr(negated, name)
+        assert np.array_equal(b, a * (sign[:, None] if a.ndim == 2 else sign)) and not np.shares_memory(a, b)
+    assert negated.P is second.P
+    trace = recurrence.new_trace(row, second, np.zeros((H, 2)), np.zeros((H, 2)) if row.has_cell_state else None,
+                                 np.empty((1, 2, H)))
+    with pytest.raises(ValueError, match="inference"):
+        recurrence.fused_step(row, negated, 2, trace)

@@ -83,8 +83,8 @@ def test_binding_copies_params():
     assert same_bits(bound(case.x, case.h0, case.c0), before)
     assert not same_bits(model(case.x, case.h0, case.c0, params), before)
     for layer in bound._layers:
-        assert not any(np.shares_memory(a, params) for a in vars(layer).values() if a is not None)
-        assert not any(a.flags.writeable for a in vars(layer).values() if a is not None)
+        assert not any(np.shares_memory(a, params) for a in vars(layer).values() if isinstance(a, np.ndarray))
+        assert not any(a.flags.writeable for a in vars(layer).values() if isinstance(a, np.ndarray))
     h, c = bound.zero_state(2)
     output, output_h, output_c = model(case.x[:1], h, c, params / 2)  # the values bound
     assert same_bits(bound.step(case.x[0], h, c), (output[0], output_h, output_c))
@@ -218,6 +218,99 @@ def test_step_refuses_what_it_cannot_do():
         bound.step(x.astype(np.float32), h, c.astype(np.float64))
     with pytest.raises(TypeError, match="dtype"):
         bound.zero_state(2, np.float64)
+
+
+# ---- streams ----------------------------------------------------------------------------------------
+
+
+def run_stream(bound, case):
+    """``case.x [T, B, in]`` through ``bound.stream(B, h0, c0)``: ``Outputs`` in the model's dtype."""
+    s = bound.stream(case.x.shape[1], case.h0, case.c0)
+    outputs = np.stack([s.step(x_t) for x_t in case.x])
+    h, c = s.state()
+    return Outputs(outputs, h.astype(bound.dtype), None if c is None else c.astype(bound.dtype))
+
+
+@given(cfg=rnn_configs(STREAMABLE))
+def test_a_stream_is_the_step_bit_for_bit(cfg):
+    """A stream's steps are :meth:`BoundRNN.step`'s with the states carried in the compute dtype, bit for bit,
+    its ``state()`` those states, and ``reset`` starts it again."""
+    model, params, bound, case = bound_case(cfg)
+    cdt = compute_dtype(model.dtype)
+    s = bound.stream(cfg.batch, case.h0, case.c0)
+    h, c = bound.zero_state(cfg.batch, cdt)
+    if case.h0 is not None:
+        h[...] = case.h0
+    if c is not None and case.c0 is not None:
+        c[...] = case.c0
+    first = bound.step(case.x[0], h, c) if c is not None else bound.step(case.x[0], h)
+    for x_t in case.x:
+        want = bound.step(x_t, h, c) if c is not None else bound.step(x_t, h)
+        assert same_bits([s.step(x_t)], want[:1])
+        h, c = want[1], want[2] if c is not None else None
+        assert same_bits(s.state(), (h, c))
+    s.reset(case.h0, case.c0)
+    assert same_bits([s.step(case.x[0])], first[:1])
+
+
+def test_stream_states_are_its_own():
+    cfg = RNNConfig("lstm", num_layers=2, num_units=5, input_size=4, seq_len=6, batch=1, dtype="float32")
+    model, params, bound, case = bound_case(cfg)
+    h0, c0 = case.h0.copy(), case.c0.copy()
+    s = bound.stream(1, h0, c0)
+    want = run_stream(bound, case)
+    h0[...] = 7  # the caller's initial states change after the stream took them: the stream does not
+    s.step(case.x[0])
+    h, c = s.state()
+    h[...] = 0  # nor does a change to the copies it returned
+    for x_t in case.x[1:]:
+        s.step(x_t)
+    assert same_bits(s.state(), want[1:])
+    assert same_bits(s.state(), s.state()) and s.state()[0] is not s.state()[0]
+    zero = bound.stream(1)
+    assert same_bits(zero.state(), bound.zero_state(1, np.float32))
+
+
+def test_stream_refuses_what_it_cannot_do():
+    bidi = reference.CudnnLSTM(1, 4, 3, direction="bidirectional")
+    with pytest.raises(ValueError, match="unidirectional"):
+        bidi.bind(np.zeros(bidi.params_size(), np.float32)).stream(1)
+    model = reference.CudnnGRU(2, 4, 3, dtype=np.float16)
+    bound = model.bind(np.zeros(model.params_size(), np.float16))
+    s = bound.stream(2)
+    assert isinstance(s, reference.Stream) and "batch_size=2" in repr(s)
+    x = np.zeros((2, 3), np.float16)
+    assert s.step(x).dtype == np.float16 and s.state()[0].dtype == np.float32 and s.state()[1] is None
+    for bad, error, match in [
+        (x.astype(np.float32), TypeError, "float16"),
+        (x[:1], ValueError, "batch_size"),
+        (x[:, :2], ValueError, "input_size"),
+        (x[None], ValueError, "2-D"),
+        (x.tolist(), TypeError, "numpy"),
+    ]:
+        with pytest.raises(error, match=match):
+            s.step(bad)
+    for kwargs, error, match in [
+        (dict(batch_size=0), ValueError, "batch_size"),
+        (dict(batch_size=2, h=np.zeros((2, 1, 4), np.float16)), ValueError, r"\(2, 2, 4\)"),
+        (dict(batch_size=2, c=np.zeros((2, 2, 4), np.float16)), ValueError, "no cell state"),
+    ]:
+        with pytest.raises(error, match=match):
+            bound.stream(**kwargs)
+    before = s.state()
+    with pytest.raises(ValueError, match="no cell state"):
+        s.reset(c=np.zeros((2, 2, 4), np.float16))
+    assert same_bits(s.state(), before)  # a refused reset changes nothing
+
+
+def test_a_stream_is_entered_once_at_a_time():
+    """A stream's step runs in a context of its own, which refuses a second entry while one runs (a stream
+    shared between threads) instead of mixing two steps' buffers."""
+    model = reference.CudnnGRU(1, 4, 3)
+    s = model.bind(np.zeros(model.params_size(), np.float32)).stream(1)
+    x = np.zeros((1, 3), np.float32)
+    with pytest.raises(RuntimeError, match="already entered"):
+        s._layers.context.run(s.step, x)
 
 
 def test_threads_share_a_bound_model():

@@ -4,7 +4,7 @@ Imports NumPy only. The public names follow ``shared/API.md``; see ``reference.m
 """
 
 from .layout import Region
-from .streaming import BoundRNN
+from .streaming import BoundRNN, Stream
 from .model import (
     ClassicGRU,
     CudnnGRU,
@@ -20,6 +20,7 @@ from .model import (
 
 __all__ = [
     "BoundRNN",
+    "Stream",
     "ClassicGRU",
     "CudnnGRU",
     "CudnnLSTM",

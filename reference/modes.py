@@ -99,6 +99,16 @@ def _one(x: Array) -> Array | float:
     return _UNIT[x.dtype][1] if x.dtype in _UNIT else 1.0
 
 
+def sigmoid_of_negated(u: Array, out: Array | None = None) -> Array:
+    """``sigmoid(-u) = 1 / (1 + exp(u))`` into ``out`` (may be ``u``); returns ``out``. Where ``u`` is exactly
+    ``-x`` (a pre-activation made with negated weights and biases: negation is exact in every rounding), it
+    is :func:`sigmoid` of ``x`` bit for bit, one call fewer (``CellMode.negated_step``)."""
+    one = _UNIT[u.dtype][1] if u.dtype in _UNIT else 1
+    out = np.exp(u, out)
+    np.add(out, one, out)
+    return np.divide(one, out, out)
+
+
 def relu(x: Array, out: Array | None = None) -> Array:
     """``max(x, 0)``; NaN propagates (``np.maximum`` keeps NaN). ``out`` goes by keyword here: NumPy
     deprecates a third positional argument of ``np.maximum``."""
@@ -137,20 +147,26 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
     np.copyto(out, np.where(h > 0, g, 0.0))  # the subgradient 0 at 0, as PyTorch's threshold_backward
 
 
-def _lstm_step(ws, xw, h, c, h_out, c_out, acts=None):
-    H = c.shape[0]
-    z = ws.R.dot(h, ws.z if acts is None else acts[: 4 * H])
-    if xw is not None:
-        np.add(z, xw, z)
-    sig = z[: 3 * H]
-    sigmoid(sig, sig)  # i, f and o: one block in compute order
-    i, f, o, g = z[:H], z[H : 2 * H], sig[2 * H :], z[3 * H :]
-    np.tanh(g, g)
-    np.multiply(f, c, c_out)
-    tanh_c = np.multiply(i, g, ws.tmp if acts is None else acts[4 * H :])
-    np.add(c_out, tanh_c, c_out)
-    np.tanh(c_out, tanh_c)
-    np.multiply(o, tanh_c, h_out)
+def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
+    """The LSTM step; ``gate`` the sigmoid of its i, f and o pre-activations (:func:`sigmoid_of_negated` for
+    the negated step)."""
+
+    def step(ws, xw, h, c, h_out, c_out, acts=None):
+        H = c.shape[0]
+        z = ws.R.dot(h, ws.z if acts is None else acts[: 4 * H])
+        if xw is not None:
+            np.add(z, xw, z)
+        sig = z[: 3 * H]
+        gate(sig, sig)  # i, f and o: one block in compute order
+        i, f, o, g = z[:H], z[H : 2 * H], sig[2 * H :], z[3 * H :]
+        np.tanh(g, g)
+        np.multiply(f, c, c_out)
+        tanh_c = np.multiply(i, g, ws.tmp if acts is None else acts[4 * H :])
+        np.add(c_out, tanh_c, c_out)
+        np.tanh(c_out, tanh_c)
+        np.multiply(o, tanh_c, h_out)
+
+    return step
 
 
 def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
@@ -226,7 +242,10 @@ def _reset_scaled_candidate_input(h_prev: Array, acts: Array, H: int) -> list[tu
     return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), np.multiply(reset, h_prev, out=np.empty_like(h_prev)))]
 
 
-def _gru_step(reset_after: bool) -> StepFn:
+def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array] = sigmoid) -> StepFn:
+    """The GRU step (``reset_after``: cuDNN's); ``gate`` the sigmoid of its r and z pre-activations
+    (:func:`sigmoid_of_negated` for the negated step)."""
+
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         H = ws.tmp.shape[0]
         z = ws.z if acts is None else acts[: 3 * H]  # r, z, then hn (cuDNN) or n (textbook)
@@ -240,7 +259,7 @@ def _gru_step(reset_after: bool) -> StepFn:
             ws.R[: 2 * H].dot(h, rz)
             n = z[2 * H :]
         np.add(rz, xw[: 2 * H], rz)
-        sigmoid(rz, rz)
+        gate(rz, rz)
         r, update = rz[:H], rz[H:]
         if reset_after:
             np.multiply(r, hn, n)
@@ -261,6 +280,11 @@ class CellMode:
 
     ``saved``: names of the ``[H, B]`` blocks a step records for backprop, in ``acts`` order.
     ``compute_order``: the canonical gate ids in the order the step stacks their blocks (``None``: canonical).
+    ``sigmoid_blocks``: the blocks (compute order) that go through a sigmoid. ``negated_step``: the step for
+    a pseudo-layer whose weights and biases of those blocks are negated (``recurrence.negated_gates``), so
+    that the pre-activations arrive negated, exactly, and the sigmoid needs no negation
+    (:func:`sigmoid_of_negated`): bit for bit ``step``, one call fewer; inference only (the backward steps
+    read the gates' own weights). ``None`` where no gate is a sigmoid.
     ``stackable_input``: every gate's pre-activation is ``W x + R h`` plus biases, and the step reads ``h``
     only through ``R @ h`` (not the GRUs: a gate scales the candidate's recurrent product, and ``h'`` mixes
     in ``h``), so the step may be given ``[W b R]`` as ``R``, the stacked ``[x_t; 1; h]`` as ``h`` and
@@ -279,6 +303,8 @@ class CellMode:
     supports_projection: bool = False
     compute_order: tuple[int, ...] | None = None
     stackable_input: bool = False
+    sigmoid_blocks: tuple[int, ...] = ()
+    negated_step: StepFn | None = None
 
     @property
     def gate_order(self) -> tuple[int, ...]:
@@ -308,13 +334,15 @@ MODES: dict[str, CellMode] = {
                  saved=("h",), stackable_input=True),
         CellMode("tanh", 1, ("h",), False, _simple_step(np.tanh), _simple_step_backward(_tanh_backward),
                  saved=("h",), stackable_input=True),
-        CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step, _lstm_step_backward,
+        CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step(sigmoid), _lstm_step_backward,
                  saved=("i", "f", "o", "c", "tanh_c"), supports_projection=True, compute_order=(0, 1, 3, 2),
-                 stackable_input=True),
+                 stackable_input=True, sigmoid_blocks=(0, 1, 2), negated_step=_lstm_step(sigmoid_of_negated)),
         CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True),
-                 _gru_step_backward(reset_after=True), saved=("r", "z", "hn", "n"), inner_bias_gates=(2,)),
+                 _gru_step_backward(reset_after=True), saved=("r", "z", "hn", "n"), inner_bias_gates=(2,),
+                 sigmoid_blocks=(0, 1), negated_step=_gru_step(True, sigmoid_of_negated)),
         CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=False),
                  _gru_step_backward(reset_after=False), saved=("r", "z", "n"),
-                 recurrent_inputs=_reset_scaled_candidate_input),
+                 recurrent_inputs=_reset_scaled_candidate_input, sigmoid_blocks=(0, 1),
+                 negated_step=_gru_step(False, sigmoid_of_negated)),
     )
 }

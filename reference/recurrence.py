@@ -45,7 +45,9 @@ class PseudoLayerParams:
     """One pseudo-layer's parameters in the compute dtype, gate blocks stacked in canonical order.
 
     ``W [G*H, in_width]`` (``None`` with skip_input: the identity), ``b_W [G*H]`` (``None`` where absent),
-    ``R [G*H, Hr]``, ``b_R [G*H]``, ``P [num_proj, H]`` or ``None``.
+    ``R [G*H, Hr]``, ``b_R [G*H]``, ``P [num_proj, H]`` or ``None``. ``negated_gates``: the rows of the
+    mode's sigmoid blocks are negated in ``W``, ``b_W``, ``R`` and ``b_R`` (:func:`negated_gates`; inference
+    only).
     """
 
     W: Array | None
@@ -53,6 +55,32 @@ class PseudoLayerParams:
     R: Array
     b_R: Array
     P: Array | None
+    negated_gates: bool = False
+
+
+def negated_gates(mode: CellMode, params: PseudoLayerParams) -> PseudoLayerParams:
+    """``params`` with the rows of the mode's sigmoid blocks (``mode.sigmoid_blocks``) negated in ``W``,
+    ``b_W``, ``R`` and ``b_R`` (copies), for ``mode.negated_step``: every pre-activation of those gates
+    (GEMMs, bias sums, stacked or not) then comes out negated exactly, and the step saves the sigmoid's
+    negation; its results are bit for bit those of ``params``. Inference only (:func:`fused_step` refuses
+    a trace). ``params`` itself where the mode has no such step or the layer has no input matrix
+    (skip_input: the projection copies the input into every gate, unnegated)."""
+    if mode.negated_step is None or params.W is None or params.negated_gates:
+        return params
+    H = params.R.shape[0] // mode.num_gates
+    rows = np.zeros(params.R.shape[0], bool)
+    for block in mode.sigmoid_blocks:
+        rows[block * H : (block + 1) * H] = True
+
+    def negated(a: Array | None) -> Array | None:
+        if a is None:
+            return None
+        a = np.array(a)
+        a[rows] *= -1
+        return a
+
+    return PseudoLayerParams(W=negated(params.W), b_W=negated(params.b_W), R=negated(params.R),
+                             b_R=negated(params.b_R), P=params.P, negated_gates=True)
 
 
 def projection_buffer(GH: int, T: int, B: int, dtype: np.dtype) -> Array:
@@ -87,6 +115,15 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
         raise ValueError(f"out must be a buffer from projection_buffer, got strides {out.strides}")
     W = params.W
     column_bias = np.repeat(bias[:, None], T * B, axis=1) if reused and xw_rows is None else None
+    if W is not None and T == 1 and xw_rows is None:  # one step (a streaming step, a T = 1 call): ndarray.dot skips matmul's
+        column_bias = bias[:, None] if column_bias is None else column_bias  # gufunc set-up, the same BLAS call
+
+        def project_step(x: Array) -> Array:
+            W.dot((x if x.ndim == 2 else x.reshape(B, x.shape[-1])).T, xw)
+            np.add(xw, column_bias, xw)
+            return out
+
+        return project_step
 
     def project(x: Array) -> Array:
         x_rows = x.reshape(T * B, x.shape[-1])
@@ -356,6 +393,8 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     buffers allocated once; with ``record``, the step computes in the trace's slice for its time step.
     ``stacked_bias`` (:func:`projection_bias`): the step of a stacked direction (:func:`stacks_input`),
     whose GEMM is ``[W b R]`` with these biases."""
+    if params.negated_gates and record is not None:
+        raise ValueError("a pseudo-layer with negated gates is for inference: a trace needs the gates' own weights")
     GH = params.R.shape[0]
     H = GH // mode.num_gates
     dtype = params.R.dtype
@@ -365,7 +404,7 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
-    cell_step = mode.step
+    cell_step = mode.negated_step if params.negated_gates else mode.step
 
     if record is None and params.P is None:  # inference without a projection: the fewest calls a step
 

@@ -2,8 +2,9 @@
 
 ``model.bind(params)`` returns a :class:`BoundRNN`. Binding checks ``params`` once and unpacks them into
 per pseudo-layer matrices in the compute dtype (gate blocks stacked in the engine's compute order,
-``reference.recurrence.PseudoLayerParams``), **copies** of the caller's buffer made read-only: a later
-change to ``params`` does not change the bound model (bind again to take it).
+``reference.recurrence.PseudoLayerParams``, the sigmoid gates' rows negated: ``recurrence.negated_gates``),
+**copies** of the caller's buffer made read-only: a later change to ``params`` does not change the bound
+model (bind again to take it).
 
 - :meth:`BoundRNN.forward` / ``bound(...)``: the model's ``forward(is_training=False)`` / ``__call__``
   without ``params``, through the same code (``_CudnnRNN._forward_layers``): results bit for bit the model's.
@@ -13,10 +14,13 @@ change to ``params`` does not change the bound model (bind again to take it).
   once per batch size (and thread). A step is the model's ``forward`` of that one step, bit for bit;
   over ``T`` steps it is the whole-sequence call where that call's arithmetic per step is the same
   (``docs/streaming.md`` says where it is not, and by how much).
+- :meth:`BoundRNN.stream`: a :class:`Stream`, ``B`` streams whose states stay inside in the engine's layout
+  and compute dtype: :meth:`BoundRNN.step` without copying the states in and out, bit for bit.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import threading
 from typing import Sequence
@@ -29,6 +33,7 @@ from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
 from .recurrence import (
     PseudoLayerParams,
     fused_step,
+    negated_gates,
     projection_bias,
     projection_buffer,
     projector,
@@ -37,8 +42,17 @@ from .recurrence import (
 
 Array = np.ndarray
 
-# np.errstate as a decorator: thread-safe (its token is the call's), and half the cost of a `with` block.
-_QUIET = np.errstate(over="ignore", invalid="ignore", under="ignore")
+
+def _quiet_context() -> contextvars.Context:
+    """A copy of the current context in which NumPy ignores overflow, invalid and underflow, as the model's
+    forward does (overflow in the sigmoid's exp is its saturation, not an error): ``context.run(f, x)`` runs
+    ``f`` so for a tenth of ``np.errstate``'s cost as a decorator, which makes the error state anew at every
+    call (``benchmarks/NOTES.md``). A context refuses to be entered twice at once (``RuntimeError``): one
+    per thread."""
+    context = contextvars.copy_context()
+    context.run(np.errstate(over="ignore", invalid="ignore", under="ignore").__enter__)  # set in it for good
+    return context
+
 
 MAX_PLANS = 8
 """Batch sizes whose step buffers a bound model keeps per thread; beyond, the oldest are dropped."""
@@ -54,94 +68,182 @@ def _own(a: Array | None) -> Array | None:
     return a
 
 
-class _LayerStep:
-    """One layer's step for a batch of ``B`` streams on buffers made once: the input projection of the step
-    (``recurrence.projector``) or the stacked ``[x; 1; h]`` slot, and the engine's fused step, which writes the
-    new state into ``h_out [Hr, B]`` (and an LSTM's cell state into its own buffer). A forward call of ``T = 1``
-    does the same arithmetic on the same shapes and layouts (``recurrence.run_layers``)."""
+def _bound_layer(mode, params: PseudoLayerParams) -> PseudoLayerParams:
+    """A pseudo-layer's parameters as a bound model keeps them: its sigmoid gates negated where it can
+    (``recurrence.negated_gates``: the same results, bit for bit, one call fewer a step), each array its
+    own read-only copy."""
+    params = negated_gates(mode, params)
+    return dataclasses.replace(params, **{f.name: _own(getattr(params, f.name))
+                                          for f in dataclasses.fields(params) if f.name != "negated_gates"})
 
-    __slots__ = ("step", "project", "xw_t", "slot", "slot_x", "slot_h", "h_in", "c_in", "h_out", "dtype")
+
+class _LayerStream:
+    """One layer of ``B`` streams on buffers made once, its state kept in the engine's layout (``h [Hr, B]``,
+    an LSTM's ``c [H, B]``): the input projection of a step (``recurrence.projector``) or the stacked
+    ``[x; 1; h]`` slot, then the engine's fused step. A forward call of ``T = 1`` does the same arithmetic on
+    the same shapes and layouts (``recurrence.run_layers``).
+
+    The state is ``h`` and ``c``: this layer's own buffers, or, for one step, the caller's memory where
+    :meth:`load` may borrow it. :meth:`advance` never writes into the state it reads: two ``h`` buffers or
+    two stacked slots in turn, and the engine's step alternates its ``c`` buffers by the parity ``t``."""
+
+    __slots__ = ("run", "project", "xw_t", "slots", "k", "h_bufs", "h", "c", "c_own", "t")
 
     def __init__(self, mode, params: PseudoLayerParams, bias: Array, B: int) -> None:
         GH, Hr = params.R.shape
         H = GH // mode.num_gates
-        self.dtype = dtype = params.R.dtype
+        dtype = params.R.dtype
         stacked = stacks_input(mode, params, B)
-        self.step = fused_step(mode, params, B, None, bias if stacked else None)
-        self.h_out = np.empty((Hr, B), dtype)
-        self.c_in = np.empty((H, B), dtype) if mode.has_cell_state else None
-        self.h_in = np.empty((Hr, B), dtype)
-        self.project = self.xw_t = self.slot = self.slot_x = self.slot_h = None
-        if stacked:  # recurrence.stacked_inputs' slot: [x_t; 1; h]
+        self.run = fused_step(mode, params, B, None, bias if stacked else None)
+        self.t = self.k = 0
+        self.c_own = np.zeros((H, B), dtype) if mode.has_cell_state else None
+        self.c = self.c_own
+        self.project = self.xw_t = self.slots = self.h_bufs = None
+        if stacked:  # recurrence.stacked_inputs' slots [x_t; 1; h]: the state in the h rows of slot k
             width = params.W.shape[1]
-            self.slot = np.empty((width + 1 + Hr, B), dtype)
-            self.slot[width] = 1
-            self.slot_x, self.slot_h = self.slot[:width], self.slot[width + 1 :]
+            self.slots = np.zeros((2, width + 1 + Hr, B), dtype)
+            self.slots[:, width] = 1
+            self.slots = tuple((slot, slot[:width], slot[width + 1 :]) for slot in self.slots)
+            self.h = self.slots[0][2]
         else:
             xw = projection_buffer(GH, 1, B, dtype)
             self.project, self.xw_t = projector(params, bias, xw, reused=True), xw[:, 0]
+            self.h_bufs = (np.zeros((Hr, B), dtype), np.empty((Hr, B), dtype))
+            self.h = self.h_bufs[0]
 
-    def __call__(self, x: Array, h_rows: Array, c_rows: Array | None) -> tuple[Array, Array | None]:
-        """``x [B, in]`` (contiguous, compute dtype), ``h_rows [B, Hr]``, ``c_rows [B, H]`` or ``None``
-        (any float dtype, any strides) -> the new ``h [Hr, B]`` and ``c [H, B]`` (this layer's buffers)."""
-        c = None
-        if c_rows is not None:  # the cell state meets only elementwise operations: any strides give the same bits
-            c = c_rows.T if c_rows.dtype == self.dtype else self.feature_major(c_rows, self.c_in)
-        if self.project is None:
-            np.copyto(self.slot_x, x.T)
-            np.copyto(self.slot_h, h_rows.T)
-            return self.step(0, None, self.slot, c, self.h_out)
-        h = self.feature_major(h_rows, self.h_in)
-        self.project(x)
-        return self.step(0, self.xw_t, h, c, self.h_out)
+    def load(self, h_rows: Array, c_rows: Array | None, borrow: bool) -> None:
+        """Take the state from ``h_rows [B, Hr]`` and ``c_rows [B, H]`` (``None`` without a cell state; any
+        float dtype, any strides). ``borrow``: read them where they lie, where the step can (for the next
+        :meth:`advance` only, before which the caller's memory must not change), else copy them in."""
+        if self.c_own is not None:  # the cell state meets only elementwise operations: any strides, the same bits
+            view = c_rows.T
+            if borrow and view.dtype == self.c_own.dtype:
+                self.c = view
+            else:
+                np.copyto(self.c_own, view)
+                self.c = self.c_own
+        view = h_rows.T
+        if self.slots is not None:  # stacked: into the slot the next step reads
+            np.copyto(self.h, view)
+        elif borrow and view.dtype == self.h_bufs[0].dtype and view.flags.c_contiguous:  # batch 1: rows are columns
+            self.h = view
+        else:
+            self.h = self.h_bufs[0]
+            np.copyto(self.h, view)
 
-    def feature_major(self, rows: Array, buffer: Array) -> Array:
-        """A state's ``[B, width]`` rows as the engine's step takes them, ``[width, B]`` contiguous in the compute
-        dtype: the transposed view where it is that (batch 1, as ``np.ascontiguousarray`` leaves the engine's
-        initial state), else a copy into ``buffer``."""
-        view = rows.T
-        if view.dtype == self.dtype and view.flags.c_contiguous:
-            return view
-        np.copyto(buffer, view)
-        return buffer
+    def advance(self, x: Array) -> Array:
+        """One step from ``x [B, in]`` (contiguous, compute dtype) and the state, whose place the new state
+        takes; returns the new ``h [Hr, B]`` (this layer's buffer: read it before the step after next)."""
+        t = self.t
+        if self.slots is None:
+            self.project(x)
+            h_out = self.h_bufs[1] if self.h is self.h_bufs[0] else self.h_bufs[0]
+            self.h, self.c = self.run(t, self.xw_t, self.h, self.c, h_out)
+        else:
+            k = self.k
+            slot, slot_x, _ = self.slots[k]
+            np.copyto(slot_x, x.T)
+            self.h, self.c = self.run(t, None, slot, self.c, self.slots[1 - k][2])
+            self.k = 1 - k
+        self.t = t ^ 1
+        return self.h
 
 
-class _StepPlan:
-    """The buffers of :meth:`BoundRNN.step` for one batch size: each layer's :class:`_LayerStep` and the
-    layer outputs that the next layer reads (``[B, Hr]``, rounded through the storage dtype where the
-    engine rounds them)."""
+class _Layers:
+    """The layers of ``B`` streams (one :class:`_LayerStream` each) and the layer outputs that the next layer
+    reads (``[B, Hr]`` rows, rounded through the storage dtype where the engine rounds them)."""
 
-    __slots__ = ("layers", "inputs", "rounded", "output_dtype")
+    __slots__ = ("layers", "inputs", "rounded", "output_dtype", "context")
 
     def __init__(self, mode, layers: Sequence[PseudoLayerParams], biases: Sequence[Array], B: int,
                  round_to: np.dtype | None, output_dtype: np.dtype) -> None:
-        self.layers = [_LayerStep(mode, p, b, B) for p, b in zip(layers, biases)]
+        self.context = _quiet_context()
+        self.layers = [_LayerStream(mode, p, b, B) for p, b in zip(layers, biases)]
         Hr, dtype = layers[0].R.shape[1], layers[0].R.dtype
         self.inputs = [np.empty((B, Hr), dtype) for _ in layers[1:]]
         self.rounded = None if round_to is None else np.empty((B, Hr), round_to)
         self.output_dtype = output_dtype
 
-    @_QUIET  # as the model's forward: overflow in the sigmoid's exp is its saturation, not an error
-    def run(self, x: Array, h: Array, c: Array | None, out_h: Array, out_c: Array | None) -> Array:
-        """One step of every layer from ``x [B, in]`` (contiguous, compute dtype) and the states ``h [L, B, Hr]``,
-        ``c [L, B, H]``; then, every input read, the new states into ``out_h``, ``out_c`` (which may be ``h``,
-        ``c``). Returns the output ``[B, Hr]`` (a fresh array)."""
-        states = []
-        for layer, step in enumerate(self.layers):
-            h_new, c_new = step(x, h[layer], None if c is None else c[layer])
-            states.append((h_new, c_new))
-            if layer < len(self.inputs):  # the next layer's input
+    def load(self, h: Array, c: Array | None, borrow: bool) -> None:
+        """The states ``h [L, B, Hr]``, ``c [L, B, H]`` or ``None`` (:meth:`_LayerStream.load`)."""
+        for layer, stream in enumerate(self.layers):
+            stream.load(h[layer], None if c is None else c[layer], borrow)
+
+    def store(self, h: Array, c: Array | None) -> None:
+        """The states into ``h [L, B, Hr]`` and ``c [L, B, H]`` (or ``None``), of any float dtype."""
+        for layer, stream in enumerate(self.layers):
+            np.copyto(h[layer], stream.h.T)
+            if c is not None:
+                np.copyto(c[layer], stream.c.T)
+
+    def run(self, x: Array) -> Array:
+        """:meth:`advance` in :attr:`context` (NumPy's error state as the model's forward sets it)."""
+        return self.context.run(self.advance, x)
+
+    def advance(self, x: Array) -> Array:
+        """One step of every layer from ``x [B, in]`` (contiguous, compute dtype); returns the output ``[B, Hr]``,
+        a fresh array of the output dtype. Run it in :attr:`context` (:meth:`run`)."""
+        last = len(self.inputs)
+        for layer, stream in enumerate(self.layers):
+            h = stream.advance(x)
+            if layer < last:  # the next layer's input
                 x = self.inputs[layer]
                 if self.rounded is None:
-                    np.copyto(x, h_new.T)
+                    np.copyto(x, h.T)
                 else:  # the engine's layer_output_dtype: float16 storage between layers
-                    np.copyto(self.rounded, h_new.T)
+                    np.copyto(self.rounded, h.T)
                     np.copyto(x, self.rounded)
-        for layer, (h_new, c_new) in enumerate(states):
-            np.copyto(out_h[layer], h_new.T)
-            if c_new is not None:
-                np.copyto(out_c[layer], c_new.T)
-        return out_h[-1].astype(self.output_dtype, order="C")  # out_h's dtype rounds to output_dtype as h_new
+        return h.T.copy() if h.dtype == self.output_dtype else h.T.astype(self.output_dtype, order="C")
+
+
+class Stream:
+    """``B`` streams of a bound unidirectional model (``bound.stream(B, h, c)``), their states kept inside
+    in the engine's layout and compute dtype: the fastest way to run a model one step at a time.
+
+    ``step(x)`` advances every stream by one time step, ``x [B, input_size]`` of the model's dtype, and
+    returns the output ``[B, Hr]`` (a fresh array of the model's dtype, the last layer's new ``h``); the new
+    states stay inside. ``state()`` returns copies of them, ``reset(h=None, c=None)`` sets them (``None``:
+    zeros). Step by step, a stream is :meth:`BoundRNN.step` with states carried in the compute dtype, bit
+    for bit, without copying the states in and out at every step.
+
+    A stream holds its own buffers and states: use it from one thread at a time (a stream per thread, or
+    per conversation, from one bound model)."""
+
+    def __init__(self, bound: "BoundRNN", batch_size: int, h: Array | None, c: Array | None) -> None:
+        """Use ``bound.stream(batch_size, h, c)``."""
+        self._bound = bound
+        self.batch_size = B = checks.int_at_least("batch_size", batch_size, 1)
+        self._layers = _Layers(bound._mode, bound._layers, bound._biases, B, bound._round_to, bound.dtype)
+        self._x_shape, self._dtype, self._cdt = (B, bound._I), bound.dtype, bound.compute_dtype
+        self._enter, self._advance = self._layers.context.run, self._layers.advance
+        self.reset(h, c)
+
+    def __repr__(self) -> str:
+        return f"Stream({self._bound.model!r}, batch_size={self.batch_size})"
+
+    def step(self, x: Array) -> Array:
+        """One time step of every stream: ``x [B, input_size]`` of the model's dtype -> the output ``[B, Hr]``."""
+        if not (type(x) is np.ndarray and x.dtype == self._dtype and x.shape == self._x_shape):
+            x = self._bound._step_input(x)
+            if x.shape[0] != self.batch_size:
+                raise ValueError(f"x must have shape [B, input_size] with B = {self.batch_size} (the stream's "
+                                 f"batch_size), got {x.shape}")
+        if x.dtype != self._cdt or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=self._cdt)
+        return self._enter(self._advance, x)
+
+    def state(self) -> tuple[Array, Array | None]:
+        """Copies of the states: ``(h [L, B, Hr], c [L, B, H])`` in the compute dtype, ``c`` ``None`` unless
+        LSTM; they may be passed to :meth:`reset`, another stream or :meth:`BoundRNN.step`."""
+        h, c = self._bound.zero_state(self.batch_size, self._cdt)
+        self._layers.store(h, c)
+        return h, c
+
+    def reset(self, h: Array | None = None, c: Array | None = None) -> None:
+        """Set the states from ``h [L, B, Hr]`` and the LSTM's ``c [L, B, H]`` (the model's dtype or its compute
+        dtype; ``None``: zeros), checked as :meth:`BoundRNN.step` checks them, and copied in."""
+        h, c = self._bound._step_states(h, c, self.batch_size)
+        self._layers.load(h, c, borrow=False)
 
 
 class BoundRNN:
@@ -158,7 +260,8 @@ class BoundRNN:
 
     ``step(x, h=None, c=None, *, out_h=None, out_c=None)`` advances a batch of streams by one time step;
     **unidirectional models only** (a bidirectional model's backward direction starts at the end of the
-    sequence, so it cannot stream: ``ValueError``). See :meth:`step`.
+    sequence, so it cannot stream: ``ValueError``). See :meth:`step`. ``stream(batch_size, h, c)`` returns a
+    :class:`Stream`, which keeps the states inside: the fastest way to step.
 
     A bound model is safe to share between threads: the step's scratch buffers are per thread.
     """
@@ -169,9 +272,7 @@ class BoundRNN:
         self.dtype: np.dtype = model.dtype
         self.compute_dtype: np.dtype = compute_dtype(model.dtype)
         self._mode = model._mode
-        self._layers = tuple(PseudoLayerParams(**{f.name: _own(getattr(p, f.name))
-                                                  for f in dataclasses.fields(PseudoLayerParams)})
-                             for p in model._pseudo_layers(params, copy=True))
+        self._layers = tuple(_bound_layer(self._mode, p) for p in model._pseudo_layers(params, copy=True))
         self._biases = tuple(_own(projection_bias(self._mode, p)) for p in self._layers)
         self._has_cell = model._config.has_cell_state
         self._L, self._Hr, self._H, self._I = model.num_layers, model.state_width, model.num_units, model.input_size
@@ -231,16 +332,28 @@ class BoundRNN:
         keep a stream's old state yourself to hold it) and no batch-major states.
         Bit for bit the model's ``forward`` of ``x[None]`` from the same states (``is_training=False``).
         """
-        if self.model.num_dirs != 1:
-            raise ValueError("step needs a unidirectional model: a bidirectional model's backward direction "
-                             "starts at the end of the sequence, so it cannot stream (use forward on whole "
-                             "sequences)")
+        self._unidirectional("step")
         x, h, c, out_h, out_c = self._step_arguments(x, h, c, out_h, out_c)
-        plan = self._plan(x.shape[0])
-        output = plan.run(np.ascontiguousarray(x, dtype=self.compute_dtype), h, c, out_h, out_c)
+        layers = self._plan(x.shape[0])
+        layers.load(h, c, borrow=True)  # every input is read before any state is written
+        output = layers.run(np.ascontiguousarray(x, dtype=self.compute_dtype))
+        layers.store(out_h, out_c)
         return (output, out_h, out_c) if self._has_cell else (output, out_h)
 
-    def _plan(self, B: int) -> _StepPlan:
+    def stream(self, batch_size: int = 1, h: Array | None = None, c: Array | None = None) -> Stream:
+        """A :class:`Stream` of ``batch_size`` streams from the states ``h [L, B, Hr]`` and the LSTM's
+        ``c [L, B, H]`` (``None``: zeros; copied in): one step at a time with the states kept inside, the
+        fastest way to stream. Unidirectional models only (``ValueError``), as :meth:`step`."""
+        self._unidirectional("stream")
+        return Stream(self, batch_size, h, c)
+
+    def _unidirectional(self, what: str) -> None:
+        if self.model.num_dirs != 1:
+            raise ValueError(f"{what} needs a unidirectional model: a bidirectional model's backward direction "
+                             "starts at the end of the sequence, so it cannot stream (use forward on whole "
+                             "sequences)")
+
+    def _plan(self, B: int) -> _Layers:
         plans = getattr(self._local, "plans", None)
         if plans is None:
             plans = self._local.plans = {}
@@ -248,7 +361,7 @@ class BoundRNN:
         if plan is None:
             if len(plans) >= MAX_PLANS:
                 del plans[next(iter(plans))]
-            plan = plans[B] = _StepPlan(self._mode, self._layers, self._biases, B, self._round_to, self.dtype)
+            plan = plans[B] = _Layers(self._mode, self._layers, self._biases, B, self._round_to, self.dtype)
         return plan
 
     def _step_arguments(self, x: object, h: object, c: object, out_h: object, out_c: object) -> tuple:
