@@ -1,7 +1,7 @@
-"""Streaming inference: a bound reference model's steps against onnxruntime and PyTorch, float32, one process
-per measurement.
+"""Streaming inference: a bound reference model's steps against onnxruntime and PyTorch, float32, each in a
+worker process of its own, in short bursts that alternate (``benchmarks.harness.interleaved``).
 
-``python -m benchmarks.bench_streaming [--rounds 5] [--seconds 0.3] [--modes gru,lstm] [--threads 1]
+``python -m benchmarks.bench_streaming [--rounds 30] [--seconds 0.05] [--modes gru,lstm] [--threads 1]
 [--only steps|sequences]``: for each cell, batch ``B`` in 1 and 16 and ``H`` in 128 and 512 (input 64, one
 layer), the time of one step (``T = 1``) of a stream whose states each call carries to the next
 (``benchmarks.worker.step_call``): a :class:`reference.Stream`'s ``step`` (``stream``:
@@ -26,20 +26,21 @@ import argparse
 import os
 from statistics import median
 
-from .harness import Case, machine, ratio, samples
+from .harness import Case, interleaved, machine, ratio
 
 STEPS = [(B, H) for B in (1, 16) for H in (128, 512)]
 SEQUENCE = (200, 1, 64, 128)  # T, B, I, H
 INPUT = 64
 COLUMNS = ["stream", "bound", "reference", "torch", "onnxruntime", "floor_bound", "floor"]
-STEP_IMPLS = COLUMNS
-SEQUENCE_IMPLS = [impl for impl in COLUMNS if impl != "stream"]  # a whole sequence: bound.forward
+# The run order (benchmarks.harness.interleaved): the goal's pair first, next to each other. T=200: no stream.
+STEP_IMPLS = ["stream", "onnxruntime", "floor_bound", "floor", "bound", "torch", "reference"]
+SEQUENCE_IMPLS = ["bound", "onnxruntime", "floor_bound", "floor", "torch", "reference"]
 
 
 def row(task: str, case: Case, impls: list[str], rounds: int, seconds: float, goal: float) -> str:
     """One Markdown row: the medians in µs, the ratios, and whether the fastest bound path (``stream`` for a
     step, ``bound`` for a sequence) is within ``goal`` x onnxruntime."""
-    times = samples(task, case, impls, rounds, seconds)
+    times = interleaved(task, case, impls, rounds, seconds)
     what = f"step B={case.B} H={case.H}" if task == "step" else f"T={case.T} B={case.B} H={case.H}"
     judged = "stream" if "stream" in times else "bound"
     cells = [f"{1e6 * median(times[impl]):.1f}" if impl in times else "-" for impl in COLUMNS]
@@ -52,8 +53,8 @@ def row(task: str, case: Case, impls: list[str], rounds: int, seconds: float, go
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=0.3)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--seconds", type=float, default=0.05, help="the length of one implementation's burst")
     p.add_argument("--modes", default="gru,lstm")
     p.add_argument("--threads", type=int, default=1, help="threads of every implementation (0: their defaults)")
     p.add_argument("--only", choices=("steps", "sequences"), help="only the step rows or only the T=200 rows")

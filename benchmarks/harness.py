@@ -2,9 +2,9 @@
 
 Two cores shared by torch's OpenMP pool, OpenBLAS's threads or onnxruntime's pool make same-process
 timings meaningless, so every measurement is its own ``python -m benchmarks.worker`` process. Rounds
-alternate the implementations so slow phases of a shared host hit all of them alike; each cell of the
-table is the median over rounds, and the ratio is ``median(reference) / median(peer)``, followed by the
-range of the per-round ratios in brackets.
+alternate the implementations, every other round in reverse order, so slow phases of a shared host hit
+all of them alike; each cell of the table is the median over rounds, and the ratio is
+``median(reference) / median(peer)``, followed by the range of the per-round ratios in brackets.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from statistics import median
@@ -65,12 +66,56 @@ def measure(impl: str, task: str, case: Case, seconds: float) -> float:
 
 
 def samples(task: str, case: Case, impls: list[str], rounds: int, seconds: float) -> dict[str, list[float]]:
-    """Seconds per call of each implementation in each of ``rounds`` rounds that alternate them."""
+    """Seconds per call of each implementation in each of ``rounds`` rounds that alternate them, in
+    ``impls``' order and then in reverse (A B C, C B A, ...), so that a host drifting during a pair of
+    rounds weighs on all of them alike; implementations compared with each other go next to each other."""
     times: dict[str, list[float]] = {impl: [] for impl in impls}
-    for _ in range(rounds):
-        for impl in impls:
+    for k in range(rounds):
+        for impl in impls if k % 2 == 0 else impls[::-1]:
             times[impl].append(measure(impl, task, case, seconds))
     return times
+
+
+def interleaved(task: str, case: Case, impls: list[str], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """Seconds per call of each implementation in each of ``rounds`` rounds, each implementation in a worker
+    process of its own that stays up (``benchmarks.worker --serve``) and times a burst of ``seconds`` when
+    asked, one worker at a time, in ``impls``' order and then in reverse. Bursts a fraction of a second
+    long, next to each other, see the same phase of a drifting host, where one process per measurement
+    (:func:`samples`) puts seconds of start-up between them. Every worker is gone when this returns or
+    raises (an interrupt included)."""
+    workers: dict[str, subprocess.Popen] = {}
+    errors = tempfile.TemporaryFile("w+")  # the workers' warnings, shown only if one fails
+    try:
+        for impl in impls:
+            workers[impl] = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(), "--seconds", str(seconds),
+                 "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
+        for impl, worker in workers.items():
+            if "ready" not in json.loads(worker.stdout.readline() or "{}"):
+                errors.seek(0)
+                raise RuntimeError(f"benchmarks.worker {impl} {task} {' '.join(case.args())} did not start "
+                                   f"(exit status {worker.wait()}): {errors.read()[-2000:]}")
+        times: dict[str, list[float]] = {impl: [] for impl in impls}
+        for k in range(rounds):
+            for impl in impls if k % 2 == 0 else impls[::-1]:
+                worker = workers[impl]
+                worker.stdin.write("burst\n")
+                worker.stdin.flush()
+                times[impl].append(json.loads(worker.stdout.readline())["median"])
+        return times
+    finally:
+        for worker in workers.values():
+            try:
+                worker.stdin.close()
+            except OSError:
+                pass
+        for worker in workers.values():
+            try:
+                worker.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        errors.close()
 
 
 def ratio(times: dict[str, list[float]], a: str, b: str) -> str:

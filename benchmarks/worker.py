@@ -18,6 +18,7 @@ import argparse
 import functools
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -335,6 +336,20 @@ IMPLS = {"reference": reference_call, "bound": functools.partial(reference_call,
          "floor_bound": functools.partial(steps_call, negated=True), "gemm": gemm_call}
 
 
+def timed(call, seconds: float, min_repeat: int, most: int) -> dict:
+    """``call`` timed call by call for ``seconds`` (at least ``min_repeat``, at most ``most`` calls): the median
+    seconds per call and the number of calls."""
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_repeat or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= most:
+            break
+    return {"median": float(np.median(times)), "n": len(times)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("impl", choices=sorted(IMPLS))
@@ -346,6 +361,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=1.5, help="time budget for the timed calls")
     p.add_argument("--min-repeat", type=int, default=5)
     p.add_argument("--lengths", action="store_true", help="a padded batch of sequences of lengths(T, B)")
+    p.add_argument("--serve", action="store_true",
+                   help="time a burst of --seconds for each line read from standard input, one JSON line each, "
+                        "until standard input closes (benchmarks.harness.interleaved)")
     a = p.parse_args()
     impl, task, T = IMPLS[a.impl], a.task, a.T
     if task == "step" and a.impl in ("floor", "floor_act", "floor_steps", "floor_bound", "gemm"):
@@ -354,15 +372,13 @@ def main() -> None:
     most = 5000 if a.task == "step" else 200  # a step takes microseconds: more of them in the same time
     for _ in range(2):  # warm-up: allocations, BLAS/oneDNN kernel selection
         call()
-    times = []
-    start = time.perf_counter()
-    while len(times) < a.min_repeat or time.perf_counter() - start < a.seconds:
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= most:
-            break
-    print(json.dumps({"median": float(np.median(times)), "n": len(times)}))
+    if not a.serve:
+        print(json.dumps(timed(call, a.seconds, a.min_repeat, most)))
+        return
+    print(json.dumps({"ready": True}), flush=True)
+    for _ in sys.stdin:  # a burst a line, while the harness's other workers wait on theirs
+        call()  # the caches this process's data left while another process ran: warm them again, untimed
+        print(json.dumps(timed(call, a.seconds, a.min_repeat, most)), flush=True)
 
 
 if __name__ == "__main__":

@@ -101,9 +101,9 @@ class _LayerStream:
         self.project = self.xw_t = self.slots = self.h_bufs = None
         if stacked:  # recurrence.stacked_inputs' slots [x_t; 1; h]: the state in the h rows of slot k
             width = params.W.shape[1]
-            self.slots = np.zeros((2, width + 1 + Hr, B), dtype)
-            self.slots[:, width] = 1
-            self.slots = tuple((slot, slot[:width], slot[width + 1 :]) for slot in self.slots)
+            both = np.zeros((2, width + 1 + Hr, B), dtype)
+            both[:, width] = 1
+            self.slots = tuple((slot, slot[:width], slot[width + 1 :]) for slot in both)  # slot, its x, its h
             self.h = self.slots[0][2]
         else:
             xw = projection_buffer(GH, 1, B, dtype)
