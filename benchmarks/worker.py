@@ -1,15 +1,19 @@
 """Time one implementation on one config in this process; print one JSON line of seconds per call.
 
-``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S]``
+``python -m benchmarks.worker IMPL TASK MODE T B I H L BIDI [--lengths] [--min-repeat N] [--seconds S] [--serve]``
 IMPL: reference | bound (the reference bound to its parameters once, ``model.bind``: its ``forward``, or its
-``step``) | stream (a step of ``model.bind(params).stream(B)``) | torch | onnxruntime | floor (the reference's GEMMs alone) | floor_act (and its exp and tanh) |
-floor_steps (its own steps and GEMMs, data movement free) | floor_bound (the same, a bound model's layers) | gemm;
+``step``) | stream (a step of ``model.bind(params).stream(B)``) | torch | onnxruntime | floor (the
+reference's GEMMs alone) | floor_act (and its exp and tanh) | floor_steps (its own steps and GEMMs, data
+movement free) | floor_bound (the same, a bound model's layers) | gemm;
 TASK: train (forward + backward, all gradients) | infer (forward only) | step (one time step, ``T`` ignored, of
 a stream whose states each call carries over to the next, :func:`step_call`; the floors: a forward of ``T = 1``);
 ``--lengths``: a padded batch of sequences of :func:`lengths` (each implementation's own way: the reference's
 ``sequence_lengths``, torch's packed sequence, packed in each call as a user's padded batch is, ONNX's
 ``sequence_lens``).
-Run by ``benchmarks.harness``, one process per measurement, so thread pools never share the cores.
+``--serve``: after the warm-up, time a burst of ``--seconds`` for each line read from standard input, one
+JSON line each (``benchmarks.harness.interleaved``).
+Run by ``benchmarks.harness``, one process per measurement (or per implementation, serving bursts one at a
+time), so thread pools never share the cores.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
     projector called many times (a streaming step, which may pass ``x [B, in]`` for ``T = 1``), the bias is
     repeated across the columns of a ``[G*H, T*B]`` projection once, here: adding a ``[G*H, 1]`` column to short
     rows took several times as long as adding the full array (``benchmarks/NOTES.md``, ``modes.py``); the
-    same sums."""
+    same sums. One step's projection (``T = 1``, ``x [B, in]`` or ``[1, B, in]``) is ``W.dot(x.T, out)``, the
+    same BLAS call and bits as ``np.matmul`` without its gufunc set-up (NOTES.md, "Streaming")."""
     GH, T, B = out.shape
     time_outer = out.transpose(1, 2, 0)
     if out.flags.c_contiguous:
@@ -115,8 +116,8 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
         raise ValueError(f"out must be a buffer from projection_buffer, got strides {out.strides}")
     W = params.W
     column_bias = np.repeat(bias[:, None], T * B, axis=1) if reused and xw_rows is None else None
-    if W is not None and T == 1 and xw_rows is None:  # one step (a streaming step, a T = 1 call): ndarray.dot skips matmul's
-        column_bias = bias[:, None] if column_bias is None else column_bias  # gufunc set-up, the same BLAS call
+    if W is not None and T == 1 and xw_rows is None:  # one step (a streaming step, a T = 1 call): ndarray.dot,
+        column_bias = bias[:, None] if column_bias is None else column_bias  # the same BLAS call as matmul
 
         def project_step(x: Array) -> Array:
             W.dot((x if x.ndim == 2 else x.reshape(B, x.shape[-1])).T, xw)
