@@ -16,11 +16,15 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from statistics import median
 
 import numpy as np
 
 from compat_tests import host
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The working tree the workers run in (``python -m benchmarks.worker``, from wherever the harness is called)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def machine() -> str:
 
 def measure(impl: str, task: str, case: Case, seconds: float) -> float:
     out = subprocess.run([sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(),
-                          "--seconds", str(seconds)], check=True, capture_output=True, text=True)
+                          "--seconds", str(seconds)], check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
@@ -81,27 +85,40 @@ def interleaved(task: str, case: Case, impls: list[str], rounds: int, seconds: f
     process of its own that stays up (``benchmarks.worker --serve``) and times a burst of ``seconds`` when
     asked, one worker at a time, in ``impls``' order and then in reverse. Bursts a fraction of a second
     long, next to each other, see the same phase of a drifting host, where one process per measurement
-    (:func:`samples`) puts seconds of start-up between them. Every worker is gone when this returns or
+    (:func:`samples`) puts seconds of start-up between them. A worker that fails raises ``RuntimeError``
+    with its command and what it printed on standard error; every worker is gone when this returns or
     raises (an interrupt included)."""
     workers: dict[str, subprocess.Popen] = {}
     errors = tempfile.TemporaryFile("w+")  # the workers' warnings, shown only if one fails
+
+    def reply(impl: str, key: str) -> float | bool:
+        worker = workers[impl]
+        line = worker.stdout.readline()
+        try:
+            return json.loads(line)[key]
+        except (ValueError, KeyError, TypeError):
+            if not line:  # its standard output closed: it is ending
+                try:
+                    worker.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            errors.seek(0)
+            raise RuntimeError(f"benchmarks.worker {impl} {task} {' '.join(case.args())} --serve answered "
+                               f"{line.strip()!r} (exit status {worker.poll()}): {errors.read()[-2000:]}") from None
+
     try:
         for impl in impls:
             workers[impl] = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(), "--seconds", str(seconds),
-                 "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
-        for impl, worker in workers.items():
-            if "ready" not in json.loads(worker.stdout.readline() or "{}"):
-                errors.seek(0)
-                raise RuntimeError(f"benchmarks.worker {impl} {task} {' '.join(case.args())} did not start "
-                                   f"(exit status {worker.wait()}): {errors.read()[-2000:]}")
+                 "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT)
+        for impl in impls:
+            reply(impl, "ready")
         times: dict[str, list[float]] = {impl: [] for impl in impls}
         for k in range(rounds):
             for impl in impls if k % 2 == 0 else impls[::-1]:
-                worker = workers[impl]
-                worker.stdin.write("burst\n")
-                worker.stdin.flush()
-                times[impl].append(json.loads(worker.stdout.readline())["median"])
+                workers[impl].stdin.write("burst\n")
+                workers[impl].stdin.flush()
+                times[impl].append(reply(impl, "median"))
         return times
     finally:
         for worker in workers.values():

@@ -289,6 +289,9 @@ def steps_call(task: str, mode: str, T: int, B: int, I: int, H: int, L: int, bid
     def draw(*shape):
         return (rng.standard_normal(shape) * 0.5).astype(np.float32)
 
+    if negated and task == "train":
+        raise SystemExit("floor_bound is inference's floor (a bound model's layers are for inference): "
+                         "task infer or step")
     if negated:  # a bound model's layers (reference.streaming): sigmoid gates negated, a call fewer a step
         layers = [recurrence.negated_gates(row, p) for p in layers]
     plans = []

@@ -14,17 +14,18 @@ CASE = harness.Case("gru", 1, 1, 4, 8, 1, False)
 
 
 def workers_alive() -> list[int]:
-    """This process's children that run ``benchmarks.worker`` (read from /proc)."""
+    """This process's children, running or not yet waited for (zombies, whose command line is gone), other
+    than the ones pytest itself may have (read from /proc)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 command = f.read()
         except OSError:
             continue
-        if parent == os.getpid() and b"benchmarks.worker" in command:
+        if int(parent) == os.getpid() and (state == "Z" or b"benchmarks.worker" in command):
             found.append(int(pid))
     return found
 
@@ -40,9 +41,21 @@ def test_each_implementation_gets_a_burst_a_round_and_no_worker_outlives_it():
 
 
 def test_a_worker_that_cannot_start_is_named_and_none_is_left():
-    with pytest.raises(RuntimeError, match="(?s)benchmarks.worker no-such-impl .*did not start .*invalid choice"):
+    with pytest.raises(RuntimeError, match="(?s)benchmarks.worker no-such-impl .*exit status 2.*invalid choice"):
         harness.interleaved("step", CASE, ["floor", "no-such-impl"], rounds=1, seconds=0.01)
     assert workers_alive() == []
+
+
+def test_a_worker_that_fails_during_the_bursts_is_named_and_none_is_left():
+    """``floor_bound`` is inference's floor: a training task fails in the worker, after the harness started it."""
+    with pytest.raises(RuntimeError, match="(?s)benchmarks.worker floor_bound train .*inference"):
+        harness.interleaved("train", CASE, ["floor", "floor_bound"], rounds=1, seconds=0.01)
+    assert workers_alive() == []
+
+
+def test_the_harness_runs_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert len(harness.interleaved("step", CASE, ["floor"], rounds=1, seconds=0.01)["floor"]) == 1
 
 
 def test_an_interrupt_leaves_no_worker():

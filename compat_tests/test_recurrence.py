@@ -199,3 +199,21 @@ def test_negated_gates_negate_the_sigmoid_rows_and_refuse_training(mode):
                                  np.empty((1, 2, H)))
     with pytest.raises(ValueError, match="inference"):
         recurrence.fused_step(row, negated, 2, trace)
+
+
+@given(GH=st.integers(1, 700), width=st.integers(1, 300), B=st.integers(1, 33),
+       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2**16))
+def test_a_one_step_projection_is_the_bulk_projections_product_bit_for_bit(GH, width, B, dtype, seed):
+    """A one-step projection (``T = 1``: a streaming step, a ``T = 1`` call) runs ``W.dot(x.T, out)`` where the
+    bulk one runs ``np.matmul``: the same BLAS call, so the same bits as ``np.matmul`` of the same operands."""
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((GH, width)).astype(dtype)
+    bias = rng.standard_normal(GH).astype(dtype)
+    x = rng.standard_normal((B, width)).astype(dtype)
+    params = recurrence.PseudoLayerParams(W=W, b_W=None, R=np.zeros((GH, 1), dtype), b_R=bias, P=None)
+    for reused in (False, True):
+        got = recurrence.projector(params, bias, recurrence.projection_buffer(GH, 1, B, np.dtype(dtype)),
+                                   reused=reused)(x[None])[:, 0]
+        want = np.matmul(W, x.T)
+        np.add(want, bias[:, None], want)
+        assert got.tobytes() == np.ascontiguousarray(want).tobytes()

@@ -101,8 +101,9 @@ def _one(x: Array) -> Array | float:
 
 def sigmoid_of_negated(u: Array, out: Array | None = None) -> Array:
     """``sigmoid(-u) = 1 / (1 + exp(u))`` into ``out`` (may be ``u``); returns ``out``. Where ``u`` is exactly
-    ``-x`` (a pre-activation made with negated weights and biases: negation is exact in every rounding), it
-    is :func:`sigmoid` of ``x`` bit for bit, one call fewer (``CellMode.negated_step``)."""
+    ``-x`` (a pre-activation made with negated weights and biases: round-to-nearest, NumPy's and the BLAS's
+    rounding, is symmetric in sign), it is :func:`sigmoid` of ``x`` bit for bit, one call fewer
+    (``CellMode.negated_step``)."""
     one = _UNIT[u.dtype][1] if u.dtype in _UNIT else 1
     out = np.exp(u, out)
     np.add(out, one, out)

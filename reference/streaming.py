@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -43,15 +43,25 @@ from .recurrence import (
 Array = np.ndarray
 
 
-def _quiet_context() -> contextvars.Context:
-    """A copy of the current context in which NumPy ignores overflow, invalid and underflow, as the model's
-    forward does (overflow in the sigmoid's exp is its saturation, not an error): ``context.run(f, x)`` runs
-    ``f`` so for a tenth of ``np.errstate``'s cost as a decorator, which makes the error state anew at every
-    call (``benchmarks/NOTES.md``). A context refuses to be entered twice at once (``RuntimeError``): one
-    per thread."""
-    context = contextvars.copy_context()
-    context.run(np.errstate(over="ignore", invalid="ignore", under="ignore").__enter__)  # set in it for good
-    return context
+_ERRSTATE_IN_CONTEXT = int(np.__version__.split(".")[0]) >= 2
+"""Whether NumPy keeps its error state in a context variable (NumPy 2); NumPy 1 keeps it per thread."""
+
+_IGNORED = dict(over="ignore", invalid="ignore", under="ignore")
+
+
+def _quiet_runner() -> Callable[[Callable[[Array], Array], Array], Array]:
+    """``run(f, x)``: ``f(x)`` with NumPy ignoring overflow, invalid and underflow, as the model's forward
+    does (overflow in the sigmoid's exp is its saturation, not an error). With NumPy 2, ``run`` is the
+    ``run`` of a context of its own, empty but for that error state, made once: a tenth of the cost of
+    ``np.errstate`` as a decorator, which makes its state anew at every call (``benchmarks/NOTES.md``),
+    and it refuses to be entered twice at once (``RuntimeError``: one runner per thread). With NumPy 1,
+    ``np.errstate`` around each call (its error state is the thread's, not a context's)."""
+    if not _ERRSTATE_IN_CONTEXT:
+        quiet = np.errstate(**_IGNORED)
+        return lambda f, x: quiet(f)(x)
+    context = contextvars.Context()
+    context.run(np.errstate(**_IGNORED).__enter__)  # set in that context for good, never anywhere else
+    return context.run
 
 
 MAX_PLANS = 8
@@ -153,11 +163,11 @@ class _Layers:
     """The layers of ``B`` streams (one :class:`_LayerStream` each) and the layer outputs that the next layer
     reads (``[B, Hr]`` rows, rounded through the storage dtype where the engine rounds them)."""
 
-    __slots__ = ("layers", "inputs", "rounded", "output_dtype", "context")
+    __slots__ = ("layers", "inputs", "rounded", "output_dtype", "enter")
 
     def __init__(self, mode, layers: Sequence[PseudoLayerParams], biases: Sequence[Array], B: int,
                  round_to: np.dtype | None, output_dtype: np.dtype) -> None:
-        self.context = _quiet_context()
+        self.enter = _quiet_runner()
         self.layers = [_LayerStream(mode, p, b, B) for p, b in zip(layers, biases)]
         Hr, dtype = layers[0].R.shape[1], layers[0].R.dtype
         self.inputs = [np.empty((B, Hr), dtype) for _ in layers[1:]]
@@ -177,12 +187,12 @@ class _Layers:
                 np.copyto(c[layer], stream.c.T)
 
     def run(self, x: Array) -> Array:
-        """:meth:`advance` in :attr:`context` (NumPy's error state as the model's forward sets it)."""
-        return self.context.run(self.advance, x)
+        """:meth:`advance` under NumPy's error state as the model's forward sets it (:func:`_quiet_runner`)."""
+        return self.enter(self.advance, x)
 
     def advance(self, x: Array) -> Array:
         """One step of every layer from ``x [B, in]`` (contiguous, compute dtype); returns the output ``[B, Hr]``,
-        a fresh array of the output dtype. Run it in :attr:`context` (:meth:`run`)."""
+        a fresh array of the output dtype. Run it through :meth:`run`."""
         last = len(self.inputs)
         for layer, stream in enumerate(self.layers):
             h = stream.advance(x)
@@ -207,15 +217,17 @@ class Stream:
     for bit, without copying the states in and out at every step.
 
     A stream holds its own buffers and states: use it from one thread at a time (a stream per thread, or
-    per conversation, from one bound model)."""
+    per conversation, from one bound model). With NumPy 2 a step entered while another runs raises
+    ``RuntimeError`` (:func:`_quiet_runner`); ``state`` and ``reset`` are not guarded so."""
 
     def __init__(self, bound: "BoundRNN", batch_size: int, h: Array | None, c: Array | None) -> None:
         """Use ``bound.stream(batch_size, h, c)``."""
+        bound._unidirectional("stream")
         self._bound = bound
         self.batch_size = B = checks.int_at_least("batch_size", batch_size, 1)
         self._layers = _Layers(bound._mode, bound._layers, bound._biases, B, bound._round_to, bound.dtype)
         self._x_shape, self._dtype, self._cdt = (B, bound._I), bound.dtype, bound.compute_dtype
-        self._enter, self._advance = self._layers.context.run, self._layers.advance
+        self._enter, self._advance = self._layers.enter, self._layers.advance
         self.reset(h, c)
 
     def __repr__(self) -> str:
@@ -344,7 +356,6 @@ class BoundRNN:
         """A :class:`Stream` of ``batch_size`` streams from the states ``h [L, B, Hr]`` and the LSTM's
         ``c [L, B, H]`` (``None``: zeros; copied in): one step at a time with the states kept inside, the
         fastest way to stream. Unidirectional models only (``ValueError``), as :meth:`step`."""
-        self._unidirectional("stream")
         return Stream(self, batch_size, h, c)
 
     def _unidirectional(self, what: str) -> None:
