@@ -104,7 +104,7 @@ def sigmoid_of_negated(u: Array, out: Array | None = None) -> Array:
     ``-x`` (a pre-activation made with negated weights and biases: round-to-nearest, NumPy's and the BLAS's
     rounding, is symmetric in sign), it is :func:`sigmoid` of ``x`` bit for bit, one call fewer
     (``CellMode.negated_step``)."""
-    one = _UNIT[u.dtype][1] if u.dtype in _UNIT else 1
+    one = _one(u)
     out = np.exp(u, out)
     np.add(out, one, out)
     return np.divide(one, out, out)
@@ -243,7 +243,7 @@ def _reset_scaled_candidate_input(h_prev: Array, acts: Array, H: int) -> list[tu
     return [(slice(0, 2 * H), h_prev), (slice(2 * H, 3 * H), np.multiply(reset, h_prev, out=np.empty_like(h_prev)))]
 
 
-def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array] = sigmoid) -> StepFn:
+def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array]) -> StepFn:
     """The GRU step (``reset_after``: cuDNN's); ``gate`` the sigmoid of its r and z pre-activations
     (:func:`sigmoid_of_negated` for the negated step)."""
 
@@ -338,10 +338,10 @@ MODES: dict[str, CellMode] = {
         CellMode("lstm", 2, ("i", "f", "c", "o"), True, _lstm_step(sigmoid), _lstm_step_backward,
                  saved=("i", "f", "o", "c", "tanh_c"), supports_projection=True, compute_order=(0, 1, 3, 2),
                  stackable_input=True, sigmoid_blocks=(0, 1, 2), negated_step=_lstm_step(sigmoid_of_negated)),
-        CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=True),
+        CellMode("gru", 3, ("r", "z", "h"), False, _gru_step(True, sigmoid),
                  _gru_step_backward(reset_after=True), saved=("r", "z", "hn", "n"), inner_bias_gates=(2,),
                  sigmoid_blocks=(0, 1), negated_step=_gru_step(True, sigmoid_of_negated)),
-        CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(reset_after=False),
+        CellMode("classic_gru", 3, ("r", "z", "h"), False, _gru_step(False, sigmoid),
                  _gru_step_backward(reset_after=False), saved=("r", "z", "n"),
                  recurrent_inputs=_reset_scaled_candidate_input, sigmoid_blocks=(0, 1),
                  negated_step=_gru_step(False, sigmoid_of_negated)),
