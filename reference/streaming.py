@@ -227,7 +227,6 @@ class Stream:
         self.batch_size = B = checks.int_at_least("batch_size", batch_size, 1)
         self._layers = _Layers(bound._mode, bound._layers, bound._biases, B, bound._round_to, bound.dtype)
         self._x_shape, self._dtype, self._cdt = (B, bound._I), bound.dtype, bound.compute_dtype
-        self._enter, self._advance = self._layers.enter, self._layers.advance
         self.reset(h, c)
 
     def __repr__(self) -> str:
@@ -242,7 +241,7 @@ class Stream:
                                  f"batch_size), got {x.shape}")
         if x.dtype != self._cdt or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=self._cdt)
-        return self._enter(self._advance, x)
+        return self._layers.run(x)
 
     def state(self) -> tuple[Array, Array | None]:
         """Copies of the states: ``(h [L, B, Hr], c [L, B, H])`` in the compute dtype, ``c`` ``None`` unless
