@@ -190,7 +190,11 @@ FAULTS = {
     "float16_rounding": "cuDNN's float16 outputs come out rounded another way (1/64 relative above ours)",
     "persist_hang": "a persistent algorithm's forward pass never returns",
     "sticky_error": "setting a dropout rate above 0 raises a CUDA error that every later call raises again",
+    "wide_single_bias": "for hidden sizes of 512 and up (the published sample's; no other rung's, which stay at 256 "
+                        "or below) cuDNN runs as if the backend had asked for CUDNN_RNN_SINGLE_INP_BIAS: the "
+                        "recurrent biases it packed are not read",
 }
+WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
 
 def faults_from_environment() -> frozenset[str]:
@@ -357,13 +361,18 @@ class FakeCudnn:
             self._trained[call.ptrs["reserve"]] = (fwd, xd, None)
 
     def _planted(self, model, params: np.ndarray) -> np.ndarray:
-        """``params`` as the planted ``skip_input_bias`` fault reads them: layer 0's biases doubled."""
-        if "skip_input_bias" not in self.faults or model.input_mode != "skip_input":
+        """``params`` as the planted faults read them: ``skip_input_bias``, layer 0's biases doubled;
+        ``wide_single_bias``, the recurrent biases (lin layer ids G..2G-1) of a wide model zeroed."""
+        skip = "skip_input_bias" in self.faults and model.input_mode == "skip_input"
+        wide = "wide_single_bias" in self.faults and model.num_units >= WIDE_UNITS
+        if not (skip or wide):
             return params
         params = params.copy()
         for r in model.opaque_layout():
-            if r.kind == "bias" and r.pseudo_layer < model.num_dirs:
+            if skip and r.kind == "bias" and r.pseudo_layer < model.num_dirs:
                 params[r.offset : r.offset + r.size] *= 2
+            if wide and r.kind == "bias" and r.lin_layer_id >= len(model.gates):
+                params[r.offset : r.offset + r.size] = 0
         return params
 
     def _cudnnRNNBackwardData_v8(self, handle, rnn_desc, dev_seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy,

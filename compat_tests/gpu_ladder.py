@@ -7,6 +7,12 @@ rung adds *one* feature to the best established base (float32 FMA, one layer, un
 equal lengths) and is its own set of tests (``compat_tests/test_gpu_ladder.py``), its name in every test id.
 A wrong guess fails its own rung and nothing else; ``combined`` then crosses the established features.
 
+Rung 00 comes before all of them: cuDNN's own published numbers (its RNN sample's checksums,
+``compat_tests.published``) through the backend, checked against those numbers and against the float64
+truth. Its truth rests on no decision of ours, so it tells "the backend drives cuDNN wrongly" (it misses the
+published numbers, which the reference meets on every CPU run) apart from "our reference guessed wrongly"
+(a later rung fails while this one passes).
+
 :data:`RUNGS` is the table, best established first. Each rung names the checks it runs (test functions of
 ``test_gpu_ladder.py``, ``test_<check>``, parametrized with the rung, and for some checks a value); a rung
 marked ``isolated`` (dropout, the persistent algorithms and their NVRTC builds: a hang, a crash or a sticky
@@ -70,7 +76,12 @@ def _rung(name: str, adds: str, *features: str, **more) -> Rung:
 
 
 ALL = frozenset({"layers", "bidirectional", "ragged", "batch_major", "projection"})
-RUNGS: tuple[Rung, ...] = (
+# The published sample's modes (compat_tests.published.modes(), held equal by test_gpu_ladder_runner.py: the
+# data file is not read at import).
+PUBLISHED_MODES = ("relu", "tanh", "lstm", "gru")
+RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00, before every other
+    Rung("published", "cuDNN's published RNN sample (T=20, 2 layers, H=I=512, B=64): its own checksums and the "
+         "reference", checks=("published",), values={"published": PUBLISHED_MODES}),
     Rung("base", "float32 FMA, one layer, unidirectional, time-major, equal lengths"),
     _rung("layers", "two or three layers", "layers"),
     _rung("bidirectional", "both directions", "bidirectional"),
@@ -95,7 +106,8 @@ BY_NAME = {r.name: r for r in RUNGS}
 
 
 def rung_id(rung: Rung) -> str:
-    return f"{RUNGS.index(rung) + 1:02d}-{rung.name}"
+    """``NN-name``, numbered from 00 (the published sample)."""
+    return f"{RUNGS.index(rung):02d}-{rung.name}"
 
 
 def cases(check: str) -> list[tuple[Rung, str | None, str]]:
@@ -115,7 +127,7 @@ def node_ids(rung: Rung) -> list[str]:
 
 
 def rung_of(node_id: str) -> Rung:
-    return RUNGS[int(node_id.split("[", 1)[1][:2]) - 1]
+    return RUNGS[int(node_id.split("[", 1)[1][:2])]
 
 
 def select(names: str | None) -> list[Rung]:

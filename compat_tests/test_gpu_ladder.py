@@ -2,8 +2,9 @@
 feature, each test's id starting with its rung (``test_forward[03-bidirectional]``). ``pytest -m gpu`` runs
 it like any test file; ``python -m compat_tests.gpu_ladder`` climbs it within a GPU window, rung by rung.
 
-Every rung's properties draw only that rung's configs (``strategies.rung_configs``), so a wrong guess about
-cuDNN fails its own rung and leaves the others to report. Refusals cuDNN is entitled to (a persistent
+Rung 00 runs cuDNN's own published RNN sample (``compat_tests.published``) and holds the backend to cuDNN's
+published checksums and to the float64 truth. Every other rung's properties draw only that rung's configs
+(``strategies.rung_configs``), so a wrong guess about cuDNN fails its own rung and leaves the others to report. Refusals cuDNN is entitled to (a persistent
 algorithm that does not take a shape, tensor-op math for FLOAT data) pass with a note naming the status:
 a skip here would hide the backend being unavailable, and ``--expect-cudnn`` fails every skip.
 """
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 import cudnn_backend
 from compat_tests import gpu_ladder
 from compat_tests.compare import compare_peer, judge_results, reproduce_command
-from compat_tests.config import Outputs, RNNConfig, make_case
+from compat_tests.config import GradOutputs, Outputs, RNNConfig, make_case
 from compat_tests.run import ground_truth
 from compat_tests.peers import PEERS
 from compat_tests.strategies import rung_configs
@@ -43,6 +44,59 @@ def judged(request, comparison) -> None:
         request.node.user_properties.append(("reproduce", gpu_ladder.from_tree(
             reproduce_command(comparison.peer, comparison.cfg, comparison.backward))))
     assert comparison.passed, comparison.explain()
+
+
+@rungs("published")
+def test_published(rung, value, request, closing):
+    """cuDNN's published RNN sample (T=20, 2 layers, H=I=512, B=64, float32, uniform weights, inputs and output
+    gradients 1) through the backend, training forward, backward data and weights into a zeroed ``dw``, as the
+    sample runs it. Its checksums (the whole ``dw`` buffer summed, as the sample sums it) must be within the
+    policy's bound of every published run's (``tolerances.published_rtol``: float32 on both sides, and the
+    print); every result within gamma_n (float32's worst case for the longest sum, ``float32_sum_rtol``) of the
+    float64 truth, element by element (relative to the result's largest magnitude, at least 1) and in its
+    checksums. The reference meets the published numbers on every CPU run (``test_published.py``), so missing
+    them is the backend's fault, and meeting them while a later rung fails points at a guess of ours."""
+    import cupy
+
+    from compat_tests import published
+    from compat_tests.peers.cudnn_gpu import gradients
+    from compat_tests.tolerances import float32_sum_rtol, published_rtol
+
+    cfg = published.config(value, "float32")
+    case = published.case(cfg)
+    gpu = cfg.model(models=cudnn_backend.MODELS)
+    closing(gpu)
+    fwd = gpu.forward(case.x, case.h0, gpu.canonical_to_params(case.weights, case.biases), input_c=case.c0,
+                      is_training=True)
+    outputs = Outputs(*(None if a is None else cupy.asnumpy(a) for a in fwd[:3]))
+    grads = gpu.backward(fwd, case.dy, case.dh, case.dc)
+    whole = GradOutputs(*(None if a is None else cupy.asnumpy(a) for a in grads))  # dw: cuDNN's whole buffer
+    got = published.checksums(outputs, whole)
+    problems = []
+    for run in published.runs():
+        for name, delta in published.relative(got, run.checksums.get(value, {})).items():
+            bound = published_rtol(cfg, published.CHECKSUMS[name], rung.peer)
+            if not abs(delta) <= bound:
+                problems.append(f"{name} {got[name]:.7e} is {delta:+.2e} from cuDNN's published {run.name} value "
+                                f"{run.checksums[value][name]:.6e} (bound {bound:.1e})")
+    rtol = float32_sum_rtol(cfg)
+    truth = published.run(cfg.with_(dtype="float64"))
+    ours = (outputs, gradients(cfg, gpu, grads))  # the parameter gradient repacked in the reference's layout
+    for name, delta in published.relative(got, published.checksums(*truth)).items():
+        if not abs(delta) <= rtol:
+            problems.append(f"{name} checksum is {delta:+.2e} from the float64 truth's (bound {rtol:.1e})")
+    for mine, want in zip(ours, truth):
+        for field, expected in want._asdict().items():
+            if expected is None:
+                continue
+            error = float(np.abs(getattr(mine, field) - expected).max()) / max(1.0, float(np.abs(expected).max()))
+            if not error <= rtol:
+                problems.append(f"{field} is {error:.2e} (of its largest magnitude) from the float64 truth "
+                                f"(bound {rtol:.1e})")
+    golden = published.relative(got, published.golden(value))
+    request.node.user_properties.append(("note", f"{value} checksums against cuDNN's published M40 run: " + ", ".join(
+        f"{name} {delta:+.1e}" for name, delta in golden.items())))
+    assert not problems, f"{value}: " + "; ".join(problems)
 
 
 @rungs("layout")

@@ -39,7 +39,7 @@ def test_the_risky_rungs_run_last_each_alone_and_every_test_names_its_rung():
 
 def test_rungs_are_named_or_refused():
     assert [r.name for r in gpu_ladder.select("skip_input,float16")] == ["float16", "skip_input"]
-    with pytest.raises(ValueError, match="--rungs must name rungs among base"):
+    with pytest.raises(ValueError, match="--rungs must name rungs among published, base"):
         gpu_ladder.select("base,peepholes")
 
 
@@ -150,3 +150,30 @@ def test_tests_pytest_does_not_run_are_reported_at_once_not_started_again_until_
     assert done.returncode == 1 and time.monotonic() - t0 < 60
     row = json.loads((tmp_path / "ladder.json").read_text())["rungs"][0]
     assert row["outcome"] == "crashed" and "without running it" in row["first_failure"], row
+
+
+def test_rung_00_is_cudnns_published_sample_and_runs_before_every_other():
+    from compat_tests import published
+
+    first = gpu_ladder.RUNGS[0]
+    assert (gpu_ladder.rung_id(first), first.peer, first.checks) == ("00-published", "cudnn", ("published",))
+    assert first.values["published"] == published.modes()  # every mode the sample printed
+    assert gpu_ladder.rung_id(gpu_ladder.BY_NAME["base"]) == "01-base"
+    shared = [n for rung in gpu_ladder.groups(gpu_ladder.RUNGS)[0] for n in gpu_ladder.node_ids(rung)]
+    assert shared[:4] == gpu_ladder.node_ids(first) and all(gpu_ladder.rung_of(n) is first for n in shared[:4])
+
+
+def test_the_backend_mishandling_the_published_sample_fails_rung_00_alone(tmp_path):
+    """A planted fault in how cuDNN is driven for the sample's configuration (the fake's ``wide_single_bias``:
+    its recurrent biases not read, at hidden sizes of 512 and up) fails every test of rung 00 with the
+    published numbers it misses, and no other rung: base, and tf32, whose H=256 is the widest any other rung
+    runs (their properties draw at most ``strategies.MAX_UNITS`` units)."""
+    from compat_tests import fake_cuda, strategies
+
+    assert strategies.MAX_UNITS < 256 < fake_cuda.WIDE_UNITS
+    rungs, _ = climb(tmp_path, "--rungs", "published,base,tf32", "--expect-cudnn", faults="wide_single_bias")
+    assert [t["outcome"] for t in rungs["published"]["tests"]] == ["failed"] * 4, rungs["published"]
+    assert "from cuDNN's published M40 value" in rungs["published"]["first_failure"]
+    first = gpu_ladder.node_ids(gpu_ladder.RUNGS[0])[0]
+    assert rungs["published"]["reproduce"] == gpu_ladder.pytest_command(first)
+    assert rungs["base"]["outcome"] == "passed" and rungs["tf32"]["outcome"] == "passed", rungs

@@ -862,3 +862,83 @@ def test_an_empty_backends_list_is_refused(tmp_path, capsys):
     assert cli.main(["report", "--grid", str(TINY), "--backends", "", "--out", str(tmp_path / "out"),
                      "--no-progress"]) == 2
     assert "--backends must name at least one backend" in capsys.readouterr().err
+
+
+PUBLISHED_RELU = {"mode": "relu", "num_layers": 2, "num_units": 512, "input_size": 512, "seq_len": 20, "batch": 64}
+
+
+class Scaled(ReferencePeer):
+    """The reference with its forward results 1e-3 larger, relative: ten times the published study's bound."""
+
+    name = "scaled"
+
+    def forward(self, cfg, case):
+        out = super().forward(cfg, case)
+        return Outputs(*(None if a is None else a * a.dtype.type(1.001) for a in out))
+
+
+def test_the_published_study_sets_the_truth_and_each_backend_beside_cudnns_own_numbers(tmp_path):
+    grid = _grid(tmp_path, [("published", {**PUBLISHED_RELU, "dtype": dtype}) for dtype in ("float64", "float32")])
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    _validate(report)
+    rows = report["studies"]["published"]
+    assert [(r["mode"], r["checksum"]) for r in rows] == [("relu", name) for name in ("y", "hy", "dx", "dhx", "dw")]
+    dw = rows[-1]
+    assert dw["published"] == {"M40": 1.453750e9, "RTX 3060": 1.453738e9}  # both runs, from the records
+    assert dw["drift"] == pytest.approx(-8.25e-6, rel=1e-2)  # the scale of GPU-to-GPU variation
+    for row in rows:
+        assert [(v["source"], v["dtype"]) for v in row["values"]] == [
+            ("float64 truth (reference.spec)", "float64"), ("reference", "float32")]
+        assert all(v["passed"] and abs(v["relative"]) <= v["bound"] for v in row["values"]), row
+    md = (out / "report.md").read_text()
+    study = md.split("### cuDNN's published checksums")[1].split("###")[0]
+    assert "| relu | dw | 1.453750e+09 | 1.453738e+09 | -8.3e-06 |" in study
+    assert "<h3>cuDNN's published checksums</h3>" in (out / "index.html").read_text()
+
+
+def test_a_backend_off_cudnns_published_numbers_fails_the_run_with_a_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PEERS, "scaled", Scaled())
+    grid = _grid(tmp_path, [("published", {**PUBLISHED_RELU, "dtype": "float32"})])
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "scaled", "--out", str(out), "--jobs", "1",
+                     "--no-progress"]) == 1
+    report = json.loads((out / "report.json").read_text())
+    _validate(report)
+    assert not report["passed"] and report["totals"]["published_failed"] == 1
+    [entry] = [w for w in report["worst"] if not w["passed"]]
+    assert entry["quantity"] in ("y", "hy") and "beyond its bound" in entry["published"]
+    assert entry["config"].startswith("published relu") and "compat_tests.report.units" in entry["reproduce"]
+    cells = {r["checksum"]: r["values"][0] for r in report["studies"]["published"]}
+    assert not cells["y"]["passed"] and cells["y"]["relative"] == pytest.approx(1e-3, rel=1e-3)
+    assert cells["dw"]["passed"], "its gradients are the reference's"
+    md = (out / "report.md").read_text()
+    assert "**Verdict: failed**" in md and entry["reproduce"] in md.split("## Failures")[1]
+    assert "OUTSIDE its bound" in md and entry["reproduce"] in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config", [{"mode": "relu", "dtype": "float32"}, {**PUBLISHED_RELU, "mode": "classic_gru"},
+                                    {**PUBLISHED_RELU, "dtype": "float16"}])
+def test_a_published_entry_must_be_the_sample_s_configuration(tmp_path, capsys, config):
+    grid = _grid(tmp_path, [("published", config)])
+    assert cli.main(["report", "--grid", str(grid), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "entry 0: the published study runs cuDNN's published sample" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_default_and_window_grids_set_every_mode_beside_cudnns_published_numbers():
+    from compat_tests import published
+
+    for name in ("default", "window", "full"):
+        specs = [cfg for study, cfg in GRIDS[name](0) if study == "published"]
+        assert sorted((cfg.mode, cfg.dtype) for cfg in specs) == sorted(
+            (mode, dtype) for mode in ("relu", "tanh", "lstm", "gru") for dtype in ("float32", "float64")), name
+        assert all(published.is_sample(cfg) for cfg in specs)
+    assert not any(study == "published" for study, _ in GRIDS["quick"](0))
+    units, skipped = plan([("published", published.config("gru", dtype)) for dtype in ("float64", "float32")],
+                          [PEERS["reference"], PEERS["cudnn"]])
+    assert [(u.backend, u.cfg.dtype) for u in units] == [("reference", "float64"), ("reference", "float32"),
+                                                         ("cudnn", "float32")]  # the truth once, then each backend
+    assert not skipped

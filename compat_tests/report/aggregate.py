@@ -13,14 +13,15 @@ import platform
 import statistics
 from collections import Counter, defaultdict
 
-from .. import host, known_divergences, tolerances
+from .. import host, known_divergences, published, tolerances
 from ..config import MODE_NAMES, RNNConfig
 from .units import Unit, unit_command
 
-SCHEMA_VERSION = 5  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
+SCHEMA_VERSION = 6  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
 # 4: backends[].plugin (where a plugin backend came from); 5: worst cases carry nonfinite_mismatch and list
 # every failure; records carry error_in (the comparison an error ended); backends[].requested (named by
-# --backends: unavailable, it fails the run, as does a run that planned no unit)
+# --backends: unavailable, it fails the run, as does a run that planned no unit); 6: the published study
+# (studies.published, records' published, totals.published_failed, worst cases' published)
 WORST_CASES = 20
 DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
 
@@ -78,7 +79,7 @@ def group_worst(row: dict) -> tuple[float, str] | None:
 
 def _compact(record: dict) -> dict:
     keep = {"id", "study", "backend", "config", "status", "passed", "indeterminate", "error", "error_in", "reproduce",
-            "variant"}
+            "variant", "published"}
     out = {k: v for k, v in record.items() if k in keep}
     if "variant" in out:
         out["variant"] = {k: v for k, v in out["variant"].items() if k != "per_step_abs"}
@@ -130,6 +131,8 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                               **_quantity(*judged[0]), "passed": all(v["passed"] for v in r[kind].values()),
                               "reproduce": r["reproduce"][kind]})
     worst += [_error_case(r) for r in records if r["status"] == "error"]  # a study unit's error fails the run too
+    missed = [r for r in records if r["study"] == "published" and r["status"] == "ok" and not r["passed"]]
+    worst += [_published_case(r) for r in missed]  # a checksum outside its bound from cuDNN's own fails it too
     # A failure uses more than its budget (or has non-finite mismatches, or an error), a pass at most all of
     # it, so the failures come first, and all of them are kept.
     worst.sort(key=lambda w: (-budget_share(w), w["id"], w["quantity"]))
@@ -144,18 +147,19 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         "backends": backends,
         "policy": policy if policy is not None else policy_summary(),
         "totals": {"units": len(records), "planned_units": len(planned_ids), "compat_units": len(compat), **_tally(compat),
-                   "errors": _tally(records)["errors"]},  # a GRU-variant unit can fail with an error too
+                   "errors": _tally(records)["errors"],  # a GRU-variant unit can fail with an error too
+                   "published_failed": len(missed)},
         "summary": summary,
         "worst": worst,
         "skipped": [{"backend": b, "reason": why, "count": n}
                     for (b, why), n in sorted(Counter((b, why) for b, why, _ in skipped).items())],
         "unrun": _unrun(skipped, planned_ids, [b["name"] for b in backends]),
         "studies": {"drift": _drift(compat), "gru_variant": _gru_variant(records),
-                    "amplification": _amplification(compat)},
+                    "amplification": _amplification(compat), "published": _published(records)},
         "records": [_compact(r) for r in records],
     }
-    report["passed"] = (report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0 and bool(planned_ids)
-                        and not unavailable_requested(report))
+    report["passed"] = (report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0 and not missed
+                        and bool(planned_ids) and not unavailable_requested(report))
     report["complete"] = len(records) >= len(planned_ids)
     return report
 
@@ -188,6 +192,20 @@ def _error_case(r: dict) -> dict:
             "budget": None, "nonfinite_mismatch": 0, "passed": False, "reproduce": command, "error": r["error"]}
 
 
+def _published_case(r: dict) -> dict:
+    """The worst-cases entry of a published unit with a checksum outside its bound: the checksum furthest out
+    (relative to its bound), its numbers, and the command that runs the unit again."""
+    p = r["published"]
+    run, name, delta = max(((run, name, delta) for run in p["runs"] for name, delta in run["relative"].items()),
+                           key=lambda found: abs(found[2]) / p["bound"][found[1]])
+    return {"id": r["id"], "backend": r["backend"], "config": f"published {config_label(r['config'])}",
+            "quantity": name, "conditioned": None, "budget": None, "nonfinite_mismatch": 0, "passed": False,
+            "reproduce": unit_command({k: r[k] for k in ("study", "backend", "config")}),
+            "published": f"{p['source']}'s checksum {name} {p['checksums'][name]:.7e} is {delta:+.2e} from cuDNN's "
+                         f"published {run['name']} value {run['checksums'][name]:.6e}, beyond its bound "
+                         f"{p['bound'][name]:.2e}"}
+
+
 def unavailable_requested(report: dict) -> list[dict]:
     """The backends the run was asked for by name (``--backends``) that could not run: they fail it."""
     return [b for b in report["backends"] if b.get("requested") and not b["available"]]
@@ -207,7 +225,7 @@ def _unrun(skipped: list[tuple[str, str, RNNConfig]], planned: set[str], backend
     reasons: dict[str, dict] = {}
     for backend, why, cfg in skipped:
         key = cfg.to_json()
-        if not any(Unit("compat", name, cfg).id in planned for name in backends):
+        if not any(Unit(study, name, cfg).id in planned for name in backends for study in ("compat", "published")):
             entry = reasons.setdefault(key, {"config": cfg.short(), "reasons": {}})
             entry["reasons"][backend] = why
     return [reasons[k] for k in sorted(reasons)]
@@ -235,6 +253,36 @@ def _gru_variant(records: list[dict]) -> list[dict]:
              "per_step_abs": r["variant"]["per_step_abs"]}
             for r in records if r["study"] == "gru_variant" and r["status"] == "ok"]
     return sorted(rows, key=lambda row: (row["weight_scale"], row["seq_len"]))
+
+
+def _published(records: list[dict]) -> list[dict]:
+    """The published study: a row per mode and checksum (the sample's order) with cuDNN's published values
+    (``published``: run name -> value, the golden run first), the largest relative ``drift`` of a later run
+    from the golden one (``None`` where only one printed it), and ``values``: the float64 truth's, then each
+    backend's (by name), each with its relative difference from the golden value, its bound, and whether every
+    published value is within that bound. The numbers are the records' own (see ``units._run_published``)."""
+    done = sorted((r for r in records if r["study"] == "published" and r["status"] == "ok"),
+                  key=lambda r: (r["config"]["dtype"] != "float64", r["backend"]))
+    rows: dict[tuple[str, str], dict] = {}
+    for r in done:
+        p, mode = r["published"], r["config"]["mode"]
+        golden, later = p["runs"][0], p["runs"][1:]
+        for name in golden["checksums"]:
+            drifts = [d for run in later for n, d in published.relative(run["checksums"], golden["checksums"]).items()
+                      if n == name]
+            row = rows.setdefault((mode, name), {
+                "mode": mode, "checksum": name, "drift": max(drifts, key=abs) if drifts else None,
+                "published": {run["name"]: run["checksums"][name] for run in p["runs"] if name in run["checksums"]},
+                "values": []})
+            if name in p["checksums"]:
+                row["values"].append({
+                    "source": p["source"], "dtype": r["config"]["dtype"], "value": p["checksums"][name],
+                    "relative": golden["relative"][name], "bound": p["bound"][name],
+                    "passed": all(abs(run["relative"][name]) <= p["bound"][name] for run in p["runs"]
+                                  if name in run["relative"])})
+    order = {m: k for k, m in enumerate(MODE_NAMES)}
+    names = list(published.CHECKSUMS)
+    return [rows[key] for key in sorted(rows, key=lambda key: (order[key[0]], names.index(key[1])))]
 
 
 def _amplification(compat: list[dict]) -> list[dict]:

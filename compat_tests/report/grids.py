@@ -1,9 +1,11 @@
 """Embedded config grids for ``rnn-compat report``, and the plan that crosses them with the backends.
 
 A grid is a list of ``(study, config)``; ``plan`` turns it into work units, one per backend that can run
-the config (``compat``) or one per config (``gru_variant``, computed by the float64 truth of reference.spec), and
-counts what was left out and why. A grid may also come from a JSON file: a list of objects
-``{"study": "compat" | "gru_variant", "config": {RNNConfig fields}}``.
+the config (``compat``, and ``published`` in float32) or one per config (``gru_variant``, and ``published`` in
+float64: computed by the float64 truth of reference.spec), and counts what was left out and why. A grid may
+also come from a JSON file: a list of objects ``{"study": "compat" | "gru_variant" | "published", "config":
+{RNNConfig fields}}``; a ``published`` entry's config is cuDNN's published sample's
+(``compat_tests.published.config(mode, dtype)``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import itertools
 import json
 from pathlib import Path
 
+from .. import published
 from ..config import DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
 from ..peers import Peer
 from .units import STUDIES, Unit
@@ -51,6 +54,13 @@ def _gru_variants(lengths, scales, seed: int) -> list[Spec]:
             for k, (t, s) in enumerate(itertools.product(lengths, scales))]
 
 
+def _published() -> list[Spec]:
+    """cuDNN's published sample (T=20, 2 layers, H=I=512, B=64), per mode: the float64 truth and every backend's
+    float32 run beside cuDNN's own checksums; the seed changes nothing (the sample's arrays are constant)."""
+    return [("published", published.config(mode, dtype))
+            for mode in published.modes() for dtype in ("float64", "float32")]
+
+
 def _small_stacks(mode: str, num_units: int, input_size: int, seq_len: int, base: int) -> list[RNNConfig]:
     """A plain layer, a ragged bidirectional stack, a batch-major ragged stack (projected for LSTM), a
     skip_input stack; batch 4."""
@@ -75,26 +85,28 @@ def quick_grid(seed: int = 0) -> list[Spec]:
 
 
 def window_grid(seed: int = 0) -> list[Spec]:
-    """A GPU window's (``scripts/gpu_run.sh``): every mode, dtype and feature at least once in small stacks,
-    per mode a wider bidirectional three-layer stack (H=64, T=40, B=8), drift to T=300 for GRU, LSTM and tanh,
-    and a GRU-variant sweep to T=300; about 300 units, a minute or two of 8 workers on a GPU machine."""
+    """A GPU window's (``scripts/gpu_run.sh``): cuDNN's published sample first (real cuDNN beside its own
+    published numbers), every mode, dtype and feature at least once in small stacks, per mode a wider
+    bidirectional three-layer stack (H=64, T=40, B=8), drift to T=300 for GRU, LSTM and tanh, and a GRU-variant
+    sweep to T=300; about 300 units, a minute or two of 8 workers on a GPU machine."""
     base = seed * 100_000
     configs = [cfg for mode in MODE_NAMES for cfg in _small_stacks(mode, 16, 8, 12, base)
                + [RNNConfig(mode, 3, 64, 32, "bidirectional", seq_len=40, batch=8, seed=base + 5)]]
     configs += _drift(("gru", "lstm", "tanh"), 32, 300, base + 50)
-    return _compat(configs) + _gru_variants((1, 10, 100, 300), (0.5, 1.0, 2.0), base + 90)
+    return _published() + _compat(configs) + _gru_variants((1, 10, 100, 300), (0.5, 1.0, 2.0), base + 90)
 
 
 def default_grid(seed: int = 0) -> list[Spec]:
-    """Minutes on 2 cores: every feature combination at H=16, T=12 and at H=64, T=40; drift to T=1000
-    for GRU, LSTM and tanh at weight scales 1 and 2 (2: close to chaotic); the GRU-variant sweep over T in
-    1..1000 and weight scales 0.25..4."""
+    """Minutes on 2 cores: cuDNN's published sample (the float64 truth and every backend's float32 beside
+    cuDNN's own checksums); every feature combination at H=16, T=12 and at H=64, T=40; drift to T=1000 for GRU,
+    LSTM and tanh at weight scales 1 and 2 (2: close to chaotic); the GRU-variant sweep over T in 1..1000 and
+    weight scales 0.25..4."""
     base = seed * 100_000
     configs = (_features(16, 16, 12, 4, base) + _features(64, 32, 40, 8, base + 20_000)
                + _drift(("gru", "lstm", "tanh"), 32, 1000, base + 5_000)
                + _drift(("gru", "lstm", "tanh"), 32, 1000, base + 6_000, weight_scale=2.0))
-    return _compat(configs) + _gru_variants((1, 3, 10, 30, 100, 300, 1000), (0.25, 0.5, 1.0, 2.0, 4.0),
-                                            base + 9_000)
+    return _published() + _compat(configs) + _gru_variants((1, 3, 10, 30, 100, 300, 1000),
+                                                           (0.25, 0.5, 1.0, 2.0, 4.0), base + 9_000)
 
 
 def full_grid(seed: int = 0) -> list[Spec]:
@@ -136,6 +148,10 @@ def load_grid(name: str, seed: int) -> list[Spec]:
             raise ValueError(f"grid file {name}: entry {k}: the gru_variant study compares cuDNN's GRU with the "
                              f"textbook GRU under the same weights, so its config's mode must be 'gru', got "
                              f"{cfg.mode!r}")
+        if entry["study"] == "published" and not published.is_sample(cfg):
+            raise ValueError(f"grid file {name}: entry {k}: the published study runs cuDNN's published sample, so "
+                             f"its config must be compat_tests.published.config(mode, dtype) for a mode among "
+                             f"{published.modes()} and a dtype among {published.DTYPES}, got {cfg.short()}")
         specs.append((entry["study"], cfg))
     return specs
 
@@ -144,8 +160,8 @@ def plan(specs: list[Spec], backends: list[Peer]) -> tuple[list[Unit], list[tupl
     """Work units in a stable order, and ``(backend, reason, config)`` for every pair that cannot run."""
     units, skipped = [], []
     for study, cfg in specs:
-        if study == "gru_variant":
-            units.append(Unit(study, "reference", cfg))
+        if study == "gru_variant" or (study == "published" and cfg.dtype == "float64"):
+            units.append(Unit(study, "reference", cfg))  # the float64 truth of reference.spec
             continue
         for peer in backends:
             why = peer.unsupported(cfg)

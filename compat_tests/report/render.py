@@ -58,9 +58,12 @@ def _md_text(text) -> str:
 
 
 def _what(w: dict) -> str:
-    """A worst case's error, or its quantity's error against its budget (and its non-finite mismatches)."""
+    """A worst case's error, a published checksum's miss, or its quantity's error against its budget (and its
+    non-finite mismatches)."""
     if w.get("error"):
         return w["error"]
+    if w.get("published"):
+        return w["published"]
     text = f"{w['quantity']}: {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}"
     if w.get("nonfinite_mismatch"):
         text = (f"{w['quantity']}: {w['nonfinite_mismatch']} non-finite mismatches (non-finite where the truth is "
@@ -127,7 +130,7 @@ def _failures(report: dict) -> list[dict]:
 
 
 def _failure_share(w: dict) -> str:
-    return "-" if w.get("error") else _share(w)
+    return "-" if w.get("error") or w.get("published") else _share(w)
 
 
 def _backend_rows(report: dict) -> list[list[str]]:
@@ -181,6 +184,46 @@ def _variant_rows(report: dict) -> list[list[str]]:
         by[key] = max(by.get(key, r["max_abs"]), r["max_abs"])
     return [[f"{s:g}", *(_fmt(by.get((s, t))) for t in lengths)] for s in sorted({r["weight_scale"] for r in rows})], \
         [f"T={t}" for t in lengths]
+
+
+PUBLISHED_NOTE = ("cuDNN's own checksums, printed by NVIDIA's cuDNN RNN sample on the GPUs named (T=20, 2 layers, "
+                  "H=I=512, B=64, float32, every matrix 1 / its element count, biases, inputs, states and output "
+                  "gradients 1; compat_tests/data/cudnn_rnn_sample.json), beside the float64 truth's and each "
+                  "backend's float32 run's. A cell: the value (its relative difference from the first published "
+                  "run; its bound). The drift between the published runs is the scale of GPU-to-GPU variation; the "
+                  "bound is the policy's (compat_tests/tolerances.py, published_rtol: the 7 printed digits and "
+                  "float32's worst case for the longest sum behind a checksum), checked against every published "
+                  "run. The weights are uniform per matrix, so these numbers confirm the cell equations, the double "
+                  "bias and backpropagation through time, not the opaque layout.")
+
+
+def _published_source(v: dict) -> str:
+    return "float64 truth" if v["dtype"] == "float64" else f"{v['source']} {v['dtype']}"
+
+
+def _published_cell(v: dict | None) -> str:
+    if v is None:
+        return "-"
+    text = f"{v['value']:.7e} ({v['relative']:+.1e}; {v['bound']:.1e})"
+    return text if v["passed"] else text + " OUTSIDE its bound"
+
+
+def _published_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """The published study as a table: a row per mode and checksum; the published values, their drift, then
+    the float64 truth's and each backend's."""
+    rows = report["studies"]["published"]
+    runs = list(dict.fromkeys(name for r in rows for name in r["published"]))
+    sources = list(dict.fromkeys(_published_source(v) for r in rows for v in r["values"]))
+    head = ["mode", "checksum", *(f"cuDNN, {name}" for name in runs), "drift between them",
+            *(f"{source} (relative difference; bound)" for source in sources)]
+    body = []
+    for r in rows:
+        values = {_published_source(v): v for v in r["values"]}
+        body.append([r["mode"], r["checksum"],
+                     *("-" if name not in r["published"] else f"{r['published'][name]:.6e}" for name in runs),
+                     "-" if r["drift"] is None else f"{r['drift']:+.1e}",
+                     *(_published_cell(values.get(source)) for source in sources)])
+    return head, body
 
 
 def _amplification_rows(report: dict) -> list[list[str]]:
@@ -268,6 +311,8 @@ def _counts(report: dict) -> str:
             f"{t['indeterminate']} indeterminate")
     if t["errors"]:
         text += f" ({t['errors']} units ended in an error)"
+    if t.get("published_failed"):
+        text += f"; {t['published_failed']} runs of cuDNN's published sample outside their bound"
     return text
 
 
@@ -281,6 +326,8 @@ def _case_row(i: int, w: dict) -> list[str]:
     """A failure's or a closest call's row: its numbers and its command."""
     if w.get("error"):
         return [str(i), w["backend"], w["config"], f"error: {w['error']}", "-", w["reproduce"]]
+    if w.get("published"):
+        return [str(i), w["backend"], w["config"], w["published"], "-", w["reproduce"]]
     return [str(i), w["backend"], w["config"], _what(w), _failure_share(w), w["reproduce"]]
 
 
@@ -296,7 +343,7 @@ def _md_cases(cases: list[dict]) -> list[str]:
     lines = []
     for i, w in enumerate(cases, 1):
         what = _md_text(_what(w))
-        share = "" if w.get("error") else f" ({_failure_share(w)} of its budget)"
+        share = "" if w.get("error") or w.get("published") else f" ({_failure_share(w)} of its budget)"
         lines.append(f"{i}. `{w['backend']}` {w['config']}: {what}{share}  ")
         lines.append(f"   `{w['reproduce']}`")
     return lines
@@ -336,9 +383,13 @@ def markdown(report: dict) -> str:
                   *[f"- {len(configs)} configs: " + "; ".join(f"`{b}` {_md_text(why)}" for b, why in reasons)
                     for reasons, configs in _unrun_groups(report)], ""]
     variant_rows, variant_head = _variant_rows(report)
+    published_head, published_rows = _published_rows(report)
     lines += ["## Studies", "",
               "The drift (error per time step of long sequences) and forward-vs-backward amplification studies are "
               "figures and tables in index.html; their numbers are in report.json (`studies`).", "",
+              "### cuDNN's published checksums", "",
+              *([PUBLISHED_NOTE, "", *_md_table(published_head, published_rows)] if published_rows
+                else ["not in this grid"]), "",
               "### cuDNN GRU vs textbook GRU, same weights: max |output difference|", "",
               "Rows: weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))); columns: sequence length.", "",
               *(_md_table(["scale", *variant_head], variant_rows) if variant_rows else ["not in this grid"]), ""]
@@ -528,6 +579,10 @@ def html_page(report: dict) -> str:
     else:
         parts.append("<p>No comparison was judged.</p>")
     parts.append("<a id='studies'></a><h2>Studies</h2>")
+    published_head, published_rows = _published_rows(report)
+    if published_rows:
+        parts += ["<h3>cuDNN's published checksums</h3>", f"<p class='note'>{html.escape(PUBLISHED_NOTE)}</p>",
+                  _html_table(published_head, published_rows)]
     parts += _study(figures, "drift", "Drift over long sequences",
                     "The error at each time step of the configs of at least 100 steps, in the tables' unit: the "
                     "step's error in conditioned eps (the config's kappa) / the quantity's budget, so 1 (the "

@@ -47,10 +47,13 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # What every record holds, and what a record of each status and study adds (units.run_unit writes them).
 RECORD_KEYS = ("id", "study", "backend", "config", "status", "passed", "indeterminate")
 RECORD_KEYS_BY_KIND = {("ok", "compat"): ("forward", "reproduce"), ("ok", "gru_variant"): ("variant",),
-                       ("error", "compat"): ("error", "reproduce"), ("error", "gru_variant"): ("error",)}
+                       ("ok", "published"): ("published",),
+                       ("error", "compat"): ("error", "reproduce"), ("error", "gru_variant"): ("error",),
+                       ("error", "published"): ("error",)}
 # What the report reads inside a record: each judged quantity's verdict, and a GRU-variant result.
 VERDICT_KEYS = ("conditioned", "budget", "passed", "indeterminate", "max_eps", "per_step")
 VARIANT_KEYS = ("max_abs", "final_h_max_abs", "per_step_abs")
+PUBLISHED_KEYS = ("source", "checksums", "bound", "runs")
 
 
 def _inner_problem(record: dict) -> str | None:
@@ -72,6 +75,9 @@ def _inner_problem(record: dict) -> str | None:
     if "variant" in record and not (isinstance(record["variant"], dict)
                                     and all(k in record["variant"] for k in VARIANT_KEYS)):
         return f"a variant result without {', '.join(VARIANT_KEYS)}"
+    if "published" in record and not (isinstance(record["published"], dict)
+                                      and all(k in record["published"] for k in PUBLISHED_KEYS)):
+        return f"a published-checksums result without {', '.join(PUBLISHED_KEYS)}"
     return None
 
 

@@ -11,7 +11,11 @@ Studies:
 - ``compat``: the backend's forward pass (and its gradients, where it has a backward pass) against the
   float64 reference, every quantity measured and judged by the tolerance policy;
 - ``gru_variant``: how far cuDNN's reset-after GRU and the textbook GRU drift apart under the same weights
-  (both float64 references), per time step: the quantitative side of "no accuracy impact".
+  (both float64 references), per time step: the quantitative side of "no accuracy impact";
+- ``published``: cuDNN's own published checksums (its RNN sample, ``compat_tests.published``) beside the
+  float64 truth's (a float64 unit, computed by reference.spec) or a backend's float32 run's, each checksum's
+  relative difference from every published run, passed where each is within the policy's bound
+  (``tolerances.published_rtol``).
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .. import published
 from ..compare import Comparison, compare_peer, reproduce_command
 from ..config import RNNConfig, json_loads, make_case
 from ..run import ground_truth
 from ..metrics import error_stats
 from ..peers import PEERS, load_plugins
+from ..tolerances import published_rtol
 
-STUDIES = ("compat", "gru_variant")
+STUDIES = ("compat", "gru_variant", "published")
+TRUTH = "float64 truth (reference.spec)"  # what a float64 published unit computes, whatever its backend field
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,24 @@ def _run_gru_variant(unit: Unit) -> dict:
             "passed": True, "indeterminate": False}
 
 
+def _run_published(unit: Unit) -> dict:
+    """The sample's checksums of ``unit``'s float64 truth or backend (``checksums``), each with its bound
+    (``bound``, relative), and every published run that printed the mode, golden first, with its checksums and
+    their relative differences from ours (``runs``: the record carries the published numbers it was judged
+    against, so a report renders from its records alone)."""
+    cfg = unit.cfg
+    peer = None if cfg.dtype == "float64" else PEERS[unit.backend]
+    got = published.checksums(*published.run(cfg, peer))
+    bound = {name: published_rtol(cfg, published.CHECKSUMS[name], peer) for name in got}
+    runs = [{"name": run.name, "device": run.device, "checksums": dict(run.checksums[cfg.mode]),
+             "relative": published.relative(got, run.checksums[cfg.mode])}
+            for run in published.runs() if cfg.mode in run.checksums]
+    passed = all(abs(delta) <= bound[name] for run in runs for name, delta in run["relative"].items())
+    return {"published": {"source": TRUTH if peer is None else unit.backend, "checksums": got, "bound": bound,
+                          "runs": runs},
+            "passed": passed, "indeterminate": False}
+
+
 def _identity(unit: Unit) -> dict:
     """What every record of ``unit`` starts with: its id, its fields, and (compat) its commands."""
     record = {"id": unit.id, **unit.to_dict()}
@@ -121,7 +146,7 @@ def _identity(unit: Unit) -> dict:
 
 def unit_command(unit: dict) -> str:
     """The one-line shell command that runs a unit (``Unit.to_dict()``) again and prints its record: for
-    the units ``rnn-compat check`` does not run (a GRU-variant study)."""
+    the units ``rnn-compat check`` does not run (the GRU-variant and published studies')."""
     return f"python -m compat_tests.report.units {shlex.quote(json.dumps(unit, sort_keys=True))}"
 
 
@@ -144,6 +169,8 @@ def run_unit(data: dict) -> dict:
         with np.errstate(all="ignore"):
             if unit.study == "compat":
                 _run_compat(unit, body)
+            elif unit.study == "published":
+                body = _run_published(unit)
             else:
                 body = _run_gru_variant(unit)
         record.update(status="ok", **body)
