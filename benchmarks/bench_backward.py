@@ -12,6 +12,9 @@ of its elementwise work, and for its own step functions and GEMMs on buffers tha
 from __future__ import annotations
 
 import argparse
+import sys
+
+from compat_tests.interrupts import stopped_quietly
 
 from .harness import Case, compare, machine, ratio
 
@@ -37,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(stopped_quietly(main, "benchmarks.bench_backward"))

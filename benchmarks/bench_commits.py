@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from statistics import median
 
+from compat_tests.interrupts import children_start_deaf, stopped_quietly
+
 from .harness import Case, machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +36,10 @@ CASES = [
 
 def measure(tree: Path, task: str, case: Case, seconds: float) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.worker", "reference", task, *case.args(),
-                          "--seconds", str(seconds)], cwd=tree, env=env, check=True, capture_output=True, text=True)
+    with children_start_deaf():  # Ctrl-C is this process's to handle: it kills the worker
+        out = subprocess.run([sys.executable, "-m", "benchmarks.worker", "reference", task, *case.args(),
+                              "--seconds", str(seconds)], cwd=tree, env=env, check=True, capture_output=True,
+                             text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
@@ -77,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stopped_quietly(main, "benchmarks.bench_commits"))

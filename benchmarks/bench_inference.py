@@ -14,8 +14,10 @@ full-length sequences, each peer with its own way of taking them.
 from __future__ import annotations
 
 import argparse
+import sys
 from statistics import median
 
+from compat_tests.interrupts import stopped_quietly
 from reference.modes import MODES
 
 from .harness import Case, machine, measure, ratio, samples
@@ -74,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(stopped_quietly(main, "benchmarks.bench_inference"))

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from statistics import median
+
+from compat_tests.interrupts import stopped_quietly
 
 from .harness import Case, interleaved, machine, ratio
 
@@ -82,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(stopped_quietly(main, "benchmarks.bench_streaming"))

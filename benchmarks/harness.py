@@ -22,6 +22,7 @@ from statistics import median
 import numpy as np
 
 from compat_tests import host
+from compat_tests.interrupts import children_start_deaf
 
 ROOT = Path(__file__).resolve().parent.parent
 """The working tree the workers run in (``python -m benchmarks.worker``, from wherever the harness is called)."""
@@ -64,8 +65,9 @@ def machine() -> str:
 
 
 def measure(impl: str, task: str, case: Case, seconds: float) -> float:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(),
-                          "--seconds", str(seconds)], check=True, capture_output=True, text=True, cwd=ROOT)
+    with children_start_deaf():  # Ctrl-C is the harness's to handle: it kills the worker
+        out = subprocess.run([sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(),
+                              "--seconds", str(seconds)], check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
@@ -108,9 +110,10 @@ def interleaved(task: str, case: Case, impls: list[str], rounds: int, seconds: f
 
     try:
         for impl in impls:
-            workers[impl] = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(), "--seconds", str(seconds),
-                 "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT)
+            with children_start_deaf():  # Ctrl-C is the harness's to handle: it ends the workers
+                workers[impl] = subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(), "--seconds", str(seconds),
+                     "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT)
         for impl in impls:
             reply(impl, "ready")
         times: dict[str, list[float]] = {impl: [] for impl in impls}
@@ -120,6 +123,10 @@ def interleaved(task: str, case: Case, impls: list[str], rounds: int, seconds: f
                 workers[impl].stdin.flush()
                 times[impl].append(reply(impl, "median"))
         return times
+    except BaseException:  # interrupted, or a worker failed: no burst is awaited any more, so none is finished
+        for worker in workers.values():
+            worker.kill()
+        raise
     finally:
         for worker in workers.values():
             try:

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from compat_tests.interrupts import deaf_if_started_deaf
 from reference.modes import MODES
 
 
@@ -358,6 +359,7 @@ def timed(call, seconds: float, min_repeat: int, most: int) -> dict:
 
 
 def main() -> None:
+    deaf_if_started_deaf()  # started by the harness, which handles Ctrl-C: ignore it (a user's run keeps it)
     p = argparse.ArgumentParser()
     p.add_argument("impl", choices=sorted(IMPLS))
     p.add_argument("task", choices=("train", "infer", "step"))

@@ -16,12 +16,13 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from reference.model import DIRECTIONS
 
 from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
 from .interop.convert import AUTO, FORMATS
+from .interrupts import terminated_as_interrupted
 from .optional import MissingDependency
 
 
@@ -678,45 +679,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "test":
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-    with _terminated_as_interrupted() as ending:
+    with terminated_as_interrupted() as ending:
         status = _dispatch(args, extra)
         if argv is None and status > 128:  # this process was interrupted and ends: another signal ends it at once
             ending()
         return status
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C is: the command stops, what it finished is kept, no file is left half-written."""
-
-    signum = signal.SIGTERM
-
-
-@contextmanager
-def _terminated_as_interrupted() -> Iterator[Callable[[], None]]:
-    """SIGTERM raises :class:`Terminated` while the block runs (in the main thread: where a handler can be set),
-    instead of ending the process without a word, its worker processes orphaned. The block may call what it is
-    given (``ending()``) where the process ends interrupted: SIGINT and SIGTERM then end it at once, as they
-    would otherwise hit the interpreter's shutdown."""
-    def terminated(signum, frame):
-        raise Terminated("SIGTERM")
-
-    def at_once(signum, frame):
-        os._exit(128 + signum)
-
-    ending = []
-    try:
-        saved = signal.signal(signal.SIGTERM, terminated)
-    except ValueError:  # not the main thread
-        yield lambda: None
-        return
-    try:
-        yield lambda: ending.append(True)
-    finally:
-        if ending:
-            signal.signal(signal.SIGINT, at_once)
-            signal.signal(signal.SIGTERM, at_once)
-        else:
-            signal.signal(signal.SIGTERM, saved)
 
 
 # The commands that look peers up (or the policy, which reads their exceptions): they load the plugin peers.

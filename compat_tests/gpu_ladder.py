@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .interrupts import stopped_quietly
+
 TEST_FILE = "compat_tests/test_gpu_ladder.py"
 # Peers whose comparisons run rung by rung here, not in the generic properties over every peer (marked laddered).
 LADDERED_PEERS = ("cudnn", "cudnn-tf32")
@@ -381,9 +383,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if not args.seconds > 0:
         parser.error(f"--seconds must be > 0, got {args.seconds}")
-    table = climb(rungs, args.out, args.seconds, args.pytest_args, args.expect_cudnn, args.risky_seconds)
-    print(text_table(table))
-    return 0 if table["passed"] else 1
+
+    def climbed() -> int:
+        table = climb(rungs, args.out, args.seconds, args.pytest_args, args.expect_cudnn, args.risky_seconds)
+        print(text_table(table))
+        return 0 if table["passed"] else 1
+
+    # SIGTERM (gpu_run.sh's step out of time) as Ctrl-C: the child pytest stopped, the table of what finished kept
+    return stopped_quietly(climbed, "gpu_ladder", f": the rungs that finished are in {args.out / 'ladder.md'}")
 
 
 if __name__ == "__main__":

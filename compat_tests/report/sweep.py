@@ -9,10 +9,11 @@ ends the run, but the unit it ran is named in ``in_flight`` until its record is 
 that folder (``--resume``) runs that unit first, alone in a worker process, so a crash it causes again
 costs only its own record and the sweep goes on past it.
 
-SIGINT or SIGTERM (Ctrl-C reaches the whole process group; the workers ignore SIGINT and leave it to the main
-process) stops a run at once: the workers are killed, the units they were running are lost, every record
-already written stays whole, and ``--resume`` runs the rest. A second signal ends the process at once. A
-worker dies with the main process, however that ends (on Linux).
+SIGINT or SIGTERM (Ctrl-C reaches the whole process group; the workers are deaf to both from their first
+instruction, :mod:`compat_tests.interrupts`, and leave them to the main process) stops a run at once, wherever
+it lands (workers starting, importing, running a unit or ending): the workers are killed, the units they were
+running are lost, every record already written stays whole, and ``--resume`` runs the rest. A second signal
+ends the process at once. A worker dies with the main process, however that ends (on Linux).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Iterator
 from reference.formats.files import load_json
 
 from ..config import RNNConfig
+from ..interrupts import children_start_deaf, deaf
 from ..peers import load_plugins
 from .units import Unit, died_record, run_unit
 
@@ -219,12 +221,13 @@ def _interruptible() -> Iterator[_Signals]:
 
 
 def _worker_started(parent: int) -> None:
-    """A worker process's first acts: Ctrl-C at a terminal reaches the whole process group, but only the main
-    process decides what it means (it stops the workers itself); a worker dies with its parent (Linux's
-    PR_SET_PDEATHSIG), so a killed run leaves none behind; and it loads the plugin peers the run's units
-    name (``load_plugins``: the installed ones and ``RNN_COMPAT_PLUGINS``, inherited from the main process,
-    where ``--plugin`` put its specs)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """A worker process's first acts of its own (it started with SIGINT and SIGTERM blocked, :func:`_pool`):
+    Ctrl-C at a terminal reaches the whole process group, but only the main process decides what it means (it
+    kills the workers itself), so the worker ignores both; it dies with its parent (Linux's PR_SET_PDEATHSIG),
+    so a killed run leaves none behind; and it loads the plugin peers the run's units name (``load_plugins``:
+    the installed ones and ``RNN_COMPAT_PLUGINS``, inherited from the main process, where ``--plugin`` put its
+    specs)."""
+    deaf()
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -236,18 +239,30 @@ def _worker_started(parent: int) -> None:
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool of spawned workers. Its workers start when units are submitted to it: submit inside
+    :func:`~compat_tests.interrupts.children_start_deaf`, so that a signal cannot reach them before
+    :func:`_worker_started` has made them deaf to it (while they import, say)."""
     return ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_worker_started,
                                initargs=(os.getpid(),))
 
 
 def _close(pool: ProcessPoolExecutor | None, finished: bool) -> None:
-    """Shut ``pool`` down: after a normal end, waiting for its workers; else (an interrupt, an error) killing
-    them first, so that nothing is left computing units whose records would never be written."""
+    """Shut ``pool`` down: after a normal end, waiting for its workers; else (an interrupt, an error, also
+    while waiting for them to end) killing them first, so that nothing is left computing units whose records
+    would never be written, nor holding the interpreter's exit."""
     if pool is None:
         return
     if finished:
-        pool.shutdown(wait=True)
-        return
+        try:
+            pool.shutdown(wait=True)
+            return
+        except BaseException:
+            _kill(pool)
+            raise
+    _kill(pool)
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
     workers = list((getattr(pool, "_processes", None) or {}).values())
     for worker in workers:
         try:
@@ -283,7 +298,7 @@ def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, 
     broken: list[Unit] = []
     pool, finished = None, False
     try:
-        with _single_threaded_workers(jobs):
+        with _single_threaded_workers(jobs), children_start_deaf(spawn=True):
             pool = _pool(jobs)
             unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
         pending = set(unit_of)
@@ -322,8 +337,9 @@ def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signal
             for unit in units:
                 if expired():
                     break
-                pool = pool or _pool(1)
-                future = pool.submit(run_unit, unit.to_dict())
+                with children_start_deaf(spawn=True):
+                    pool = pool or _pool(1)
+                    future = pool.submit(run_unit, unit.to_dict())
                 try:
                     record = future.result()
                 except BrokenProcessPool:
