@@ -3,7 +3,8 @@ in every process (``compat_tests/fake_site``), then ``scripts/gpu_unpack.py`` on
 
 A GPU session is rare and short, so the script must not fail there for a reason a CPU can see: each step
 runs here (``pytest -m gpu`` included, so a broken GPU test fails here too), what it returns fits the
-device tool's limits on returned files, and the CPU side turns it into a committed report folder.
+device tool's limits on returned files, and the CPU side turns it into a committed report folder. Every
+run here lacks what the GPU image lacks (``GPU_IMAGE_LACKS``, hidden by ``fake_site``'s ``RNN_COMPAT_HIDE``).
 """
 
 from __future__ import annotations
@@ -25,20 +26,23 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the device tool returns from $OUT: at most 8 files of at most 16 MiB, at most 2 folders down.
 MAX_FILES, MAX_BYTES, MAX_DEPTH = 8, 16 << 20, 2
 LADDER = {"ladder.txt", "ladder.json", "ladder.md", "ladder-pytest.txt"}
+# Optional packages the GPU machine's image does not have; every dry run here hides them from every process.
+GPU_IMAGE_LACKS = ("onnx", "onnxscript", "keras", "h5py", "jsonschema", "safetensors")
 ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "capture/capture.json",
             "capture/arrays.npz", "capture.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
             "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"} | LADDER
 
 
 def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
-    """The script on the fake with ``args`` (by default the quick grid); its report without torch-cuda, which
-    no CPU runs (and naming it would fail it)."""
+    """The script on the fake with ``args`` (by default the quick grid), the packages of ``GPU_IMAGE_LACKS``
+    unimportable in all its processes; its report without torch-cuda, which no CPU runs (and naming it would
+    fail it)."""
     # One BLAS thread a process: the run shares CI's 2 cores with the suite's other worker, and OpenBLAS's
     # spinning threads, oversubscribed, once made a ladder test take over its 120 s limit there.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
            "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
-           **env_extra}
+           "RNN_COMPAT_HIDE": ",".join(GPU_IMAGE_LACKS), **env_extra}
     return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or ("quick",))], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
 
@@ -61,7 +65,7 @@ def members(archive: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """The command as a GPU session sends it: the window grid, the default budget."""
+    """The command as a GPU session sends it: the window grid, the default budget, on what the GPU image has."""
     out = tmp_path_factory.mktemp("out")
     return gpu_run(out, 420, "window"), out
 
@@ -76,6 +80,9 @@ def test_every_step_passes_on_the_fake_and_comes_back_in_few_files(dry_run):
         assert f"gpu_run.sh: {step}: ok" in summary, summary
     assert "gpu_run.sh: report verdict: PASSED:" in summary, summary
     assert json.loads((out / "versions.json").read_text())["available"]
+    with tarfile.open(out / "gpu_run.tar.gz") as tar:
+        environment = json.load(tar.extractfile("./report/report.json"))["environment"]
+    assert environment["onnx"] is None, "the report's processes ran without onnx, as on the GPU image"
     for rung in gpu_ladder.RUNGS:  # the ladder's table, a row a rung
         assert re.search(rf"\| {gpu_ladder.rung_id(rung)} \| .* \| \*\*passed\*\* \|", summary), (rung, summary)
 

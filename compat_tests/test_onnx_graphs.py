@@ -1,10 +1,15 @@
 """Foreign ONNX graphs: layout ops between layers, Reshape shape arithmetic, PyTorch exporter sweeps, and
-which nodes are refused (computing another function) or loaded."""
+which nodes are refused (computing another function) or loaded.
+
+Every test needs the onnx package and skips without it; the module itself imports without it (its tables
+hold plain data and tensor builders, called only inside the tests), so the rest of the suite still collects
+on a machine without onnx (the GPU image: ``test_optional_packages.py``)."""
 
 from __future__ import annotations
 
 import io
 import re
+from functools import partial
 
 import numpy as np
 import pytest
@@ -17,6 +22,12 @@ from compat_tests.metrics import error_stats
 from compat_tests.run import run_reference
 from reference.formats import onnx as onnx_format
 from reference.formats import torch as torch_format
+
+
+@pytest.fixture(autouse=True)
+def _needs_onnx():
+    """Every test here reads or writes ONNX graphs: skipped where the onnx package is not installed."""
+    pytest.importorskip("onnx", reason="ONNX graphs need the onnx package (the test extra)")
 
 
 ONNX_EDITS = ["drop an attribute", "change an int attribute", "change a string attribute", "empty a list attribute",
@@ -333,7 +344,7 @@ def _bidirectional_stack(link: list[tuple], constants: dict[str, list] | None = 
     for n in old:
         graph.node.remove(n)
     for k, (op, inputs, output, attrs) in enumerate(link):
-        graph.node.insert(at + k, helper.make_node(op, inputs, [output], name=f"link{k}", **attrs))
+        graph.node.insert(at + k, helper.make_node(op, inputs, [output], name=f"link{k}", **_built(attrs)))
     dtypes = {bool: np.bool_, float: np.float32, int: np.int64}
     graph.initializer.extend(numpy_helper.from_array(np.array(v, dtypes[type(np.ravel(v)[0].item())]), k)
                              for k, v in (constants or {}).items())
@@ -423,6 +434,12 @@ def test_layout_ops_right_only_at_some_sizes_are_refused(case_name):
         onnx_model.import_model(variant)
 
 
+def _built(attrs: dict) -> dict:
+    """``attrs`` with every value that is a builder (a ``partial`` of :func:`_tensor` or :func:`_tensor_of`,
+    so that the tables need no onnx at import) replaced by what it builds; other values as they are."""
+    return {k: v() if isinstance(v, partial) else v for k, v in attrs.items()}
+
+
 def _tensor_of(value: float):
     """A one-element float32 TensorProto (a ConstantOfShape's value)."""
     from onnx import numpy_helper
@@ -450,10 +467,11 @@ MALFORMED_LINKS = {  # link, constants, what the refusal says
                      "Flatten node link1 between recurrent nodes layer0 and layer1: its axis must be an integer"),
     "shape-of-floats": ([_EXPORTED_LINK[0], ("Reshape", ["Yt0", "sizes"], "layer0_output", {})],
                         {"sizes": [5.0, 2.0, 8.0]}, "its shape must be a 1-D integer tensor, got float32 of shape [3]"),
-    "constant-of-unknown-type": ([_EXPORTED_LINK[0], ("Constant", [], "c", {"value": _tensor(999)}),
+    "constant-of-unknown-type": ([_EXPORTED_LINK[0], ("Constant", [], "c", {"value": partial(_tensor, 999)}),
                                   ("Reshape", ["Yt0", "c"], "layer0_output", {})], {},
                                  "Constant node link1 cannot be read"),
-    "constant-in-another-file": ([_EXPORTED_LINK[0], ("Constant", [], "c", {"value": _tensor(7, external=True)}),
+    "constant-in-another-file": ([_EXPORTED_LINK[0],
+                                  ("Constant", [], "c", {"value": partial(_tensor, 7, external=True)}),
                                   ("Reshape", ["Yt0", "c"], "layer0_output", {})], {},
                                  "Constant node link1 cannot be read: it keeps its data in another file"),
 }
@@ -722,7 +740,7 @@ def _start_from(slot: int, source: list[tuple], constants: dict[str, np.ndarray]
     names = [f"s{k}" for k in range(len(source) - 1)] + ["start"]
     at = [n.name for n in proto.graph.node].index("rnn1")
     for k, (op, inputs, attrs) in enumerate(source):
-        proto.graph.node.insert(at + k, helper.make_node(op, inputs, [names[k]], name=f"start{k}", **attrs))
+        proto.graph.node.insert(at + k, helper.make_node(op, inputs, [names[k]], name=f"start{k}", **_built(attrs)))
     proto.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
     proto.graph.input.extend(helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
                              for k, v in constants.items() if k.endswith("_default"))  # a caller may override it
@@ -741,7 +759,7 @@ _SHAPE = np.array([1, 2, 4], np.int64)
 STARTS_REFUSED = {  # slot, source ops, constants, what the refusal says after "node rnn1 reads its "
     "a-nonzero-initial-state": (5, [("Identity", ["h"], {})], {"h": _ZEROS + 0.5},
                                 "initial_h from initializer 'h', which is not all zeros"),
-    "constant-of-shape-of-another-value": (5, [("ConstantOfShape", ["shape"], {"value": _tensor_of(0.5)})],
+    "constant-of-shape-of-another-value": (5, [("ConstantOfShape", ["shape"], {"value": partial(_tensor_of, 0.5)})],
                                            {"shape": _SHAPE}, "initial_h from ConstantOfShape node start0, whose "
                                                               "value is not zero"),
     "a-nonzero-default-of-a-graph-input": (5, [("Identity", ["h_default"], {})], {"h_default": _ZEROS + 0.5},
@@ -775,7 +793,7 @@ def test_a_node_that_starts_from_what_the_file_fixes_is_refused(case_name):
 
 STARTS_KEPT = {  # zeros written out as exporters write them, and a state the caller feeds
     "expanded-zero": (5, [("Expand", ["zero", "shape"], {})], {"zero": np.zeros(1, np.float32), "shape": _SHAPE}),
-    "constant-of-shape-zero-sliced": (5, [("ConstantOfShape", ["shape2"], {"value": _tensor_of(0.0)}),
+    "constant-of-shape-zero-sliced": (5, [("ConstantOfShape", ["shape2"], {"value": partial(_tensor_of, 0.0)}),
                                           ("Slice", ["s0", "one", "two"], {})],
                                       {"shape2": np.array([2, 2, 4], np.int64), "one": np.array([1], np.int64),
                                        "two": np.array([2], np.int64)}),
