@@ -19,12 +19,17 @@ import numpy as np
 
 import reference
 from reference.formats.files import load_json
+from reference.layout import BIAS_MODES
 from reference.model import DIRECTIONS
 from reference.modes import MODES
 
 MODE_NAMES = tuple(MODES)  # relu, tanh, lstm, gru, classic_gru
 DTYPE_NAMES = ("float16", "float32", "float64")
 INPUT_MODES = ("linear_input", "skip_input")  # resolved: a config never says "auto_select"
+BIAS_MODE_NAMES = tuple(BIAS_MODES)  # double (the default), single_inp, single_rec, none
+# Fields added after configs were first written down (reports, captures, commands): a config at their default
+# is written without them (``to_dict``), so its JSON, and the ids made from it, stay as they were.
+LATER_FIELDS = {"bias_mode": "double"}
 
 
 def _integer(name: str, value: object, minimum: int) -> int:
@@ -44,7 +49,8 @@ def json_loads(text: str | bytes, what: str = "the JSON text") -> object:
 
 @dataclass(frozen=True)
 class RNNConfig:
-    """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long."""
+    """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long; ``bias_mode`` is the
+    model's (``reference.layout.BIAS_MODES``)."""
 
     mode: str
     num_layers: int = 1
@@ -61,13 +67,14 @@ class RNNConfig:
     weight_scale: float = 1.0
     initial_state: bool = True
     seed: int = 0
+    bias_mode: str = "double"
 
     def __post_init__(self) -> None:
         """Every field checked (and normalised to plain Python values, so the JSON round trip is exact):
         a config also comes from a command line, a grid file or a report, and a bad one must fail here,
         naming the field, rather than deep inside NumPy."""
         for name, allowed in (("mode", MODE_NAMES), ("dtype", DTYPE_NAMES), ("direction", DIRECTIONS),
-                              ("input_mode", INPUT_MODES)):
+                              ("input_mode", INPUT_MODES), ("bias_mode", BIAS_MODE_NAMES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         for name in ("num_layers", "num_units", "input_size", "seq_len", "batch"):
@@ -123,12 +130,17 @@ class RNNConfig:
         ``cudnn_backend.MODELS``) and that backend's ``options`` another backend's."""
         return reference.make_model(self.mode, self.num_layers, self.num_units, self.input_size, self.input_mode,
                                     self.direction, np.dtype(dtype or self.dtype), dropout, seed, self.num_proj,
-                                    models=models, **options)
+                                    models=models, bias_mode=self.bias_mode, **options)
 
     # ---- reproduction -----------------------------------------------------------------------------
 
+    def to_dict(self) -> dict:
+        """The config's fields as JSON values, without the :data:`LATER_FIELDS` at their defaults (so a
+        config that uses none of them is written as before they were added)."""
+        return {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or LATER_FIELDS[k] != v}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, what: str = "an RNNConfig") -> "RNNConfig":
@@ -159,6 +171,8 @@ class RNNConfig:
             parts.append(self.input_mode)
         if self.num_proj:
             parts.append(f"P{self.num_proj}")
+        if self.bias_mode != "double":
+            parts.append(f"bias={self.bias_mode}")
         if self.lengths is not None:
             parts.append("len=" + "/".join(map(str, self.lengths)))
         if not self.time_major:

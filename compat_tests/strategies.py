@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
+from .config import BIAS_MODE_NAMES, DTYPE_NAMES, MODE_NAMES, RNNConfig
 from .peers.base import Capabilities
 
 MAX_LAYERS = 3
@@ -79,12 +79,19 @@ def rnn_configs(
     max_time: int = MAX_TIME,
     max_batch: int = MAX_BATCH,
     require: frozenset[str] = frozenset(),
+    bias_modes_: tuple[str, ...] = ("double",),
 ) -> RNNConfig:
     """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``).
+
+    ``bias_modes_``: the bias modes drawn from (``config.BIAS_MODE_NAMES``); only ``"double"`` by default, the
+    one every peer takes (``Capabilities`` has no bias modes), and then nothing is drawn for it.
 
     ``require`` names :data:`FEATURES` every drawn config has (each must be among the capabilities):
     ``layers`` (two or more), ``bidirectional``, ``ragged`` (some sequence shorter than ``seq_len``),
     ``batch_major``, ``projection`` (LSTM only: the mode is then ``lstm``), ``skip_input``."""
+    unknown_modes = [m for m in bias_modes_ if m not in BIAS_MODE_NAMES]
+    if not bias_modes_ or unknown_modes:
+        raise ValueError(f"bias_modes_ must name bias modes among {BIAS_MODE_NAMES}, got {bias_modes_!r}")
     unknown = set(require) - set(FEATURES)
     if unknown:
         raise ValueError(f"require must name features among {FEATURES}, got {sorted(unknown)}")
@@ -119,6 +126,7 @@ def rnn_configs(
         weight_scale=draw(st.sampled_from(WEIGHT_SCALES), label="weight_scale"),
         initial_state=draw(st.booleans(), label="initial_state"),
         seed=draw(seeds(), label="seed"),
+        bias_mode=draw(st.sampled_from(bias_modes_), label="bias_mode") if len(bias_modes_) > 1 else bias_modes_[0],
     )
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compat_tests.compare import assert_agree_within_policy
-from compat_tests.config import Case, Outputs, RNNConfig, make_case
+from compat_tests.config import BIAS_MODE_NAMES, Case, Outputs, RNNConfig, make_case
 from compat_tests.run import forward_case, run_reference
 from compat_tests.tolerances import DROPOUT_RATE_SIGMAS
 from reference.formats.canonical import by_pseudo_layer
@@ -19,9 +19,11 @@ def sig(v):
 
 
 def textbook_step(mode, x, h, c, W, R, bW, bR, P):
-    """One step of one pseudo-layer for one sequence, gate by gate (lists in canonical gate order)."""
-    pre = [W[g] @ x + bW[g] for g in range(len(W))] if W is not None else [x + 0.0 for _ in R]
-    rec = [R[g] @ h + bR[g] for g in range(len(R))]
+    """One step of one pseudo-layer for one sequence, gate by gate (lists in canonical gate order); ``bW`` or
+    ``bR`` ``None`` where the bias mode has no such bias (the term is left out)."""
+    pre = [W[g] @ x for g in range(len(W))] if W is not None else [x + 0.0 for _ in R]
+    pre = pre if bW is None else [p + b for p, b in zip(pre, bW)]
+    rec = [R[g] @ h if bR is None else R[g] @ h + bR[g] for g in range(len(R))]
     if mode == "relu":
         return np.maximum(pre[0] + rec[0], 0.0), None
     if mode == "tanh":
@@ -36,16 +38,17 @@ def textbook_step(mode, x, h, c, W, R, bW, bR, P):
     if mode == "gru":  # cuDNN: h' = tanh(W_h x + r .* (R_h h + b_Rh) + b_Wh)
         n = np.tanh(pre[2] + r * rec[2])
     else:  # textbook: h' = tanh(W_h x + R_h (r .* h) + b_Wh + b_Rh)
-        n = np.tanh(pre[2] + R[2] @ (r * h) + bR[2])
+        n = np.tanh(pre[2] + R[2] @ (r * h) + (0.0 if bR is None else bR[2]))
     return (1.0 - z) * n + z * h, None
 
 
+@pytest.mark.parametrize("bias_mode", BIAS_MODE_NAMES)
 @pytest.mark.parametrize(("mode", "variant"), [(m, v) for m in ("relu", "tanh", "lstm", "gru", "classic_gru")
                                                  for v in ("plain", "skip_input")] + [("lstm", "projection")])
-def test_reference_follows_the_documented_equations(mode, variant):
+def test_reference_follows_the_documented_equations(mode, variant, bias_mode):
     cfg = RNNConfig(mode, num_units=5, input_size=5 if variant == "skip_input" else 3, seq_len=4, batch=3,
                     input_mode="skip_input" if variant == "skip_input" else "linear_input",
-                    num_proj=2 if variant == "projection" else None, weight_scale=2.0, seed=3)
+                    num_proj=2 if variant == "projection" else None, weight_scale=2.0, seed=3, bias_mode=bias_mode)
     case = make_case(cfg)
     t = by_pseudo_layer(cfg.model(), case.weights, case.biases)[0]
     output = np.zeros((cfg.seq_len, cfg.batch, cfg.state_width))

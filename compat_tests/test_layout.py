@@ -7,16 +7,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compat_tests.config import BIAS_MODE_NAMES
 from compat_tests.strategies import rnn_configs
-from reference.layout import PROJECTION_LIN_LAYER_ID, SKIP_INPUT_HAS_LAYER0_INPUT_BIASES
+from reference.layout import PROJECTION_LIN_LAYER_ID, SKIP_INPUT_HAS_LAYER0_INPUT_BIASES, bias_slots
 
 GATES = {"relu": 1, "tanh": 1, "lstm": 4, "gru": 3, "classic_gru": 3}
+# cuDNN's cudnnRNNBiasMode_t as its documentation reads: (an input bias per gate, a recurrent bias per gate)
+BIASES = {"double": (True, True), "single_inp": (True, False), "single_rec": (False, True), "none": (False, False)}
+EVERY_BIAS_MODE = dict(bias_modes_=BIAS_MODE_NAMES)
 
 
 def expected_canonical_shapes(cfg):
-    """The canonical shapes as TensorFlow's CudnnRNNParamsToCanonical(V2) documents them."""
+    """The canonical shapes as TensorFlow's CudnnRNNParamsToCanonical(V2) documents them, with the biases of
+    the bias mode only."""
     G, H, D = GATES[cfg.mode], cfg.num_units, cfg.num_dirs
     Hr = cfg.num_proj or H
+    has_input, has_recurrent = BIASES[cfg.bias_mode]
     weights, biases = [], []
     for layer in range(cfg.num_layers):
         in_width = cfg.input_size if layer == 0 else D * Hr
@@ -25,16 +31,17 @@ def expected_canonical_shapes(cfg):
             weights += ([] if skipped else [(H, in_width)] * G) + [(H, Hr)] * G
             if cfg.num_proj:
                 weights.append((cfg.num_proj, H))
-            biases += ([] if skipped and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES else [(H,)] * G) + [(H,)] * G
+            input_biases = has_input and not (skipped and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES)
+            biases += [(H,)] * G * input_biases + [(H,)] * G * has_recurrent
     return weights, biases
 
 
-@given(cfg=rnn_configs())
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE))
 def test_canonical_shapes_follow_tensorflow(cfg):
     assert cfg.model().canonical_shapes() == expected_canonical_shapes(cfg)
 
 
-@given(cfg=rnn_configs())
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE))
 def test_params_size_is_the_sum_of_canonical_sizes(cfg):
     weights, biases = cfg.model().canonical_shapes()
     assert cfg.model().params_size() == sum(int(np.prod(s)) for s in weights + biases)
@@ -47,7 +54,7 @@ def random_bits(rng, shape, dtype):
     return ints.astype({2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]).view(dtype)
 
 
-@given(cfg=rnn_configs(), seed=st.integers(0, 2**32 - 1))
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE), seed=st.integers(0, 2**32 - 1))
 def test_canonical_to_params_to_canonical_is_bit_exact(cfg, seed):
     model = cfg.model()
     rng = np.random.default_rng(seed)
@@ -60,7 +67,7 @@ def test_canonical_to_params_to_canonical_is_bit_exact(cfg, seed):
         assert got.tobytes() == sent.tobytes()
 
 
-@given(cfg=rnn_configs(), seed=st.integers(0, 2**32 - 1))
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE), seed=st.integers(0, 2**32 - 1))
 def test_params_to_canonical_to_params_is_bit_exact(cfg, seed):
     model = cfg.model()
     params = random_bits(np.random.default_rng(seed), model.params_size(), model.dtype)
@@ -68,7 +75,7 @@ def test_params_to_canonical_to_params_is_bit_exact(cfg, seed):
     assert again.tobytes() == params.tobytes()
 
 
-@given(cfg=rnn_configs())
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE))
 def test_opaque_regions_tile_the_buffer(cfg):
     model = cfg.model()
     regions = model.opaque_layout()
@@ -82,7 +89,7 @@ def test_opaque_regions_tile_the_buffer(cfg):
     assert sorted(w_regions + b_regions, key=lambda r: r.offset) == regions
 
 
-@given(cfg=rnn_configs())
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE))
 def test_each_pseudo_layer_groups_its_input_and_recurrent_tensors(cfg):
     """PyTorch's cuDNN path asserts this: per pseudo-layer, the input matrices (ids 0..G-1) are one
     contiguous block in id order, the recurrent ones (G..2G-1) another, and likewise the biases."""
@@ -99,7 +106,7 @@ def test_each_pseudo_layer_groups_its_input_and_recurrent_tensors(cfg):
                     assert b.offset == a.offset + a.size
 
 
-@given(cfg=rnn_configs(), seed=st.integers(0, 2**32 - 1))
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE), seed=st.integers(0, 2**32 - 1))
 def test_opaque_buffer_is_all_matrices_then_all_biases(cfg, seed):
     """Keras builds a 1-layer cuDNN buffer as the weights then the biases, each flattened row-major;
     JAX found the same for multi-layer LSTMs on cuDNN 8/9 ("through trial-and-error and testing")."""
@@ -138,3 +145,20 @@ def test_skip_input_has_no_layer0_input_matrices():
     for pl in (2, 3):
         ids = {r.lin_layer_id for r in regions if r.pseudo_layer == pl}
         assert ids == set(range(6))
+
+
+@given(cfg=rnn_configs(**EVERY_BIAS_MODE))
+def test_each_pseudo_layers_biases_are_where_the_decision_puts_them(cfg):
+    """Per pseudo-layer, its biases in buffer order are :func:`reference.layout.bias_slots`' (the one place of
+    that UNCONFIRMED decision, docs/decisions.md), after every matrix of every pseudo-layer; a single mode's
+    biases are those of one side (ids ``0..G-1`` or ``G..2G-1``), ``"none"`` has none."""
+    G = GATES[cfg.mode]
+    regions = cfg.model().opaque_layout()
+    last_matrix = max((r.offset + r.size for r in regions if r.kind == "weight"), default=0)
+    has_input, has_recurrent = BIASES[cfg.bias_mode]
+    for pl in range(cfg.num_layers * cfg.num_dirs):
+        ids = [r.lin_layer_id for r in regions if r.kind == "bias" and r.pseudo_layer == pl]
+        skipped = cfg.input_mode == "skip_input" and pl < cfg.num_dirs and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES
+        assert ids == [s.lin_layer_id for s in bias_slots(cfg.bias_mode, G) if not (skipped and s.lin_layer_id < G)]
+        assert ids == [*range(G)] * (has_input and not skipped) + [*range(G, 2 * G)] * has_recurrent
+    assert all(r.offset >= last_matrix for r in regions if r.kind == "bias")

@@ -91,7 +91,7 @@ def finite_difference_failures(cfg: RNNConfig, case: Case, dropout: float = 0.0,
     scale = max(1.0, abs(loss(args)))
     found = []
     for name, grad in grads.items():
-        if grad[0] is None:
+        if not grad or grad[0] is None:  # no c0 but for the LSTM, no bias with bias_mode "none"
             continue
         sizes = np.cumsum([0] + [a.size for a in grad])
         directions = []

@@ -44,6 +44,72 @@ def test_checkpoint_round_trip(cfg, suffix, tmp_path_factory):
     assert_agree_within_policy(cfg, case, restored, run_reference(cfg, case))
 
 
+@given(cfg=rnn_configs(dtypes_=("float32", "float64"), bias_modes_=("single_inp", "single_rec", "none"), **SMALL),
+       suffix=st.sampled_from([".safetensors", ".npz"]))
+def test_checkpoint_round_trip_under_every_bias_mode(cfg, suffix, tmp_path_factory):
+    """A single mode's one bias per gate, saved under TF's summed-bias names, comes back bit for bit (it is not
+    halved), as do the weights; the bias mode comes back from the checkpoint's config."""
+    case, model = make_case(cfg), cfg.model()
+    path = tmp_path_factory.mktemp("ck") / f"model{suffix}"
+    checkpoint.save(path, model, case.weights, case.biases)
+    ck = checkpoint.load(path)
+    assert repr(ck.model) == repr(model) and ck.model.bias_mode == cfg.bias_mode
+    for got, sent in zip(ck.weights + ck.biases, case.weights + case.biases, strict=True):
+        assert got.tobytes() == sent.tobytes()
+
+
+@pytest.mark.parametrize(("bias_mode", "candidate_biases"), [
+    ("double", ["hidden_projection/bias", "input_projection/bias"]), ("single_inp", ["input_projection/bias"]),
+    ("single_rec", ["hidden_projection/bias"]), ("none", [])])
+def test_tf_names_hold_the_biases_of_the_bias_mode(bias_mode, candidate_biases):
+    """TF's names extended to the bias modes: a gate's summed bias is the single mode's one bias, the cuDNN GRU's
+    candidate keeps the projection bias of the mode's side only, and ``"none"`` has no bias tensor."""
+    cfg = RNNConfig("gru", num_units=2, input_size=1, bias_mode=bias_mode)
+    model, case = cfg.model(), make_case(cfg)
+    p = tf.cell_prefix(model, 0)
+    saved = tf.to_tf(model, case.weights, case.biases)
+    assert sorted(n[len(p) + len("/candidate/"):] for n in saved if "candidate" in n and n.endswith("bias")) == \
+        candidate_biases
+    assert (f"{p}/gates/bias" in saved) == (bias_mode != "none")
+    if bias_mode in ("single_inp", "single_rec"):  # canonical biases: r, z, h of the mode's side
+        np.testing.assert_array_equal(saved[f"{p}/gates/bias"], np.concatenate(case.biases[:2]))
+        side = "input" if bias_mode == "single_inp" else "hidden"
+        np.testing.assert_array_equal(saved[f"{p}/candidate/{side}_projection/bias"], case.biases[2])
+    lstm = RNNConfig("lstm", num_units=2, input_size=1, bias_mode="single_rec")
+    lmodel, lcase = lstm.model(), make_case(lstm)
+    lsaved = tf.to_tf(lmodel, lcase.weights, lcase.biases)[f"{tf.cell_prefix(lmodel, 0)}/bias"]
+    np.testing.assert_array_equal(lsaved, np.concatenate([lcase.biases[g] for g in (0, 2, 1, 3)]))  # i, c, f, o
+
+
+def test_a_tf_named_file_of_another_bias_mode_loads_with_the_mode_given(tmp_path):
+    """TF's names do not tell the bias mode (a file without our config reads as the double bias): given as an
+    override, it reads a file with the biases of that mode; without it, the missing biases are named."""
+    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, bias_mode="none")
+    model, case = cfg.model(), make_case(cfg)
+    checkpoint.write_tensors(tmp_path / "m.npz", tf.to_tf(model, case.weights, case.biases), None)
+    with pytest.raises(ValueError, match=r"lacks .* tensor\(s\).*bias"):
+        checkpoint.load(tmp_path / "m.npz")
+    ck = checkpoint.load(tmp_path / "m.npz", {"bias_mode": "none"})
+    assert ck.model.bias_mode == "none" and ck.biases == []
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(ck.weights, case.weights, strict=True))
+    checkpoint.save(tmp_path / "c.npz", model, case.weights, case.biases)
+    with pytest.raises(ValueError, match=r"bias_mode is 'none', not 'double'"):
+        checkpoint.load(tmp_path / "c.npz", {"bias_mode": "double"})
+
+
+def test_a_skip_input_single_inp_file_must_hold_zero_layer0_biases():
+    """With skip_input, layer 0 has no input bias (``layout.SKIP_INPUT_HAS_LAYER0_INPUT_BIASES``), so under
+    ``single_inp`` no bias at all: TF's stand-in summed bias there must be zero."""
+    cfg = RNNConfig("lstm", num_layers=2, num_units=3, input_size=3, input_mode="skip_input", bias_mode="single_inp")
+    model, case = cfg.model(), make_case(cfg)
+    tensors = tf.to_tf(model, case.weights, case.biases)
+    name = f"{tf.cell_prefix(model, 0)}/bias"
+    assert not tensors[name].any()
+    tensors[name] = tensors[name] + 1
+    with pytest.raises(ValueError, match=r"biases must be zero: a skip_input model with bias_mode 'single_inp'"):
+        tf.from_tf(model, tensors)
+
+
 def test_tf_names_follow_the_saveable():
     lstm = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional", num_proj=2).model()
     names = tf.expected_shapes(lstm)

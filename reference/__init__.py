@@ -1,9 +1,9 @@
 """Pure-NumPy reference of cuDNN's recurrent networks (relu/tanh RNN, LSTM, GRU) and the textbook GRU.
 
-Imports NumPy only. The public names follow ``shared/API.md``; see ``reference.model`` for semantics.
+Imports NumPy only. The public names are documented in ``docs/api.md``; see ``reference.model`` for semantics.
 """
 
-from .layout import Region
+from .layout import BIAS_MODES, Region
 from .streaming import BoundRNN, Stream
 from .model import (
     ClassicGRU,
@@ -19,6 +19,7 @@ from .model import (
 )
 
 __all__ = [
+    "BIAS_MODES",
     "BoundRNN",
     "Stream",
     "ClassicGRU",

@@ -51,12 +51,17 @@ class Checkpoint:
 
 
 CONFIG_FIELDS = ("rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction", "num_proj", "dtype")
+# Fields a config carries only where they are not their defaults (so files of models without them are as before).
+OPTIONAL_FIELDS = {"bias_mode": "double"}
 
 
 def model_config(model) -> dict:
-    """The config a checkpoint carries: ``CONFIG_FIELDS`` as the model's attributes (its dtype by name)."""
+    """The config a checkpoint carries: ``CONFIG_FIELDS`` as the model's attributes (its dtype by name), and
+    the ``OPTIONAL_FIELDS`` where the model's are not their defaults."""
     fields = {name: getattr(model, name) for name in CONFIG_FIELDS}
-    return {"format": FORMAT, "version": VERSION, **fields, "dtype": model.dtype.name}
+    optional = {name: getattr(model, name, default) for name, default in OPTIONAL_FIELDS.items()}
+    return {"format": FORMAT, "version": VERSION, **fields, "dtype": model.dtype.name,
+            **{name: value for name, value in optional.items() if value != OPTIONAL_FIELDS[name]}}
 
 
 CONFIG_DEFAULTS = {"format": FORMAT, "version": VERSION, "input_mode": "linear_input", "direction": "unidirectional",
@@ -104,7 +109,8 @@ def model_from_config(config: dict, holds: int | None = None):
         raise ValueError(f"the config's {layers} layer(s) x {dirs} direction(s) are more than the file can hold "
                          f"({holds})")
     return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
-                      config["input_mode"], config["direction"], config["dtype"], num_proj=config["num_proj"])
+                      config["input_mode"], config["direction"], config["dtype"], num_proj=config["num_proj"],
+                      **{name: config.get(name, default) for name, default in OPTIONAL_FIELDS.items()})
 
 
 def save(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray],
@@ -458,10 +464,11 @@ def about(path: str | Path) -> Iterator[None]:
 def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     """Restore a checkpoint written by :func:`save`; or a file of TF-named tensors without our config (a
     safetensors or ``.npz`` file, or a TensorFlow checkpoint ``PREFIX``), whose config comes from its names
-    and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``scope`` picks one of several
-    variable scopes, ``names`` maps a tensor file's own names onto TF's: :func:`name_map`, ``layer`` reads one
-    layer of a stack as a one-layer model: ``reference.formats.tf.pick_layer``). ``overrides`` must
-    agree with a config the file carries. Errors name the file."""
+    and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``bias_mode`` a bias mode other
+    than the double bias, which TF's names do not tell, ``scope`` picks one of several variable scopes,
+    ``names`` maps a tensor file's own names onto TF's: :func:`name_map`, ``layer`` reads one layer of a stack
+    as a one-layer model: ``reference.formats.tf.pick_layer``). ``overrides`` must agree with a config the
+    file carries. Errors name the file."""
     if overrides is not None:
         check_mapping("overrides", overrides, "config fields")
     with about(path):
@@ -488,7 +495,7 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     if overrides.get("layer") is not None:
         raise ValueError("a layer is picked from a TF-named stack without our config; this file carries its config "
                          "(one cuDNN stack)")
-    with_options(config, overrides, f"{path} carries its config")
+    with_options({**OPTIONAL_FIELDS, **config}, overrides, f"{path} carries its config")
     model = model_from_config(config, holds=len(tensors))
     check_fits(model, sum(np.size(t) for t in tensors.values()), "the checkpoint's tensors")
     expected = tf.expected_shapes(model, config.get("scope"))
@@ -513,7 +520,7 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
             return {n: got[originals[n]] for n in names}
     found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
     config = with_options(complete_config(found), overrides, "its tensors' names and shapes tell its config",
-                          untold=("input_mode",))
+                          untold=("input_mode", *OPTIONAL_FIELDS))
     model = model_from_config(config, holds=len(meta))
     check_fits(model, sum(math.prod(shape) for _, shape in meta.values()), "the checkpoint's tensors")
     expected = tf.expected_shapes(model, config["scope"])

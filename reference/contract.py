@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from . import checks
-from .layout import LayoutSpec
+from .layout import BIAS_MODES, LayoutSpec
 from .precision import storage_dtype
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
@@ -53,7 +53,8 @@ def new_model_token() -> int:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A model's validated constructor arguments (``input_mode`` resolved, ``dtype`` a NumPy dtype)."""
+    """A model's validated constructor arguments (``input_mode`` resolved, ``dtype`` a NumPy dtype;
+    ``bias_mode`` one of ``reference.layout.BIAS_MODES``)."""
 
     rnn_mode: str
     num_layers: int
@@ -65,6 +66,7 @@ class ModelConfig:
     dropout: float
     seed: int
     num_proj: int | None
+    bias_mode: str = "double"
 
     @property
     def num_dirs(self) -> int:
@@ -88,28 +90,31 @@ class ModelConfig:
         """What fixes the parameter layout (``reference.layout``)."""
         return LayoutSpec(num_gates=len(self.gates), num_layers=self.num_layers, num_dirs=self.num_dirs,
                           num_units=self.num_units, input_size=self.input_size, num_proj=self.num_proj,
-                          skip_input=self.input_mode == "skip_input")
+                          skip_input=self.input_mode == "skip_input", bias_mode=self.bias_mode)
 
     def attributes(self) -> dict[str, object]:
         """A model's public attributes of its config, by name (``rnn_mode`` is its class's)."""
         return {name: getattr(self, name) for name in ("num_layers", "num_units", "input_size", "input_mode",
                                                         "direction", "num_dirs", "dtype", "dropout", "seed",
-                                                        "num_proj")}
+                                                        "num_proj", "bias_mode")}
 
     def arguments(self) -> str:
-        """The constructor arguments as a model's ``repr`` shows them."""
+        """The constructor arguments as a model's ``repr`` shows them (``num_proj`` and ``bias_mode`` where not
+        their defaults)."""
         proj = f", num_proj={self.num_proj}" if self.num_proj is not None else ""
+        bias = f", bias_mode={self.bias_mode!r}" if self.bias_mode != "double" else ""
         return (f"num_layers={self.num_layers}, num_units={self.num_units}, input_size={self.input_size}, "
                 f"input_mode={self.input_mode!r}, direction={self.direction!r}, dtype={self.dtype.name}, "
-                f"dropout={self.dropout}, seed={self.seed}{proj}")
+                f"dropout={self.dropout}, seed={self.seed}{proj}{bias}")
 
 
 def model_config(rnn_mode: str, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 num_proj: int | None = None) -> ModelConfig:
+                 num_proj: int | None = None, bias_mode: str = "double") -> ModelConfig:
     """Every backend's constructor checks, in argument order: the config, or a ``TypeError``/``ValueError``
     naming the argument. ``input_mode="auto_select"`` resolves by TensorFlow's rule; ``num_proj`` is the
-    LSTM's: the other modes refuse one (a ``TypeError``, as for an argument their constructors lack)."""
+    LSTM's: the other modes refuse one (a ``TypeError``, as for an argument their constructors lack);
+    ``bias_mode`` is one of ``reference.layout.BIAS_MODES`` (cuDNN's ``cudnnRNNBiasMode_t``)."""
     checks.one_of("rnn_mode", rnn_mode, tuple(MODE_SHAPES))
     num_layers = checks.int_at_least("num_layers", num_layers, 1)
     num_units = checks.int_at_least("num_units", num_units, 1)
@@ -135,8 +140,9 @@ def model_config(rnn_mode: str, num_layers: int, num_units: int, input_size: int
         if num_proj >= num_units:
             raise ValueError(f"num_proj must be in 1..num_units-1 = 1..{num_units - 1} "
                              f"(cuDNN takes projSize == hiddenSize as 'no projection'), got {num_proj}")
+    checks.one_of("bias_mode", bias_mode, tuple(BIAS_MODES))
     return ModelConfig(rnn_mode, num_layers, num_units, input_size, input_mode, direction, dtype, float(dropout),
-                       seed, num_proj)
+                       seed, num_proj, bias_mode)
 
 
 # ---- results ----------------------------------------------------------------------------------------

@@ -62,7 +62,14 @@ class _Stacking(NamedTuple):
 
 
 class _CudnnRNN:
-    """A cuDNN RNN of one cell mode over an opaque parameter buffer (see the subclasses)."""
+    """A cuDNN RNN of one cell mode over an opaque parameter buffer (see the subclasses).
+
+    ``bias_mode`` (keyword only) is cuDNN's ``cudnnRNNBiasMode_t``: ``"double"`` (the default: ``b_W`` and
+    ``b_R`` per gate, as TensorFlow and PyTorch), ``"single_inp"`` (``b_W`` only), ``"single_rec"`` (``b_R``
+    only) or ``"none"``. An absent bias is absent from the equations (``reference.spec``), from the canonical
+    lists and from the opaque buffer (``reference.layout.bias_slots``); for the cuDNN GRU the single modes
+    are different functions, since ``b_Rh`` sits inside ``r * (R_h h + b_Rh)``.
+    """
 
     rnn_mode: ClassVar[str]
 
@@ -77,9 +84,11 @@ class _CudnnRNN:
         dropout: float = 0.0,
         seed: int = 0,
         num_proj: int | None = None,
+        *,
+        bias_mode: str = "double",
     ) -> None:
         self._config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode,
-                                             direction, dtype, dropout, seed, num_proj)
+                                             direction, dtype, dropout, seed, num_proj, bias_mode)
         vars(self).update(self._config.attributes())
         self._mode: CellMode = MODES[self.rnn_mode]
         self._spec = self._config.layout_spec()
@@ -112,7 +121,7 @@ class _CudnnRNN:
         return self._params_size
 
     def canonical_shapes(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-        """Shapes of the canonical weights and biases, in canonical order."""
+        """Shapes of the canonical weights and biases, in canonical order (the biases the bias mode has)."""
         return [r.shape for r in self._weight_regions], [r.shape for r in self._bias_regions]
 
     def canonical_regions(self) -> tuple[list[Region], list[Region]]:
@@ -143,13 +152,16 @@ class _CudnnRNN:
     def _stacking_plan(self) -> list[dict[str, _Stacking | None]]:
         """Per pseudo-layer, for each field of :class:`PseudoLayerParams`, how :meth:`_pseudo_layers` stacks it
         (gate blocks in the mode's compute order), or ``None`` where the buffer has no such tensor. Row-major
-        blocks stacked along their first axis are their flat slices one after another."""
-        G, order = self._mode.num_gates, self._mode.gate_order
+        blocks stacked along their first axis are their flat slices one after another. A bias the bias mode
+        lacks, beside its matrix, is planned as zeros (no slices): the engine adds it, ``v + 0 == v``, so
+        every bias mode runs the one double-bias code path."""
+        G, H, order = self._mode.num_gates, self.num_units, self._mode.gate_order
 
         def plan(kind: str, pl: int, lin_ids: Sequence[int]) -> _Stacking | None:
             regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
             if regions[0] is None:
-                return None
+                beside_a_matrix = ("weight", pl, lin_ids[0]) in self._regions
+                return _Stacking([], (G * H,), None) if kind == "bias" and beside_a_matrix else None
             slices = [slice(r.offset, r.offset + r.size) for r in regions]
             consecutive = all(a.stop == b.start for a, b in zip(slices, slices[1:]))
             return _Stacking(slices, (sum(r.shape[0] for r in regions), *regions[0].shape[1:]),
@@ -171,6 +183,8 @@ class _CudnnRNN:
         def stacked(plan: _Stacking | None) -> np.ndarray | None:
             if plan is None:
                 return None
+            if not plan.slices:  # a bias the bias mode lacks
+                return np.zeros(plan.shape, cdt)
             if viewable and plan.span is not None:
                 return params[plan.span].reshape(plan.shape)
             out = buffers.empty(plan.shape, cdt)
@@ -369,15 +383,18 @@ MODELS: dict[str, type[_CudnnRNN]] = {
 
 def make_model(rnn_mode: str, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-               num_proj: int | None = None, *, models: dict | None = None, **options):
+               num_proj: int | None = None, *, models: dict | None = None, bias_mode: str = "double", **options):
     """A model of ``rnn_mode`` from ``models`` (default :data:`MODELS`; ``cudnn_backend.MODELS`` takes the
     same arguments plus its keyword ``options``), with every mode's constructor called alike: ``num_proj``
     goes only to the modes whose row in ``MODES`` supports a projection (the LSTM); for any other mode it
-    must be ``None``."""
+    must be ``None``. ``bias_mode`` goes to the constructor where it is not the default ``"double"`` (so a
+    backend without bias modes still makes double-bias models, and refuses the others)."""
     table = MODELS if models is None else models
     checks.one_of("rnn_mode", rnn_mode, tuple(table))
     extra = {"num_proj": num_proj} if MODES[rnn_mode].supports_projection else {}
-    if num_proj is not None and not extra:
+    if bias_mode != "double":
+        options = {**options, "bias_mode": bias_mode}
+    if num_proj is not None and "num_proj" not in extra:
         raise ValueError(f"num_proj must be None for rnn_mode={rnn_mode!r} (a projection needs rnn_mode "
                          f"{' or '.join(repr(m) for m in table if MODES[m].supports_projection)}), "
                          f"got {num_proj!r}")

@@ -40,6 +40,9 @@ Equations (column vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMo
 - gru (cuDNN, gates r, z, h): ``r = σ(xw_r + R_r h + b_Rr)``, ``z = σ(...)``,
   ``n = tanh(xw_h + r*(R_h h + b_Rh))``, ``h' = (1-z)*n + z*h``
 - classic_gru (textbook, same weights): ``n = tanh(xw_h + R_h (r*h) + b_Rh)``
+
+Every bias mode (``cudnnRNNBiasMode_t``) runs these steps: a bias the mode lacks arrives as zeros
+(``recurrence.PseudoLayerParams``), which the equations above add as ``v + 0 == v``.
 """
 
 from __future__ import annotations

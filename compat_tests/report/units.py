@@ -26,7 +26,7 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class Unit:
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
-        return {"study": self.study, "backend": self.backend, "config": asdict(self.cfg)}
+        return {"study": self.study, "backend": self.backend, "config": self.cfg.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Unit":

@@ -38,6 +38,15 @@ def check_model(model: object) -> None:
                         f"({type(model).__name__})")
 
 
+def check_double_bias(model, fmt: str) -> None:
+    """Refuse, naming ``bias_mode``, a model of another bias mode than the double bias for a format (``fmt``)
+    whose reader and writer here hold the double bias only (``reference.formats.tf`` holds every mode)."""
+    mode = getattr(model, "bias_mode", "double")
+    if mode != "double":
+        raise ValueError(f"bias_mode must be 'double' for {fmt}, which is read and written here with both biases "
+                         f"of every gate only; {model!r} has bias_mode {mode!r}")
+
+
 def check_mapping(name: str, value: object, holds: str) -> None:
     """``value`` is a mapping (``holds`` says of what), else a ``TypeError`` naming it."""
     if not isinstance(value, Mapping):

@@ -21,8 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_layers, check_model, check_tensor,
-                        flatten, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_double_bias, check_fits, check_layers, check_model,
+                        check_tensor, flatten, zeros)
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
@@ -38,6 +38,7 @@ LAYERS = {mode: cls + (f"({', '.join(f'{k}={v!r}' for k, v in options.items())})
 
 def _supported(model) -> None:
     check_model(model)
+    check_double_bias(model, "Keras's weights")
     if model.num_proj:
         raise ValueError("Keras LSTM has no projection")
     if model.input_mode == "skip_input":

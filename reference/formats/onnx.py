@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_layers, check_model, check_tensor,
-                        flatten, input_blocks, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_double_bias, check_fits, check_layers, check_model,
+                        check_tensor, flatten, input_blocks, zeros)
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -29,6 +29,7 @@ ACTIVATIONS = {"relu": ("Relu",), "tanh": ("Tanh",), "lstm": ("Sigmoid", "Tanh",
 def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """``{"W", "R", "B"}`` per layer."""
     check_model(model)
+    check_double_bias(model, "ONNX's W, R and B")
     if model.num_proj:
         raise ValueError("ONNX LSTM has no projection")
     order, D = ORDER[model.rnn_mode], model.num_dirs
@@ -48,6 +49,7 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
 def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-layer ``W``/``R``/``B``; errors name the tensor."""
     check_model(model)
+    check_double_bias(model, "ONNX's W, R and B")
     check_layers("layers", layers, Mapping, "dict of ONNX W, R and B")
     check_fits(model, sum(np.size(a) for layer in layers for a in layer.values()), "the ONNX W, R and B")
     expected = to_onnx(model, *zeros(model))

@@ -21,6 +21,14 @@ Tensors per cell (``in`` the layer's input width, ``Hr`` num_proj or num_units):
 Restoring a summed bias gives each half of the sum (TF's rule: the sum is what the math sees); the two
 halves are chosen so that they add up to the saved sum exactly. With skip_input, layer 0 is saved with identity input matrices and no input
 bias, and restoring checks that they are exactly that.
+
+Bias modes. TensorFlow's ``CudnnRNN`` has the double bias only; the format extends to the others as the
+canonical lists do, with no bias invented: a single mode's model is saved under the same names, each summed
+bias being the one bias the mode has (``b_W`` with ``single_inp``, ``b_R`` with ``single_rec``; restored
+exactly, not halved), and the cuDNN GRU's candidate keeps only the projection bias of the mode's side
+(``candidate/input_projection/bias`` or ``candidate/hidden_projection/bias``); a ``"none"`` model is saved with
+no bias tensor at all. TensorFlow's own cells (``reference.cells``) read the double bias's names only. The
+bias mode is not told by the names: a checkpoint carries it in its config (``reference.checkpoint``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import re
 
 import numpy as np
 
+from ..layout import BIAS_MODES
 from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_mapping, check_model, check_tensor,
                         flatten, input_blocks, matrix_shape, zeros)
 
@@ -67,40 +76,57 @@ def cell_prefix(model, pseudo_layer: int, scope: str | None = None) -> str:
     return f"{scope + '/' if scope else ''}{base}/{CELL_NAMES[model.rnn_mode]}"
 
 
-def _sum(t: PseudoLayerTensors, bw: list[np.ndarray], g: int) -> np.ndarray:
-    return bw[g] + t.b_R[g]
+def bias_mode(model) -> str:
+    """A model's bias mode (``"double"`` for a model without one)."""
+    return getattr(model, "bias_mode", "double")
+
+
+def _sum(bw: list[np.ndarray] | None, br: list[np.ndarray] | None, g: int) -> np.ndarray | None:
+    """The one bias TF's cells add for gate ``g``: ``b_W + b_R``, the one a single bias mode has, or ``None``."""
+    if bw is None or br is None:
+        return None if bw is None and br is None else (br if bw is None else bw)[g]
+    return bw[g] + br[g]
+
+
+def _joined_biases(bw: list[np.ndarray] | None, br: list[np.ndarray] | None, gates) -> np.ndarray | None:
+    """:func:`_sum` of ``gates``, one after another (``None`` where the bias mode has none)."""
+    parts = [_sum(bw, br, g) for g in gates]
+    return None if parts[0] is None else np.concatenate(parts)
 
 
 def to_tf(model, weights: list[np.ndarray], biases: list[np.ndarray], scope: str | None = None) -> dict[str, np.ndarray]:
-    """Canonical lists -> ``{TF variable name: tensor}`` in TF's cell formats."""
-    out: dict[str, np.ndarray] = {}
+    """Canonical lists -> ``{TF variable name: tensor}`` in TF's cell formats (the biases the model's bias mode
+    has: module docstring)."""
+    out: dict[str, np.ndarray | None] = {}
+    has_input_bias = BIAS_MODES[bias_mode(model)].input
     for pl, t in enumerate(by_pseudo_layer(model, weights, biases)):
         p = cell_prefix(model, pl, scope)
         W, bW = input_blocks(model, t)
+        bW = bW if has_input_bias else None  # skip_input's stand-in zeros only where the other layers have b_W
 
         def joined(g):
             return np.concatenate([W[g], t.R[g]], axis=1)
 
         if model.rnn_mode in ("relu", "tanh"):
             out[f"{p}/kernel"] = joined(0).T
-            out[f"{p}/bias"] = _sum(t, bW, 0)
+            out[f"{p}/bias"] = _sum(bW, t.b_R, 0)
         elif model.rnn_mode == "lstm":
             out[f"{p}/kernel"] = np.concatenate([joined(g) for g in LSTM_TF_ORDER], axis=0).T
-            out[f"{p}/bias"] = np.concatenate([_sum(t, bW, g) for g in LSTM_TF_ORDER])
+            out[f"{p}/bias"] = _joined_biases(bW, t.b_R, LSTM_TF_ORDER)
             if t.P is not None:
                 out[f"{p}/projection/kernel"] = t.P.T
         else:
             out[f"{p}/gates/kernel"] = np.concatenate([joined(0), joined(1)], axis=0).T
-            out[f"{p}/gates/bias"] = np.concatenate([_sum(t, bW, 0), _sum(t, bW, 1)])
+            out[f"{p}/gates/bias"] = _joined_biases(bW, t.b_R, (0, 1))
             if model.rnn_mode == "gru":
                 out[f"{p}/candidate/input_projection/kernel"] = W[2].T
-                out[f"{p}/candidate/input_projection/bias"] = bW[2]
+                out[f"{p}/candidate/input_projection/bias"] = None if bW is None else bW[2]
                 out[f"{p}/candidate/hidden_projection/kernel"] = t.R[2].T
-                out[f"{p}/candidate/hidden_projection/bias"] = t.b_R[2]
+                out[f"{p}/candidate/hidden_projection/bias"] = None if t.b_R is None else t.b_R[2]
             else:
                 out[f"{p}/candidate/kernel"] = joined(2).T
-                out[f"{p}/candidate/bias"] = _sum(t, bW, 2)
-    return {name: np.ascontiguousarray(a) for name, a in out.items()}
+                out[f"{p}/candidate/bias"] = _sum(bW, t.b_R, 2)
+    return {name: np.ascontiguousarray(a) for name, a in out.items() if a is not None}
 
 
 _CELL = re.compile(r"^(?:(?P<scope>.+)/)?(?:rnn/multi_rnn_cell/cell_(?P<uni>\d+)|stack_bidirectional_rnn/"
@@ -254,6 +280,7 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
         check_tensor(f"tensor {name!r}", tensors[name], model.dtype, shape, repr(model))
 
     G, H = len(model.gates), model.num_units
+    mode = BIAS_MODES[bias_mode(model)]
     groups = []
     for pl in range(model.num_layers * model.num_dirs):
         p = cell_prefix(model, pl, scope)
@@ -261,27 +288,27 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
         width = model.input_size if layer == 0 else model.num_dirs * model.state_width
         W, R, bW, bR = [None] * G, [None] * G, [None] * G, [None] * G
 
-        def split(kernel_t: np.ndarray, gates_order, summed: np.ndarray):
+        def split(kernel_t: np.ndarray, gates_order, summed: np.ndarray | None):
             for k, g in enumerate(gates_order):
                 rows = kernel_t[k * H:(k + 1) * H]
                 W[g], R[g] = rows[:, :width].copy(), rows[:, width:].copy()
-                bW[g], bR[g] = halves(summed[k * H:(k + 1) * H])
+                bW[g], bR[g] = _parts(None if summed is None else summed[k * H:(k + 1) * H], mode)
 
         if model.rnn_mode in ("relu", "tanh"):
-            split(tensors[f"{p}/kernel"].T, (0,), tensors[f"{p}/bias"])
+            split(tensors[f"{p}/kernel"].T, (0,), tensors.get(f"{p}/bias"))
         elif model.rnn_mode == "lstm":
-            split(tensors[f"{p}/kernel"].T, LSTM_TF_ORDER, tensors[f"{p}/bias"])
+            split(tensors[f"{p}/kernel"].T, LSTM_TF_ORDER, tensors.get(f"{p}/bias"))
         else:
-            split(tensors[f"{p}/gates/kernel"].T, (0, 1), tensors[f"{p}/gates/bias"])
+            split(tensors[f"{p}/gates/kernel"].T, (0, 1), tensors.get(f"{p}/gates/bias"))
             if model.rnn_mode == "gru":
                 W[2] = tensors[f"{p}/candidate/input_projection/kernel"].T.copy()
-                bW[2] = tensors[f"{p}/candidate/input_projection/bias"].copy()
+                bW[2] = tensors.get(f"{p}/candidate/input_projection/bias")
                 R[2] = tensors[f"{p}/candidate/hidden_projection/kernel"].T.copy()
-                bR[2] = tensors[f"{p}/candidate/hidden_projection/bias"].copy()
+                bR[2] = tensors.get(f"{p}/candidate/hidden_projection/bias")
             else:
-                _split_candidate(tensors, p, width, W, R, bW, bR)
-        bR = [b.copy() for b in bR]
-        bW = [b.copy() for b in bW]
+                _split_candidate(tensors, p, width, W, R, bW, bR, mode)
+        bR = None if bR[0] is None else [b.copy() for b in bR]
+        bW = None if bW[0] is None else [b.copy() for b in bW]
         P = tensors[f"{p}/projection/kernel"].T.copy() if model.num_proj else None
         if layer == 0 and model.input_mode == "skip_input":
             eye = np.eye(H, dtype=model.dtype)
@@ -289,8 +316,12 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
                 if not np.array_equal(W[g], eye):
                     raise ValueError(f"{p}: skip_input needs identity input matrices, gate {model.gates[g]!r} "
                                      "is not the identity")
-                bR[g] = bR[g] + bW[g]  # no input bias in skip mode: the whole sum is recurrent
-            if model.rnn_mode == "gru" and np.any(tensors[f"{p}/candidate/input_projection/bias"]):
+                if bW is not None and bR is not None:
+                    bR[g] = bR[g] + bW[g]  # no input bias in skip mode: the whole sum is recurrent
+            if bW is not None and bR is None and any(np.any(b) for b in bW):
+                raise ValueError(f"{p}: its biases must be zero: a skip_input model with bias_mode "
+                                 f"{bias_mode(model)!r} has no bias in layer 0")
+            if model.rnn_mode == "gru" and np.any(tensors.get(f"{p}/candidate/input_projection/bias", 0)):
                 raise ValueError(f"{p}/candidate/input_projection/bias must be zero with skip_input")
             W_, bW_ = None, None
         else:
@@ -299,10 +330,20 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
     return flatten(model, groups)
 
 
-def _split_candidate(tensors, p, width, W, R, bW, bR) -> None:
+def _parts(summed: np.ndarray | None, mode) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A saved summed bias as the cuDNN biases of ``mode`` (a :class:`reference.layout.BiasMode`): halves of the
+    double bias, the whole of a single mode's one bias (exactly), ``None`` where nothing was saved."""
+    if summed is None:
+        return None, None
+    if mode.input and mode.recurrent:
+        return halves(summed)
+    return (summed, None) if mode.input else (None, summed)
+
+
+def _split_candidate(tensors, p, width, W, R, bW, bR, mode) -> None:
     kernel_t = tensors[f"{p}/candidate/kernel"].T
     W[2], R[2] = kernel_t[:, :width].copy(), kernel_t[:, width:].copy()
-    bW[2], bR[2] = halves(tensors[f"{p}/candidate/bias"])
+    bW[2], bR[2] = _parts(tensors.get(f"{p}/candidate/bias"), mode)
 
 
 def halves(summed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_mapping, check_model, check_tensor,
-                        flatten, matrix_shape, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_double_bias, check_fits, check_mapping, check_model,
+                        check_tensor, flatten, matrix_shape, zeros)
 
 
 def _suffix(model, pl: int) -> str:
@@ -24,6 +24,7 @@ def _suffix(model, pl: int) -> str:
 
 def _supported(model) -> None:
     check_model(model)
+    check_double_bias(model, "PyTorch's state_dict")
     if model.rnn_mode == "classic_gru":
         raise ValueError("PyTorch has no textbook GRU (its nn.GRU is the cuDNN variant)")
     if model.input_mode == "skip_input":

@@ -4,6 +4,11 @@
 Row form: a batch of vectors is ``[B, width]``, so ``W x`` is ``x @ W.T``. A gate ``g`` reads its input
 term ``W_g x + b_Wg`` and its recurrent term ``R_g u_g + b_Rg``, where ``u_g`` is the recurrent state
 ``h`` (the textbook GRU's candidate reads ``r * h``).
+
+Bias modes (cuDNN's ``cudnnRNNBiasMode_t``): a bias the mode lacks is absent from its term, not a zero
+added: ``double`` has both, ``single_inp`` only ``b_W`` (the input GEMM's), ``single_rec`` only ``b_R`` (the
+recurrent GEMM's), ``none`` neither; the cells' equations are written with both, and read without the
+absent one.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ class CellParams(NamedTuple):
     """One pseudo-layer's parameters (or their gradients), per gate in canonical order.
 
     ``W[g] [H, in]`` and ``b_W[g] [H]``, ``None`` where the layer has none (skip_input, layer 0: the input
-    enters every gate as it is); ``R[g] [H, Hr]``, ``b_R[g] [H]``; ``P [num_proj, H]`` or ``None``.
+    enters every gate as it is; ``b_W`` also where the bias mode has no input bias); ``R[g] [H, Hr]``,
+    ``b_R[g] [H]`` (``None`` where the bias mode has no recurrent bias); ``P [num_proj, H]`` or ``None``.
     """
 
     W: list[Array] | None
     b_W: list[Array] | None
     R: list[Array]
-    b_R: list[Array]
+    b_R: list[Array] | None
     P: Array | None
 
 
@@ -41,8 +47,9 @@ def input_term(p: CellParams, g: int, x: Array) -> Array:
 
 
 def recurrent_term(p: CellParams, g: int, u: Array) -> Array:
-    """``R_g u + b_Rg`` for ``u [B, Hr]`` -> ``[B, H]``."""
-    return u @ p.R[g].T + p.b_R[g]
+    """``R_g u + b_Rg`` for ``u [B, Hr]`` -> ``[B, H]``; without ``b_R`` no bias."""
+    term = u @ p.R[g].T
+    return term if p.b_R is None else term + p.b_R[g]
 
 
 def affine_backward(p: CellParams, x: Array, u: list[Array], d_in: list[Array], d_rec: list[Array],
@@ -58,7 +65,7 @@ def affine_backward(p: CellParams, x: Array, u: list[Array], d_in: list[Array], 
         W=None if p.W is None else [d.T @ x for d in d_in],
         b_W=None if p.b_W is None else [d.sum(axis=0) for d in d_in],
         R=[d.T @ ug for d, ug in zip(d_rec, u)],
-        b_R=[d.sum(axis=0) for d in d_rec],
+        b_R=None if p.b_R is None else [d.sum(axis=0) for d in d_rec],
         P=d_P,
     )
     return dx, du, grads

@@ -5,6 +5,16 @@
     cuDNN:     n = tanh(W_h x + b_Wh + r * (R_h h + b_Rh))
     textbook:  n = tanh(W_h x + b_Wh + R_h (r * h) + b_Rh)
     h' = (1 - z) * n + z * h
+
+Bias modes (``cell.py``): the terms a mode lacks are left out. For cuDNN's GRU that changes the function,
+since ``b_Rh`` sits inside the reset gate's product:
+
+    single_inp:  r = σ(W_r x + b_Wr + R_r h)      n = tanh(W_h x + b_Wh + r * (R_h h))
+    single_rec:  r = σ(W_r x + R_r h + b_Rr)      n = tanh(W_h x + r * (R_h h + b_Rh))
+    none:        r = σ(W_r x + R_r h)             n = tanh(W_h x + r * (R_h h))
+
+(z as r). Backward: a gate's ``b_W`` and ``b_R`` take its pre-activation's gradient, but cuDNN's ``b_Rh``
+takes ``r *`` the candidate's (``d_hn``), and ``b_Wh`` the candidate's own.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@
     g = tanh(W_c x + b_Wc + R_c h + b_Rc)     o = σ(W_o x + b_Wo + R_o h + b_Ro)
     c' = f * c + i * g                        h' = o * tanh(c')
     with a projection: h' = P (o * tanh(c')), and h (the recurrent state) is that projected h'.
+
+Bias modes (``cell.py``): ``single_inp`` keeps the ``b_W`` terms only (i = σ(W_i x + b_Wi + R_i h), ...),
+``single_rec`` the ``b_R`` terms only (i = σ(W_i x + R_i h + b_Ri), ...), ``none`` neither; each bias present
+takes its gate's pre-activation gradient summed over the batch.
 """
 
 from __future__ import annotations

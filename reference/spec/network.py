@@ -1,9 +1,12 @@
 """The network loop: layers, directions, time, as cuDNN's documentation and TensorFlow's ``CudnnRNNV3``
 state them, over the cells of ``rnn.py``, ``lstm.py`` and ``gru.py``.
 
-- The canonical weights and biases (TensorFlow's order, ``shared/API.md`` "Parameters") are grouped per
+- The canonical weights and biases (TensorFlow's order, ``docs/api.md`` "Parameters") are grouped per
   pseudo-layer (``layer * num_dirs + direction``); with skip_input, layer 0 has no input matrices (and no
   input biases unless ``layout.SKIP_INPUT_HAS_LAYER0_INPUT_BIASES``): its input enters every gate as it is.
+- ``bias_mode`` (cuDNN's ``cudnnRNNBiasMode_t``, ``layout.BIAS_MODES``): the biases the mode lacks are
+  absent from the canonical lists (at the lin layers ``layout.bias_slots`` names) and from the cells'
+  equations (``cell.py``).
 - Each layer's directions read the previous layer's output ``[forward | backward]``; the backward direction
   runs each sequence reversed within its own length.
 - ``lengths``: a step past a sequence's length outputs zeros and leaves its states as they were, so the
@@ -26,7 +29,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from .. import checks
-from ..layout import SKIP_INPUT_HAS_LAYER0_INPUT_BIASES
+from ..layout import BIAS_MODES, SKIP_INPUT_HAS_LAYER0_INPUT_BIASES, bias_slots
 from ..precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, STORAGE_DTYPES, compute_dtype
 from . import gru, lstm, rnn
 from .cell import Array, CellParams
@@ -64,9 +67,11 @@ class Network:
     num_dirs: int = 1
     num_proj: int | None = None
     skip_input: bool = False
+    bias_mode: str = "double"
 
     def __post_init__(self) -> None:
         checks.one_of("mode", self.mode, tuple(CELLS))
+        checks.one_of("bias_mode", self.bias_mode, tuple(BIAS_MODES))
         for name in ("num_layers", "num_units", "input_size"):
             checks.int_at_least(name, getattr(self, name), 1)
         if self.num_dirs not in (1, 2):
@@ -78,9 +83,10 @@ class Network:
 
     @classmethod
     def of(cls, model) -> "Network":
-        """The network of a model of this project (``reference.CudnnLSTM(...)``, the cuDNN backend's, ...)."""
+        """The network of a model of this project (``reference.CudnnLSTM(...)``, the cuDNN backend's, ...); a
+        model without a ``bias_mode`` has the double bias."""
         return cls(model.rnn_mode, model.num_layers, model.num_units, model.input_size, model.num_dirs,
-                   model.num_proj, model.input_mode == "skip_input")
+                   model.num_proj, model.input_mode == "skip_input", getattr(model, "bias_mode", "double"))
 
     @property
     def cell(self) -> Cell:
@@ -96,7 +102,8 @@ class Network:
 
     def canonical_entries(self) -> list[tuple[str, int, int, tuple[int, ...]]]:
         """``(kind, pseudo_layer, lin_layer_id, shape)`` of each canonical tensor, in canonical order: every
-        pseudo-layer's matrices (lin layers ``0..2G-1``, the projection last), then its biases likewise."""
+        pseudo-layer's matrices (lin layers ``0..2G-1``, the projection last), then its biases likewise (those
+        of the bias mode, ``layout.bias_slots``)."""
         G, H, Hr = self.cell.gates, self.num_units, self.state_width
         weights, biases = [], []
         for pl in range(self.num_layers * self.num_dirs):
@@ -106,7 +113,8 @@ class Network:
                 on_input = lin < G
                 if not (on_input and skip):
                     weights.append(("weight", pl, lin, (H, self.input_width(layer) if on_input else Hr)))
-                if not (on_input and skip and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES):
+            for lin, present in bias_slots(self.bias_mode, G):
+                if present and not (lin < G and skip and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES):
                     biases.append(("bias", pl, lin, (H,)))
             if self.num_proj is not None:
                 weights.append(("weight", pl, PROJECTION, (self.num_proj, H)))

@@ -1,4 +1,8 @@
-"""``CUDNN_RNN_RELU`` and ``CUDNN_RNN_TANH``: one gate, ``h' = act(W x + b_W + R h + b_R)``."""
+"""``CUDNN_RNN_RELU`` and ``CUDNN_RNN_TANH``: one gate, ``h' = act(W x + b_W + R h + b_R)``.
+
+Bias modes (``cell.py``): ``single_inp`` ``act(W x + b_W + R h)``, ``single_rec`` ``act(W x + R h + b_R)``,
+``none`` ``act(W x + R h)``; the gradient of each bias present is ``da`` summed over the batch.
+"""
 
 from __future__ import annotations
 
