@@ -2,8 +2,9 @@
 
 Profiles (``pytest --hypothesis-profile NAME`` or ``rnn-compat test --profile NAME``):
 ``ci`` (derandomized, bounded so ``make test`` stays well under 15 minutes on 2 cores), ``dev`` (the
-default: more examples, fresh randomness each run), ``thorough`` (a long hunt before a release), ``gpu``
-(derandomized, fewer examples: each rung of the GPU ladder in a short window).
+default: more examples, fresh randomness each run), ``thorough`` (a long hunt before a release: also every
+row of the sweeps that otherwise run their pairwise rows, the ``sweep`` fixture), ``gpu`` (derandomized,
+fewer examples: each rung of the GPU ladder in a short window), ``gpu-dry`` (the GPU run's dry runs on a CPU).
 ``RNN_COMPAT_EXPECT_CUDNN=1`` (``scripts/gpu_run.sh`` sets it where ``versions.json`` says the backend is
 available) fails every test skipped because the cuDNN backend is unavailable in the test process.
 Peers: ``--peers torch-cpu,onnxruntime`` (or ``RNN_COMPAT_PEERS``) limits the peer suites; a selected
@@ -22,6 +23,7 @@ from hypothesis import HealthCheck, settings
 from compat_tests.gpu_ladder import LADDERED_PEERS
 from compat_tests.peers import BUILT_IN, GPU_PEERS, PEERS, load_plugins, plugins
 from compat_tests.peers.base import availability
+from compat_tests.strategies import pairwise
 from reference import buffers
 
 _common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -30,6 +32,9 @@ settings.register_profile("dev", max_examples=300, **_common)
 settings.register_profile("thorough", max_examples=2000, **_common)
 # A GPU window (scripts/gpu_run.sh): every rung of the ladder draws from a narrow space of its own.
 settings.register_profile("gpu", max_examples=40, derandomize=True, **_common)
+# gpu_run.sh's dry runs on a CPU (test_gpu_run.py, GPU_RUN_PROFILE): the script's plumbing, every GPU test once
+# more on the fake; the properties themselves run in the CPU suite.
+settings.register_profile("gpu-dry", max_examples=8, derandomize=True, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
@@ -103,6 +108,20 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             report.outcome = "failed"
             report.longrepr = (f"skipped ({reason}), but the cuDNN backend is expected (RNN_COMPAT_EXPECT_CUDNN: "
                                f"versions.json says it is available); in this test process it is not: {why}")
+
+
+def profile(config: pytest.Config) -> str:
+    """The Hypothesis profile this run loaded: ``--hypothesis-profile``, else ``HYPOTHESIS_PROFILE``, else dev."""
+    return config.getoption("hypothesis_profile", None) or os.environ.get("HYPOTHESIS_PROFILE", "dev")
+
+
+@pytest.fixture
+def sweep(request: pytest.FixtureRequest):
+    """``sweep(rows)``: a test's sweep over combinations of factors. Under the thorough profile every row;
+    otherwise (ci, dev) the :func:`pairwise` rows, which hold every value of each factor beside every value of
+    each other: a sweep whose rows each take seconds (an exporter run) costs minutes whole."""
+    whole = profile(request.config) == "thorough"
+    return lambda rows: list(rows) if whole else pairwise(list(rows))
 
 
 def _available(name: str):

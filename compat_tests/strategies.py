@@ -151,3 +151,28 @@ def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfi
                            batch_major="batch_major" in offers, bidirectional="bidirectional" in offers,
                            max_layers=None if "layers" in offers else 1)
     return rnn_configs(limited, require=rung.require)
+
+
+def examples(dev: int) -> int:
+    """``max_examples`` for a property whose every example is slow (a child process): ``dev`` under the dev
+    profile, scaled as the loaded profile scales its own count against dev's (ci: half, thorough: 6.7x).
+    Called as the test module is imported, after pytest has loaded the profile."""
+    from hypothesis import settings
+
+    return max(1, round(dev * settings.default.max_examples / settings.get_profile("dev").max_examples))
+
+
+def pairwise(rows: list[tuple]) -> list[tuple]:
+    """Rows of ``rows`` (a sweep: tuples of factor values, as ``itertools.product`` makes them) that hold every
+    pair of values any two factors take together in ``rows``, in their order: chosen greedily, each next row
+    the first that holds the most pairs not yet held."""
+    def pairs(row: tuple) -> set:
+        return {(i, row[i], j, row[j]) for i in range(len(row)) for j in range(i + 1, len(row))}
+
+    left = set().union(*map(pairs, rows)) if rows else set()
+    chosen = []
+    while left:
+        best = max(rows, key=lambda row: len(pairs(row) & left))
+        chosen.append(best)
+        left -= pairs(best)
+    return [row for row in rows if row in chosen]

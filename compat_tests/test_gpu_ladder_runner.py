@@ -71,7 +71,9 @@ def climb(tmp_path: Path, *args: str, faults: str = "", seconds: float = 120) ->
 
 
 def test_a_hang_is_killed_the_rest_of_its_rung_is_not_run_and_the_next_rung_goes_on(tmp_path):
-    rungs, seconds = climb(tmp_path, "--rungs", "base,algorithms,dropout", "--risky-seconds", "8",
+    """The rest of the hung rung is "not run": one hang's limit is spent, not one per algorithm (told by the
+    outcomes, not by a clock)."""
+    rungs, _ = climb(tmp_path, "--rungs", "base,algorithms,dropout", "--risky-seconds", "8",
                            "--expect-cudnn", faults="persist_hang")
     assert rungs["base"]["outcome"] == "passed" and rungs["dropout"]["outcome"] == "passed"
     tests = {t["test"]: t for t in rungs["algorithms"]["tests"]}
@@ -79,7 +81,6 @@ def test_a_hang_is_killed_the_rest_of_its_rung_is_not_run_and_the_next_rung_goes
     assert tests["test_algorithm[13-algorithms-persist_static]"]["outcome"] == "hung"
     assert {t["outcome"] for name, t in tests.items() if "standard]" not in name and "persist_static]" not in name} \
         == {"not run"}
-    assert seconds < 90, seconds  # one hang's limit, not one per algorithm
 
 
 def test_when_the_window_ends_what_did_not_run_says_so(tmp_path):
@@ -116,13 +117,13 @@ def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_pa
                                "algorithms", "--seconds", "300", "--", "--hypothesis-profile=gpu"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = tmp_path / "ladder-log.jsonl"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # (generous: a busy machine starts a pytest slowly; no cost when it starts)
     while not any("persist_static]" in e["nodeid"] for e in gpu_ladder._read_log(log)):
         assert time.monotonic() < deadline and runner.poll() is None, "the hanging test never started"
         time.sleep(0.2)
     assert _processes_with(f"RNN_COMPAT_LADDER_LOG={log}"), "the child pytest should be running now"
     os.kill(runner.pid, signal.SIGINT)
-    assert runner.wait(timeout=20) != 0
+    assert runner.wait(timeout=60) != 0
     table = json.loads((tmp_path / "ladder.json").read_text())
     tests = {t["test"]: t["outcome"] for t in table["rungs"][0]["tests"]}
     assert tests["test_algorithm[13-algorithms-standard]"] == "passed" and "not run" in tests.values(), tests

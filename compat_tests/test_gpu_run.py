@@ -18,7 +18,6 @@ import tarfile
 import time
 from pathlib import Path
 
-import pytest
 
 from compat_tests import gpu_capture, gpu_ladder
 
@@ -35,14 +34,15 @@ ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "c
 
 def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
     """The script on the fake with ``args`` (by default the quick grid), the packages of ``GPU_IMAGE_LACKS``
-    unimportable in all its processes; its report without torch-cuda, which no CPU runs (and naming it would
-    fail it)."""
+    unimportable in all its processes, its properties under the ``gpu-dry`` profile (the plumbing is under
+    test, not the properties); its report without torch-cuda, which no CPU runs (and naming it would fail
+    it)."""
     # One BLAS thread a process: the run shares CI's 2 cores with the suite's other worker, and OpenBLAS's
     # spinning threads, oversubscribed, once made a ladder test take over its 120 s limit there.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
            "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
-           "RNN_COMPAT_HIDE": ",".join(GPU_IMAGE_LACKS), **env_extra}
+           "RNN_COMPAT_HIDE": ",".join(GPU_IMAGE_LACKS), "GPU_RUN_PROFILE": "gpu-dry", **env_extra}
     return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or ("quick",))], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
 
@@ -63,15 +63,13 @@ def members(archive: Path) -> set[str]:
         return {m.name.removeprefix("./") for m in tar.getmembers() if m.isfile()}
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    """The command as a GPU session sends it: the window grid, the default budget, on what the GPU image has."""
-    out = tmp_path_factory.mktemp("out")
-    return gpu_run(out, 420, "window"), out
-
-
-def test_every_step_passes_on_the_fake_and_comes_back_in_few_files(dry_run):
-    run, out = dry_run
+def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_a_report(tmp_path):
+    """The command as a GPU session sends it (the window grid, the default budget, on what the GPU image has):
+    every step passes and the run comes back in few files; ``gpu_unpack.py`` then files it under its device and
+    renders its report. (One test: the dry run is the suite's most expensive step, and a module fixture shared
+    by two tests is made once per xdist worker that runs one of them.)"""
+    out = tmp_path / "out"
+    run = gpu_run(out, 420, "window")
     summary = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else "(none)"
     assert run.returncode == 0, f"summary:\n{summary}\nstdout:\n{run.stdout[-4000:]}\nstderr:\n{run.stderr[-2000:]}"
     assert {p.name for p in returned(out)} == {"gpu_run.tar.gz", "summary.txt", "versions.json"}
@@ -86,13 +84,11 @@ def test_every_step_passes_on_the_fake_and_comes_back_in_few_files(dry_run):
     for rung in gpu_ladder.RUNGS:  # the ladder's table, a row a rung
         assert re.search(rf"\| {gpu_ladder.rung_id(rung)} \| .* \| \*\*passed\*\* \|", summary), (rung, summary)
 
-
-def test_unpack_files_the_run_under_its_device_and_renders_the_report(dry_run, tmp_path):
-    _, out = dry_run
-    unpack = [sys.executable, "scripts/gpu_unpack.py", str(out), "--into", str(tmp_path)]
+    into = tmp_path / "gpu"
+    unpack = [sys.executable, "scripts/gpu_unpack.py", str(out), "--into", str(into)]
     done = subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    target = tmp_path / "fake-cudnn9.19.0"  # the fake's device and cuDNN version
+    target = into / "fake-cudnn9.19.0"  # the fake's device and cuDNN version
     assert {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()} == ARCHIVED
     gpu_tests = (target / "pytest.txt").read_text().splitlines()[-1]
     assert re.search(r"\d+ passed", gpu_tests) and "failed" not in gpu_tests and "error" not in gpu_tests, gpu_tests

@@ -26,7 +26,7 @@ from compat_tests.interop import hdf5_tree, keras_file
 from compat_tests.metrics import error_stats
 from compat_tests.peers.base import Capabilities
 from compat_tests.peers.keras_peer import import_keras
-from compat_tests.strategies import damaged, rnn_configs
+from compat_tests.strategies import damaged, examples, rnn_configs
 from compat_tests.tolerances import judge
 from reference import checkpoint
 from reference.formats import keras as keras_format
@@ -562,7 +562,7 @@ def saved_by_keras(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["m.h5", "m.weights.h5"])
-@settings(max_examples=40)  # each read is a child process
+@settings(max_examples=examples(40))  # each read is a child process
 @given(data=st.data())
 def test_a_damaged_hdf5_file_loads_or_is_refused_naming_it(saved_by_keras, name, data, tmp_path_factory):
     """HDF5 files have no checksum of their own (a .keras archive's zip CRC catches damage before h5py
@@ -613,7 +613,7 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.f
                            _containers, max_leaves=8)
 
 
-@settings(max_examples=60)  # each read is a child process
+@settings(max_examples=examples(60))  # each read is a child process
 @given(data=st.data())
 def test_a_mangled_keras_config_loads_or_is_refused_naming_it(saved_by_keras, data, tmp_path_factory):
     """Any part of a ``.keras`` archive's config.json replaced by other JSON (the archive otherwise sound):
@@ -662,7 +662,7 @@ def test_a_weights_file_without_recurrent_weights_is_refused(tmp_path):
         keras_file.read(tmp_path / "w.weights.h5")
 
 
-@settings(max_examples=30)  # each read is a child process
+@settings(max_examples=examples(30))  # each read is a child process
 @given(cfg=rnn_configs(Capabilities(skip_input=False, projection=False), max_layers=3, max_units=5, max_input=4,
                        max_time=3, max_batch=2),  # what a Keras file can hold: no skip_input, no projection
        name=st.sampled_from(["m.keras", "m.weights.h5", "m.h5"]))

@@ -885,11 +885,12 @@ def test_a_graph_pytorchs_exporter_wrote_loads_with_the_weights_pytorch_had(mode
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
 
 
-def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module():
+def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module(sweep):
     """The stack check refuses no graph PyTorch's exporter writes: 288 modules (RNN(relu), LSTM, GRU; 2 and 3
     layers; uni- and bidirectional; batch_first or not; with and without bias; opsets 11, 13 and 17, whose
-    Squeeze takes its axes as an attribute or an input; static and dynamic axes), each loading as its
-    module's config with the weights of its state_dict, bit for bit."""
+    Squeeze takes its axes as an attribute or an input; static and dynamic axes; all 288 under the thorough
+    profile, otherwise the 10 that hold every pair of these values), each loading as its module's config with
+    the weights of its state_dict, bit for bit."""
     torch = pytest.importorskip("torch")
     import itertools
     import warnings
@@ -901,8 +902,8 @@ def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module():
     classes = {"relu": lambda *a, **kw: torch.nn.RNN(*a, nonlinearity="relu", **kw), "lstm": torch.nn.LSTM,
                "gru": torch.nn.GRU}
     torch.manual_seed(0)
-    for mode, layers, bidirectional, batch_first, bias, opset, dynamic in itertools.product(
-            classes, (2, 3), (False, True), (False, True), (False, True), (11, 13, 17), (False, True)):
+    for mode, layers, bidirectional, batch_first, bias, opset, dynamic in sweep(itertools.product(
+            classes, (2, 3), (False, True), (False, True), (False, True), (11, 13, 17), (False, True))):
         module = classes[mode](3, 4, layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
         stream = io.BytesIO()
         with warnings.catch_warnings():
@@ -918,11 +919,11 @@ def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module():
             (mode, layers, bidirectional, batch_first, bias, opset, dynamic)
 
 
-def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_its_module():
+def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_its_module(sweep):
     """PyTorch 2.13's default exporter (``dynamo=True``, through onnxscript) writes a GRU or LSTM as ONNX
     nodes, and with dynamic axes computes the Reshape between layers by shape arithmetic. 16 modules (GRU,
     LSTM; uni- and bidirectional; batch_first or not; static and dynamic axes; 2 or 3 layers, with or without
-    bias in turn) each load as the module's config with the weights of its state_dict, bit for bit, and a
+    bias in turn; all 16 under the thorough profile, otherwise the 6 that hold every pair of these values) each load as the module's config with the weights of its state_dict, bit for bit, and a
     dynamic graph runs in onnxruntime at other sizes (T=7, B=3, where free) to the reference's outputs within
     the policy."""
     torch = pytest.importorskip("torch")
@@ -932,9 +933,9 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
     from compat_tests.interop import onnx_model
 
     torch.manual_seed(0)
-    for k, (mode, bidirectional, batch_first, dynamic) in enumerate(
-            itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True))):
-        layers, bias = 2 + k % 2, k % 4 < 2
+    rows = [(*row, 2 + k % 2, k % 4 < 2) for k, row in  # (layers, bias in turn)
+            enumerate(itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True)))]
+    for mode, bidirectional, batch_first, dynamic, layers, bias in sweep(rows):
         module = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[mode](3, 4, layers, bias=bias, batch_first=batch_first,
                                                                    bidirectional=bidirectional).eval()
         example = torch.zeros((2, 5, 3) if batch_first else (5, 2, 3))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.peers import Capabilities
-from compat_tests.strategies import MAX_TIME, rnn_configs
+from compat_tests.strategies import MAX_TIME, pairwise, rnn_configs
 
 
 @given(data=st.data())
@@ -104,3 +104,28 @@ def test_require_refuses_what_it_cannot_draw():
     with pytest.raises(ValueError, match="which the capabilities"):
         find(rnn_configs(LIMITED, require=frozenset({"bidirectional"})), lambda cfg: True,
              settings=settings(database=None))
+
+
+@given(levels=st.lists(st.integers(1, 3), min_size=1, max_size=5))
+def test_the_pairwise_rows_of_a_sweep_hold_every_pair_of_values_in_their_order(levels):
+    """``pairwise`` (the sweeps that run whole only under the thorough profile): a subset of the rows, in the
+    sweep's order, in which every two factors take every pair of values the sweep gives them."""
+    import itertools
+
+    rows = list(itertools.product(*(range(n) for n in levels)))
+    chosen = pairwise(rows)
+    assert chosen == [row for row in rows if row in chosen], "a subset, in order"
+    for i, j in itertools.combinations(range(len(levels)), 2):
+        assert {(r[i], r[j]) for r in chosen} == {(r[i], r[j]) for r in rows}, (i, j)
+
+
+def test_the_exporter_sweeps_run_the_pairwise_rows_their_docstrings_count():
+    """test_onnx_graphs.py's sweeps say how many rows they run outside the thorough profile: 10 of 288 and 6 of
+    16."""
+    import itertools
+
+    torchscript = list(itertools.product(("relu", "lstm", "gru"), (2, 3), *[(False, True)] * 3, (11, 13, 17),
+                                         (False, True)))
+    dynamo = [(*row, 2 + k % 2, k % 4 < 2) for k, row in
+              enumerate(itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True)))]
+    assert (len(torchscript), len(pairwise(torchscript)), len(dynamo), len(pairwise(dynamo))) == (288, 10, 16, 6)

@@ -32,10 +32,11 @@
 # still prints the failures it has seen.
 #   env: OUT (default reports/_scratch/gpu), GPU_RUN_SECONDS (420), PYTHON (python3), JOBS (8),
 #        BACKENDS (reference,cudnn,cudnn-tf32,torch-cuda: the report's; one of them unavailable fails it),
-#        LADDER_RISKY_SECONDS (the time limit of each test of the ladder's risky rungs instead of the rung's)
+#        LADDER_RISKY_SECONDS (the time limit of each test of the ladder's risky rungs instead of the rung's),
+#        GPU_RUN_PROFILE (the Hypothesis profile of the ladder and the GPU tests: gpu; the CPU's dry runs, gpu-dry)
 set -uo pipefail
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
-grid=window rungs= rerun=0
+grid=window rungs= rerun=0 profile=${GPU_RUN_PROFILE:-gpu}
 while (($#)); do
     case $1 in
         --rerun-failed)
@@ -129,7 +130,7 @@ export RNN_COMPAT_EXPECT_CUDNN=$expect
 ladder_seconds=$(min $(($(left) - (rerun ? 5 : 120))) 240)
 step ladder $((ladder_seconds > 10 ? ladder_seconds : 0)) ladder.txt "$python" -m compat_tests.gpu_ladder \
     --out "$work" --seconds $((ladder_seconds - 10)) ${rungs:+--rungs "$rungs"} ${expect:+--expect-cudnn} \
-    ${LADDER_RISKY_SECONDS:+--risky-seconds "$LADDER_RISKY_SECONDS"} -- --hypothesis-profile=gpu
+    ${LADDER_RISKY_SECONDS:+--risky-seconds "$LADDER_RISKY_SECONDS"} -- --hypothesis-profile="$profile"
 if [ -f "$work/ladder.md" ]; then
     { echo; cat "$work/ladder.md"; echo; } >> "$work/summary.txt"
     pack
@@ -138,7 +139,7 @@ if ((!rerun)); then
     step host-tests "$(min $(($(left) - 100)) 60)" pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
         compat_tests/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
     step gpu-tests "$(min $(($(left) - 80)) 90)" pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \
-        --ignore compat_tests/test_gpu_ladder.py --hypothesis-profile=gpu -q -rfEsx
+        --ignore compat_tests/test_gpu_ladder.py --hypothesis-profile="$profile" -q -rfEsx
     units_until=$(($(left) - 30))  # then the units in flight finish, the report is written and packed
     step report $((units_until > 0 ? units_until + 20 : 0)) report.txt "$python" -m compat_tests.cli report \
         --grid "$grid" --backends "${BACKENDS:-reference,cudnn,cudnn-tf32,torch-cuda}" --jobs "${JOBS:-8}" \
