@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from statistics import median
 
-from compat_tests.interrupts import children_start_deaf, stopped_quietly
+from compat_tests.interrupts import stopped_quietly
 
-from .harness import Case, machine
+from .harness import Case, machine, run_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [
@@ -36,11 +36,8 @@ CASES = [
 
 def measure(tree: Path, task: str, case: Case, seconds: float) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    with children_start_deaf():  # Ctrl-C is this process's to handle: it kills the worker
-        out = subprocess.run([sys.executable, "-m", "benchmarks.worker", "reference", task, *case.args(),
-                              "--seconds", str(seconds)], cwd=tree, env=env, check=True, capture_output=True,
-                             text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
+    out = run_worker(["reference", task, *case.args(), "--seconds", str(seconds)], cwd=tree, env=env)
+    return json.loads(out.strip().splitlines()[-1])["median"]
 
 
 def main(argv: list[str] | None = None) -> int:

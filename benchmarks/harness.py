@@ -64,11 +64,27 @@ def machine() -> str:
             f"{', '.join(versions)}\nnumpy's loops: {facts['numpy_simd']}")
 
 
+def run_worker(args: list[str], **popen) -> str:
+    """``python -m benchmarks.worker ARGS``'s standard output (``popen``: ``cwd``, ``env``). The worker starts
+    deaf to Ctrl-C and SIGTERM, which are this process's to handle: interrupted while it waits, it kills the
+    worker. A worker that fails raises ``CalledProcessError``."""
+    command = [sys.executable, "-m", "benchmarks.worker", *args]
+    with children_start_deaf():  # (the spawn alone: this process's signals act while it waits)
+        worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        out, err = worker.communicate()
+    except BaseException:
+        worker.kill()
+        worker.wait()
+        raise
+    if worker.returncode:
+        raise subprocess.CalledProcessError(worker.returncode, command, out, err)
+    return out
+
+
 def measure(impl: str, task: str, case: Case, seconds: float) -> float:
-    with children_start_deaf():  # Ctrl-C is the harness's to handle: it kills the worker
-        out = subprocess.run([sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(),
-                              "--seconds", str(seconds)], check=True, capture_output=True, text=True, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
+    out = run_worker([impl, task, *case.args(), "--seconds", str(seconds)], cwd=ROOT)
+    return json.loads(out.strip().splitlines()[-1])["median"]
 
 
 def samples(task: str, case: Case, impls: list[str], rounds: int, seconds: float) -> dict[str, list[float]]:
@@ -110,7 +126,7 @@ def interleaved(task: str, case: Case, impls: list[str], rounds: int, seconds: f
 
     try:
         for impl in impls:
-            with children_start_deaf():  # Ctrl-C is the harness's to handle: it ends the workers
+            with children_start_deaf():  # (the spawn alone) Ctrl-C is the harness's to handle: it ends the workers
                 workers[impl] = subprocess.Popen(
                     [sys.executable, "-m", "benchmarks.worker", impl, task, *case.args(), "--seconds", str(seconds),
                      "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT)

@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text_table(table))
         return 0 if table["passed"] else 1
 
-    # SIGTERM (gpu_run.sh's step out of time) as Ctrl-C: the child pytest stopped, the table of what finished kept
+    # SIGINT (gpu_run.sh's step out of time) or SIGTERM: the child pytest stopped, the table of what finished kept
     return stopped_quietly(climbed, "gpu_ladder", f": the rungs that finished are in {args.out / 'ladder.md'}")
 
 

@@ -9,8 +9,10 @@ first instruction, and its parent stops it (``kill``) when the parent is interru
 - :func:`children_start_deaf`, in the parent around starting workers: the processes started in the block
   begin with SIGINT and SIGTERM *blocked*, since a blocked signal mask survives ``fork`` and ``exec``; a
   signal that reaches one while the interpreter starts and imports waits there, unacted. In the parent they
-  are blocked in the calling thread only, and only during the block: a signal that arrives meanwhile runs
-  the parent's handler through another thread, or when the block ends. None is lost.
+  are blocked in the calling thread only, and only during the block: a signal that arrives meanwhile is
+  taken by another thread of the parent (its handler then runs in the main thread, within the block: a
+  caller that must finish its bookkeeping first defers it, as the report's sweep does) or waits until the
+  block ends. None is lost.
 - :func:`deaf`, in the worker as soon as it runs code of the project's: both ignored, then unblocked. A
   signal that waited while it started is discarded with them.
 - :func:`terminated_as_interrupted`, in a main process: SIGTERM raises :class:`Terminated` (a

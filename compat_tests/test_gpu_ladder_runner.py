@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests import gpu_ladder
+from compat_tests.test_interrupts import as_at_a_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,15 +116,20 @@ def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_pa
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}", "FAKE_CUDA_FAULTS": "persist_hang"}
     runner = subprocess.Popen([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--rungs",
                                "algorithms", "--seconds", "300", "--", "--hypothesis-profile=gpu"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=as_at_a_terminal)
     log = tmp_path / "ladder-log.jsonl"
-    deadline = time.monotonic() + 300  # (generous: a busy machine starts a pytest slowly; no cost when it starts)
-    while not any("persist_static]" in e["nodeid"] for e in gpu_ladder._read_log(log)):
-        assert time.monotonic() < deadline and runner.poll() is None, "the hanging test never started"
-        time.sleep(0.2)
-    assert _processes_with(f"RNN_COMPAT_LADDER_LOG={log}"), "the child pytest should be running now"
-    os.kill(runner.pid, signal.SIGINT)
-    assert runner.wait(timeout=60) != 0
+    try:
+        deadline = time.monotonic() + 300  # (generous: a busy machine starts a pytest slowly; no cost when it starts)
+        while not any("persist_static]" in e["nodeid"] for e in gpu_ladder._read_log(log)):
+            assert time.monotonic() < deadline and runner.poll() is None, "the hanging test never started"
+            time.sleep(0.2)
+        assert _processes_with(f"RNN_COMPAT_LADDER_LOG={log}"), "the child pytest should be running now"
+        os.kill(runner.pid, signal.SIGINT)
+        assert runner.wait(timeout=300) != 0
+    finally:  # (a runner that failed the test must not outlive it)
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
     table = json.loads((tmp_path / "ladder.json").read_text())
     tests = {t["test"]: t["outcome"] for t in table["rungs"][0]["tests"]}
     assert tests["test_algorithm[13-algorithms-standard]"] == "passed" and "not run" in tests.values(), tests

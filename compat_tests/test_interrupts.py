@@ -61,7 +61,7 @@ if multiprocessing.parent_process() is not None:  # a worker, which loads its pl
 
 DRIVER = '''
 """rnn-compat, with holds where the command has no hook: a worker re-importing this module (as spawn does)
-holds between its imports, and the parent holds right after it spawned a worker."""
+holds between its imports, and the parent holds right after it spawned its first worker."""
 import sys
 from pathlib import Path
 
@@ -76,11 +76,14 @@ from concurrent.futures import process  # noqa: E402
 from compat_tests import cli  # noqa: E402
 
 _spawn = process.ProcessPoolExecutor._spawn_process
+_spawned = []
 
 
 def _spawn_and_hold(self):
     _spawn(self)
-    hold("parent-spawning")
+    _spawned.append(self)
+    if len(_spawned) == 1:  # (one hold: the test releases it once)
+        hold("parent-spawning")
 
 
 process.ProcessPoolExecutor._spawn_process = _spawn_and_hold
@@ -131,6 +134,12 @@ def _signal_state(pid: int) -> tuple[set[int], set[int]]:
     return tuple({n for n in range(1, 65) if int(fields[key], 16) >> (n - 1) & 1} for key in ("SigBlk", "SigIgn"))
 
 
+def as_at_a_terminal() -> None:
+    """A child's SIGINT as a terminal's command gets it, Python's KeyboardInterrupt (``preexec_fn``): a test run
+    from a background job (``cmd &`` in a script) would hand its children SIGINT ignored, and they keep it so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _held(argv: list[str], tmp_path: Path, point: str | None, signals: list[tuple[int, bool]], ready=lambda: True,
           release: bool = False, **env: str) -> tuple[subprocess.CompletedProcess, list[Path]]:
     """Run ``argv`` in a session of its own with ``HOLD=point``; once a process holds there (any time, for no
@@ -146,7 +155,7 @@ def _held(argv: list[str], tmp_path: Path, point: str | None, signals: list[tupl
     env = {**os.environ, "PYTHONPATH": str(ROOT), **env, "HOLD": point or "", "HOLD_DIR": str(holds)}
     with log.open("w") as output:
         proc = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                                cwd=ROOT)
+                                cwd=ROOT, preexec_fn=as_at_a_terminal)
         try:
             deadline = time.monotonic() + 300  # (generous: processes start and import on a busy machine)
             while time.monotonic() < deadline and proc.poll() is None and not (
@@ -160,7 +169,7 @@ def _held(argv: list[str], tmp_path: Path, point: str | None, signals: list[tupl
             if release:
                 for flag in holds.iterdir():
                     flag.unlink()
-            code = proc.wait(timeout=60)  # (it would never end by itself: it holds until killed)
+            code = proc.wait(timeout=300)  # (it would never end by itself; generous: a busy machine is slow)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -278,6 +287,15 @@ sys.exit(stopped_quietly(lambda: harness.interleaved("step", CASE, ["floor", "ge
 '''
 
 
+MEASURE = '''
+import sys
+from benchmarks import harness
+from compat_tests.interrupts import stopped_quietly
+CASE = harness.Case("gru", 1, 1, 4, 8, 1, False)
+sys.exit(stopped_quietly(lambda: harness.measure("floor", "step", CASE, 600.0), "bench"))
+'''
+
+
 def _site(tmp_path: Path) -> str:
     """A PYTHONPATH with :data:`SITE`'s holds first, then the working tree."""
     (tmp_path / "site").mkdir()
@@ -313,11 +331,27 @@ def test_a_signal_to_a_benchmarks_group_stops_it_with_one_line_its_workers_deaf(
     assert seen and all({2, 15} <= blocked or {2, 15} <= ignored for blocked, ignored in seen), seen
 
 
+@pytest.mark.parametrize("point", ["started-deaf", None], ids=["starting", "measuring"])
+def test_ctrl_c_stops_a_benchmark_measuring_in_one_process_at_once(tmp_path, point):
+    """``harness.measure`` (a worker process a measurement, here one of 600 s): the worker starts deaf, and the
+    harness acts on Ctrl-C while it waits, killing the worker, whether it is starting (held) or measuring."""
+    marker = str(tmp_path / "holds")
+
+    def ready() -> bool:  # the worker started; measuring: up and deaf
+        states = [_signal_state(pid) for pid in _workers(marker)]
+        return len(states) == 1 and (point is not None or {2, 15} <= states[0][1])
+
+    ended, _ = _held([sys.executable, "-c", MEASURE], tmp_path, point, [(signal.SIGINT, True)], ready,
+                     PYTHONPATH=_site(tmp_path))
+    assert ended.returncode == 130, ended.stdout
+    assert ended.stdout.strip().splitlines()[-1] == "bench: interrupted by SIGINT" and "Traceback" not in ended.stdout
+
+
 @pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["Ctrl-C", "SIGTERM to the runner (gpu_run.sh's time limit)"])
+                         ids=["Ctrl-C", "SIGTERM to the runner"])
 def test_a_signal_to_the_gpu_ladder_stops_its_child_and_keeps_its_table(tmp_path, signum, group):
     """The ladder's child pytest runs in a session of its own (held here as it starts): Ctrl-C at the terminal
-    does not reach it, and the runner stops it. Either signal ends the runner with one line naming its table
+    does not reach it, and the runner stops it (gpu_run.sh's time limit sends the runner SIGINT; a kill, SIGTERM). Either signal ends the runner with one line naming its table
     (written: the rungs that finished), status 128 + the signal, no traceback, nothing left running."""
     out = tmp_path / "ladder"
     ended, held = _held([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(out), "--seconds", "600",
@@ -333,17 +367,7 @@ def test_a_signal_to_the_gpu_ladder_stops_its_child_and_keeps_its_table(tmp_path
 
 HELD_PLUGIN = '''
 """A pytest plugin (-p held_plugin) whose xdist worker holds as a test runs (HOLD=testing)."""
-import os
-import time
-from pathlib import Path
-
-
-def hold(point):
-    if os.environ.get("HOLD") == point:
-        flag = Path(os.environ["HOLD_DIR"]) / f"{point}.{os.getpid()}"
-        flag.touch()
-        while flag.exists():
-            time.sleep(0.01)
+from slow_peer import hold
 
 
 def pytest_runtest_call(item):
@@ -356,6 +380,7 @@ def test_ctrl_c_during_rnn_compat_test_ends_it_as_pytest_does_without_a_tracebac
     pytest's own summary of the interrupt and its status (2), no traceback, no worker left."""
     (tmp_path / "plugin").mkdir()
     (tmp_path / "plugin" / "held_plugin.py").write_text(HELD_PLUGIN)
+    (tmp_path / "plugin" / "slow_peer.py").write_text(PEER)  # (its hold())
     ended, held = _held([sys.executable, "-m", "compat_tests.cli", "test", "compat_tests/test_interrupts.py", "-k",
                          "ladder and Ctrl", "-n", "1", "-p", "held_plugin", "-p", "no:cacheprovider", "--profile",
                          "ci"], tmp_path, "testing", [(signal.SIGINT, True)],

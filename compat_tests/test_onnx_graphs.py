@@ -8,6 +8,7 @@ on a machine without onnx (the GPU image: ``test_optional_packages.py``)."""
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from functools import partial
 
@@ -889,6 +890,13 @@ def test_a_graph_pytorchs_exporter_wrote_loads_with_the_weights_pytorch_had(mode
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
 
 
+# The exporter sweeps' rows (the sweep fixture runs their pairwise rows outside the thorough profile).
+TORCHSCRIPT_SWEEP = list(itertools.product(("relu", "lstm", "gru"), (2, 3), (False, True), (False, True),
+                                           (False, True), (11, 13, 17), (False, True)))
+DYNAMO_SWEEP = [(*row, 2 + k % 2, k % 4 < 2) for k, row in  # (layers, bias in turn)
+                enumerate(itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True)))]
+
+
 def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module(sweep):
     """The stack check refuses no graph PyTorch's exporter writes: 288 modules (RNN(relu), LSTM, GRU; 2 and 3
     layers; uni- and bidirectional; batch_first or not; with and without bias; opsets 11, 13 and 17, whose
@@ -896,7 +904,6 @@ def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module(sweep):
     profile, otherwise the 10 that hold every pair of these values), each loading as its module's config with
     the weights of its state_dict, bit for bit."""
     torch = pytest.importorskip("torch")
-    import itertools
     import warnings
 
     import onnx
@@ -906,8 +913,7 @@ def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module(sweep):
     classes = {"relu": lambda *a, **kw: torch.nn.RNN(*a, nonlinearity="relu", **kw), "lstm": torch.nn.LSTM,
                "gru": torch.nn.GRU}
     torch.manual_seed(0)
-    for mode, layers, bidirectional, batch_first, bias, opset, dynamic in sweep(itertools.product(
-            classes, (2, 3), (False, True), (False, True), (False, True), (11, 13, 17), (False, True))):
+    for mode, layers, bidirectional, batch_first, bias, opset, dynamic in sweep(TORCHSCRIPT_SWEEP):
         module = classes[mode](3, 4, layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
         stream = io.BytesIO()
         with warnings.catch_warnings():
@@ -932,14 +938,11 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
     Reshape between layers, whatever the graph's input says) to the reference's outputs within the policy."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnxruntime")
-    import itertools
 
     from compat_tests.interop import onnx_model
 
     torch.manual_seed(0)
-    rows = [(*row, 2 + k % 2, k % 4 < 2) for k, row in  # (layers, bias in turn)
-            enumerate(itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True)))]
-    for mode, bidirectional, batch_first, dynamic, layers, bias in sweep(rows):
+    for mode, bidirectional, batch_first, dynamic, layers, bias in sweep(DYNAMO_SWEEP):
         module = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[mode](3, 4, layers, bias=bias, batch_first=batch_first,
                                                                    bidirectional=bidirectional).eval()
         example = torch.zeros((2, 5, 3) if batch_first else (5, 2, 3))

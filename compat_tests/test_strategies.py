@@ -122,10 +122,7 @@ def test_the_pairwise_rows_of_a_sweep_hold_every_pair_of_values_in_their_order(l
 def test_the_exporter_sweeps_run_the_pairwise_rows_their_docstrings_count():
     """test_onnx_graphs.py's sweeps say how many rows they run outside the thorough profile: 10 of 288 and 6 of
     16."""
-    import itertools
+    from compat_tests.test_onnx_graphs import DYNAMO_SWEEP as dynamo
+    from compat_tests.test_onnx_graphs import TORCHSCRIPT_SWEEP as torchscript
 
-    torchscript = list(itertools.product(("relu", "lstm", "gru"), (2, 3), *[(False, True)] * 3, (11, 13, 17),
-                                         (False, True)))
-    dynamo = [(*row, 2 + k % 2, k % 4 < 2) for k, row in
-              enumerate(itertools.product(("gru", "lstm"), (False, True), (False, True), (False, True)))]
     assert (len(torchscript), len(pairwise(torchscript)), len(dynamo), len(pairwise(dynamo))) == (288, 10, 16, 6)

@@ -298,7 +298,8 @@ def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, 
     broken: list[Unit] = []
     pool, finished = None, False
     try:
-        with _single_threaded_workers(jobs), children_start_deaf(spawn=True):
+        # (an interrupt while the workers spawn waits until the pool has them all: then _close kills every one)
+        with signals.whole(), _single_threaded_workers(jobs), children_start_deaf(spawn=True):
             pool = _pool(jobs)
             unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
         pending = set(unit_of)
@@ -337,7 +338,7 @@ def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signal
             for unit in units:
                 if expired():
                     break
-                with children_start_deaf(spawn=True):
+                with signals.whole(), children_start_deaf(spawn=True):
                     pool = pool or _pool(1)
                     future = pool.submit(run_unit, unit.to_dict())
                 try:
