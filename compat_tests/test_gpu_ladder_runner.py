@@ -58,12 +58,14 @@ def test_a_rungs_outcome_is_its_worst_tests():
     assert row["outcome"] == "failed" and "skipped although the cuDNN backend is available" in row["first_failure"]
 
 
-def climb(tmp_path: Path, *args: str, faults: str = "", seconds: float = 120) -> tuple[dict, float]:
+def climb(tmp_path: Path, *args: str, faults: str = "", seconds: float = 600) -> tuple[dict, float]:
+    """The runner on the fake over ``args``' rungs within a window of ``seconds`` (generous by default: a busy
+    machine must not run out of window), its table by rung name, and how long it took."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}", "FAKE_CUDA_FAULTS": faults}
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--seconds",
                            str(seconds), *args, "--", "--hypothesis-profile=gpu"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=seconds + 300)
     table = json.loads((tmp_path / "ladder.json").read_text())
     assert done.returncode == (0 if table["passed"] else 1), done.stdout[-2000:] + done.stderr[-2000:]
     for rung in table["rungs"]:
@@ -168,19 +170,3 @@ def test_rung_00_is_cudnns_published_sample_and_runs_before_every_other():
     assert gpu_ladder.rung_id(gpu_ladder.BY_NAME["base"]) == "01-base"
     shared = [n for rung in gpu_ladder.groups(gpu_ladder.RUNGS)[0] for n in gpu_ladder.node_ids(rung)]
     assert shared[:4] == gpu_ladder.node_ids(first) and all(gpu_ladder.rung_of(n) is first for n in shared[:4])
-
-
-def test_the_backend_mishandling_the_published_sample_fails_rung_00_alone(tmp_path):
-    """A planted fault in how cuDNN is driven for the sample's configuration (the fake's ``wide_single_bias``:
-    its recurrent biases not read, at hidden sizes of 512 and up) fails every test of rung 00 with the
-    published numbers it misses, and no other rung: base, and tf32, whose H=256 is the widest any other rung
-    runs (their properties draw at most ``strategies.MAX_UNITS`` units)."""
-    from compat_tests import fake_cuda, strategies
-
-    assert strategies.MAX_UNITS < 256 < fake_cuda.WIDE_UNITS
-    rungs, _ = climb(tmp_path, "--rungs", "published,base,tf32", "--expect-cudnn", faults="wide_single_bias")
-    assert [t["outcome"] for t in rungs["published"]["tests"]] == ["failed"] * 4, rungs["published"]
-    assert "from cuDNN's published M40 value" in rungs["published"]["first_failure"]
-    first = gpu_ladder.node_ids(gpu_ladder.RUNGS[0])[0]
-    assert rungs["published"]["reproduce"] == gpu_ladder.pytest_command(first)
-    assert rungs["base"]["outcome"] == "passed" and rungs["tf32"]["outcome"] == "passed", rungs

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 
-from compat_tests import gpu_capture, gpu_ladder
+from compat_tests import fake_cuda, gpu_capture, gpu_ladder, strategies
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the device tool returns from $OUT: at most 8 files of at most 16 MiB, at most 2 folders down.
@@ -166,6 +166,11 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
         else:
             assert outcome[rung.name]["outcome"] == "passed", outcome[rung.name]
     assert outcome["algorithms"]["outcome"] == "hung", outcome["algorithms"]
+    # rung 00 alone: its every test misses cuDNN's published numbers (H=512); no other rung draws 256 units or more
+    assert strategies.MAX_UNITS < 256 < fake_cuda.WIDE_UNITS
+    assert [t["outcome"] for t in outcome["published"]["tests"]] == ["failed"] * 4, outcome["published"]
+    assert "from cuDNN's published M40 value" in outcome["published"]["first_failure"]
+    assert outcome["published"]["reproduce"] == gpu_ladder.pytest_command(gpu_ladder.node_ids(gpu_ladder.RUNGS[0])[0])
     assert "sticky_error" in outcome["dropout"]["first_failure"]
     for name in ("skip_input", "float16"):  # the shrunk example's command, runnable from the working tree
         assert outcome[name]["reproduce"].startswith("PYTHONPATH=. python3 -m compat_tests.cli check --peer cudnn ")
