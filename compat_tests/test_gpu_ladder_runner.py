@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests import gpu_ladder
-from compat_tests.test_interrupts import as_at_a_terminal
+from compat_tests.test_interrupts import as_at_a_terminal, processes_with
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,7 +125,7 @@ def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_pa
         while not any("persist_static]" in e["nodeid"] for e in gpu_ladder._read_log(log)):
             assert time.monotonic() < deadline and runner.poll() is None, "the hanging test never started"
             time.sleep(0.2)
-        assert _processes_with(f"RNN_COMPAT_LADDER_LOG={log}"), "the child pytest should be running now"
+        assert processes_with(f"RNN_COMPAT_LADDER_LOG={log}"), "the child pytest should be running now"
         os.kill(runner.pid, signal.SIGINT)
         assert runner.wait(timeout=300) != 0
     finally:  # (a runner that failed the test must not outlive it)
@@ -135,19 +135,7 @@ def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_pa
     table = json.loads((tmp_path / "ladder.json").read_text())
     tests = {t["test"]: t["outcome"] for t in table["rungs"][0]["tests"]}
     assert tests["test_algorithm[13-algorithms-standard]"] == "passed" and "not run" in tests.values(), tests
-    assert not _processes_with(f"RNN_COMPAT_LADDER_LOG={log}")
-
-
-def _processes_with(variable: str) -> list[int]:
-    """The processes whose environment holds ``variable`` (``NAME=value``)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and variable.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+    assert not processes_with(f"RNN_COMPAT_LADDER_LOG={log}")
 
 
 def test_tests_pytest_does_not_run_are_reported_at_once_not_started_again_until_the_window_ends(tmp_path):

@@ -111,21 +111,26 @@ def _run(tmp_path: Path) -> tuple[list[str], Path]:
             "--backends", "slow", "--grid", str(grid), "--out", str(out), "--no-progress", "--jobs", "2"], out
 
 
-def _ours(marker: str) -> list[int]:
-    """The live (not zombie) processes whose environment holds ``marker`` (the test's folder of holds), in
-    any session: a command's workers and the children it put in sessions of their own (read from /proc)."""
+def processes_with(variable: str) -> list[int]:
+    """The live (not zombie) processes whose environment holds ``variable`` (``NAME=value``), in any session:
+    a command's workers and the children it put in sessions of their own (read from /proc)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            environ = (entry / "environ").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if stat[stat.rindex(")") + 2] != "Z" and f"HOLD_DIR={marker}".encode() in environ:
+        if stat[stat.rindex(")") + 2] != "Z" and variable.encode() in environ:
             found.append(int(entry.name))
     return found
+
+
+def _ours(marker: str) -> list[int]:
+    """The live processes of a held command: those whose ``HOLD_DIR`` is ``marker``, the test's folder of holds."""
+    return processes_with(f"HOLD_DIR={marker}")
 
 
 def _signal_state(pid: int) -> tuple[set[int], set[int]]:
