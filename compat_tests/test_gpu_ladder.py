@@ -172,7 +172,8 @@ def test_float16_rounding(rung, value, monkeypatch, closing):
 
 def algorithm_run(request, closing, algo: str, math_type: str | None):
     """A GRU through ``algo`` with ``math_type``: it agrees with the reference within its peer's budget (FMA:
-    cudnn; default and tensor ops, which may use TF32: cudnn-tf32), or cuDNN refuses it with a named status,
+    cudnn, or cudnn-persist through a persistent algorithm, whose kernels approximate tanh and the sigmoid;
+    default and tensor ops, which may use TF32: cudnn-tf32), or cuDNN refuses it with a named status,
     recorded as a note (never silently)."""
     import cupy
 
@@ -189,7 +190,8 @@ def algorithm_run(request, closing, algo: str, math_type: str | None):
         request.node.user_properties.append(("note", f"{algo}/{math_type or 'fma'} refused: {exc}"))
         return
     truth = ground_truth(cfg, case)
-    peer = "cudnn-tf32" if math_type in ("tensor_op", "default") else "cudnn"
+    peer = ("cudnn-tf32" if math_type in ("tensor_op", "default") else "cudnn" if algo == "standard"
+            else "cudnn-persist")
     got = Outputs(cupy.asnumpy(out.output), cupy.asnumpy(out.output_h), None)
     verdict = judge_results(peer, cfg, got, truth, sensitivity(cfg, case, truth))
     assert verdict.passed, verdict.explain()

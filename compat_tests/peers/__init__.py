@@ -22,9 +22,10 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     KerasPeer(),
     CudnnPeer("cudnn", None, ("float16", "float32", "float64")),
     CudnnPeer("cudnn-tf32", "default", ("float32",)),
+    CudnnPeer("cudnn-persist", None, ("float16", "float32"), algo="persist_static"),
     TorchPeer("torch-cuda", "cuda"),
 )}
-GPU_PEERS = ("cudnn", "cudnn-tf32", "torch-cuda")
+GPU_PEERS = ("cudnn", "cudnn-tf32", "cudnn-persist", "torch-cuda")
 BUILT_IN = tuple(PEERS)
 
 

@@ -3,7 +3,9 @@ documented math (float32: ``CUDNN_FMA_MATH``, true FP32; float16: tensor ops wit
 default), ``cudnn-tf32`` with ``CUDNN_DEFAULT_MATH`` in float32, which permits TF32 tensor-core math on
 Ampere and later (PyTorch's default, ``allow_tf32=True``, is the same setting; ``CUDNN_TENSOR_OP_MATH`` is not
 among the math types documented for FLOAT data, so ``test_gpu.py`` only records whether cuDNN takes it), so
-the TF32 divergence is measured and shown rather than hidden inside a loose tolerance."""
+the TF32 divergence is measured and shown rather than hidden inside a loose tolerance; ``cudnn-persist`` with the
+documented math through ``CUDNN_RNN_ALGO_PERSIST_STATIC``, whose kernels compute tanh and the sigmoid with an
+approximation (``reports/gpu/nvidia-h200-cudnn9.19.0/probes.md``), judged by a budget of its own."""
 
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the 
 
 
 class CudnnPeer(Peer):
-    def __init__(self, name: str, math_type: str | None, dtypes: tuple[str, ...]) -> None:
-        self.name, self.math_type = name, math_type
+    def __init__(self, name: str, math_type: str | None, dtypes: tuple[str, ...], algo: str = "standard") -> None:
+        self.name, self.math_type, self.algo = name, math_type, algo
         notes = _NOTES + ((("dtype", "TF32 exists only for float32 data"),) if math_type == "default" else ())
-        self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes)
+        if algo != "standard":
+            notes += (("projection", "cuDNN runs a recurrent projection with the standard algorithm only"),
+                      ("dtype", "cuDNN runs float64 with the standard and persist_dynamic algorithms only"))
+        self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes,
+                                         projection=algo == "standard")
 
     def available(self) -> tuple[bool, str]:
         import cudnn_backend
@@ -28,7 +34,7 @@ class CudnnPeer(Peer):
     def _forward(self, cfg: RNNConfig, case: Case, training: bool):
         import cudnn_backend
 
-        model = cfg.model(models=cudnn_backend.MODELS, math_type=self.math_type)
+        model = cfg.model(models=cudnn_backend.MODELS, math_type=self.math_type, algo=self.algo)
         return model, forward_case(model, cfg, case, training)
 
     def forward(self, cfg: RNNConfig, case: Case) -> Outputs:
