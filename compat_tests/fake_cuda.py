@@ -185,8 +185,7 @@ def write(ptr: int, array: np.ndarray) -> None:
 # Faults a dry run can plant (``FAKE_CUDA_FAULTS=name,...``), each a wrong guess or an accident that a GPU
 # window must survive: the GPU ladder's test (test_gpu_run.py) shows every other rung still reports.
 FAULTS = {
-    "skip_input_bias": "cuDNN computes skip_input models with layer 0's biases counted twice (as if the absent "
-                       "input-side biases were there, equal to the recurrent ones)",
+    "skip_input_bias": "cuDNN computes skip_input models with each of layer 0's biases (b_W and b_R) counted twice",
     "float16_rounding": "cuDNN's float16 outputs come out rounded another way (1/64 relative above ours)",
     "persist_hang": "a persistent algorithm's forward pass never returns",
     "sticky_error": "setting a dropout rate above 0 raises a CUDA error that every later call raises again",

@@ -62,24 +62,29 @@ def hand_outputs(h_new: float, c_new: float | None = None) -> Outputs:
 BOTH_BIASES = {"double": 1.5, "single_inp": 0.75, "single_rec": 0.75, "none": 0.0}
 
 
-def by_hand(mode: str, bias_mode: str) -> Outputs:
+def by_hand(mode: str, bias_mode: str, skip_input: bool = False) -> Outputs:
     """One step of a one-unit cell from cuDNN's equations, x = h = c = 1, every bias the mode has 0.75, written
     out here with ``math``: relu/tanh ``W = 0.5, R = 0.25``; the LSTM's matrices 0; the GRUs' reset and update
-    matrices 0 (so r and z are the sigmoid of their biases), ``W_h = 0.5``, ``R_h = 0.25``."""
+    matrices 0 (so r and z are the sigmoid of their biases), ``W_h = 0.5``, ``R_h = 0.25``. With
+    ``skip_input`` there is no ``W``: x enters every gate as it is (``W x`` is 1), and the input biases the
+    mode has are added as under linear_input."""
     b = BOTH_BIASES[bias_mode]
+    wx = 1.0 if skip_input else 0.0  # W x of the gates whose W is 0 here
     if mode in ("relu", "tanh"):
-        a = 0.5 + 0.25 + b
+        a = (1.0 if skip_input else 0.5) + 0.25 + b
         return hand_outputs(max(a, 0.0) if mode == "relu" else math.tanh(a))
-    if mode == "lstm":  # every gate's pre-activation is b
-        c_new = sig(b) * 1.0 + sig(b) * math.tanh(b)
-        return hand_outputs(sig(b) * math.tanh(c_new), c_new)
-    r = z = sig(b)
+    if mode == "lstm":  # every gate's pre-activation is W x + b
+        g = wx + b
+        c_new = sig(g) * 1.0 + sig(g) * math.tanh(g)
+        return hand_outputs(sig(g) * math.tanh(c_new), c_new)
+    r = z = sig(wx + b)
     b_W = 0.75 if layout.BIAS_MODES[bias_mode].input else 0.0
     b_R = 0.75 if layout.BIAS_MODES[bias_mode].recurrent else 0.0
+    w_h = 1.0 if skip_input else 0.5
     if mode == "gru":  # cuDNN: n = tanh(W_h x + b_Wh + r * (R_h h + b_Rh))
-        n = math.tanh(0.5 + b_W + r * (0.25 + b_R))
+        n = math.tanh(w_h + b_W + r * (0.25 + b_R))
     else:  # textbook: n = tanh(W_h x + b_Wh + R_h (r * h) + b_Rh)
-        n = math.tanh(0.5 + b_W + 0.25 * r + b_R)
+        n = math.tanh(w_h + b_W + 0.25 * r + b_R)
     return hand_outputs((1.0 - z) * n + z * 1.0)
 
 
@@ -87,13 +92,16 @@ HAND_WEIGHTS = {"relu": {0: 0.5, 1: 0.25}, "tanh": {0: 0.5, 1: 0.25}, "lstm": {}
                 "gru": {2: 0.5, 5: 0.25}, "classic_gru": {2: 0.5, 5: 0.25}}
 
 
+@pytest.mark.parametrize("input_mode", ["linear_input", "skip_input"])
 @pytest.mark.parametrize("bias_mode", BIAS_MODE_NAMES)
 @pytest.mark.parametrize("mode", list(HAND_WEIGHTS))
-def test_the_spec_cells_follow_cudnns_equations_by_hand(mode, bias_mode):
-    """The truth and the engine on a one-unit step whose value is worked out by hand from the equations above."""
-    cfg = RNNConfig(mode, num_units=1, input_size=1, seq_len=1, batch=1, bias_mode=bias_mode)
+def test_the_spec_cells_follow_cudnns_equations_by_hand(mode, bias_mode, input_mode):
+    """The truth and the engine on a one-unit step whose value is worked out by hand from the equations above;
+    skip_input's layer 0 has no input matrices but adds its input biases (cuDNN 9.19.0 has them:
+    reports/gpu/nvidia-h200-cudnn9.19.0/capture)."""
+    cfg = RNNConfig(mode, num_units=1, input_size=1, seq_len=1, batch=1, bias_mode=bias_mode, input_mode=input_mode)
     case = one_unit_case(cfg, HAND_WEIGHTS[mode], 0.75)
-    want = by_hand(mode, bias_mode)
+    want = by_hand(mode, bias_mode, input_mode == "skip_input")
     assert_agree_within_policy(cfg, case, Outputs(*ground_truth(cfg, case)), want)
     model = cfg.model()
     engine = forward_case(model, cfg, case, is_training=False)

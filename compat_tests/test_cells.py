@@ -12,6 +12,7 @@ from compat_tests.config import BIAS_MODE_NAMES, Case, Outputs, RNNConfig, make_
 from compat_tests.run import forward_case, run_reference
 from compat_tests.tolerances import DROPOUT_RATE_SIGMAS
 from reference.formats.canonical import by_pseudo_layer
+from reference.layout import BIAS_MODES
 
 
 def sig(v):
@@ -51,6 +52,8 @@ def test_reference_follows_the_documented_equations(mode, variant, bias_mode):
                     num_proj=2 if variant == "projection" else None, weight_scale=2.0, seed=3, bias_mode=bias_mode)
     case = make_case(cfg)
     t = by_pseudo_layer(cfg.model(), case.weights, case.biases)[0]
+    assert (t.W is None) == (variant == "skip_input")  # skip_input's layer 0: no input matrices, ...
+    assert (t.b_W is not None) == BIAS_MODES[bias_mode].input  # ... its input biases as any layer's
     output = np.zeros((cfg.seq_len, cfg.batch, cfg.state_width))
     h_n, c_n = np.zeros_like(case.h0), None if case.c0 is None else np.zeros_like(case.c0)
     for b in range(cfg.batch):

@@ -288,7 +288,7 @@ def test_convert_options_must_agree_with_what_the_file_carries_or_tells(source, 
 
 
 def test_a_foreign_onnx_graph_may_be_told_it_is_skip_input(tmp_path):
-    """What a foreign graph cannot tell (skip_input behind identity W and zero input biases) an option may."""
+    """What a foreign graph cannot tell (skip_input behind identity W) an option may."""
     from compat_tests.interop import convert
 
     cfg = RNNConfig("gru", num_units=3, input_size=3, input_mode="skip_input", dtype="float32")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from compat_tests.config import BIAS_MODE_NAMES
 from compat_tests.strategies import rnn_configs
-from reference.layout import PROJECTION_LIN_LAYER_ID, SKIP_INPUT_HAS_LAYER0_INPUT_BIASES, bias_slots
+from reference.layout import PROJECTION_LIN_LAYER_ID, bias_slots
 
 GATES = {"relu": 1, "tanh": 1, "lstm": 4, "gru": 3, "classic_gru": 3}
 # cuDNN's cudnnRNNBiasMode_t as its documentation reads: (an input bias per gate, a recurrent bias per gate)
@@ -19,7 +19,8 @@ EVERY_BIAS_MODE = dict(bias_modes_=BIAS_MODE_NAMES)
 
 def expected_canonical_shapes(cfg):
     """The canonical shapes as TensorFlow's CudnnRNNParamsToCanonical(V2) documents them, with the biases of
-    the bias mode only."""
+    the bias mode only; skip_input's layer 0 has no input matrices but every bias of the bias mode (as cuDNN
+    9.19.0 reports it: reports/gpu/nvidia-h200-cudnn9.19.0/capture)."""
     G, H, D = GATES[cfg.mode], cfg.num_units, cfg.num_dirs
     Hr = cfg.num_proj or H
     has_input, has_recurrent = BIASES[cfg.bias_mode]
@@ -31,8 +32,7 @@ def expected_canonical_shapes(cfg):
             weights += ([] if skipped else [(H, in_width)] * G) + [(H, Hr)] * G
             if cfg.num_proj:
                 weights.append((cfg.num_proj, H))
-            input_biases = has_input and not (skipped and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES)
-            biases += [(H,)] * G * input_biases + [(H,)] * G * has_recurrent
+            biases += [(H,)] * G * has_input + [(H,)] * G * has_recurrent
     return weights, biases
 
 
@@ -131,7 +131,9 @@ def test_projection_is_lin_layer_8_after_each_pseudo_layers_matrices(direction):
         assert all(r.shape[1] == 2 for r in mats[4:8]), "recurrent matrices act on the projected state"
 
 
-def test_skip_input_has_no_layer0_input_matrices():
+def test_skip_input_has_no_layer0_input_matrices_but_has_its_input_biases():
+    """As cuDNN 9.19.0 reports it (reports/gpu/nvidia-h200-cudnn9.19.0/capture): no input matrices in layer 0,
+    every bias there."""
     from compat_tests.config import RNNConfig
 
     cfg = RNNConfig("gru", num_layers=2, num_units=4, input_size=4, direction="bidirectional",
@@ -141,10 +143,25 @@ def test_skip_input_has_no_layer0_input_matrices():
         ids = {r.lin_layer_id for r in regions if r.kind == "weight" and r.pseudo_layer == pl}
         assert ids == {3, 4, 5}
         bias_ids = {r.lin_layer_id for r in regions if r.kind == "bias" and r.pseudo_layer == pl}
-        assert bias_ids == ({0, 1, 2, 3, 4, 5} if SKIP_INPUT_HAS_LAYER0_INPUT_BIASES else {3, 4, 5})
+        assert bias_ids == {0, 1, 2, 3, 4, 5}
     for pl in (2, 3):
         ids = {r.lin_layer_id for r in regions if r.pseudo_layer == pl}
         assert ids == set(range(6))
+
+
+def test_skip_input_layout_is_the_one_cudnn_reported():
+    """What cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams reported on NVIDIA H200, cuDNN 9.19.0
+    (reports/gpu/nvidia-h200-cudnn9.19.0/capture, config c002), written out: R of layer 0, then layer 1's
+    matrices, then layer 0's b_W and b_R and layer 1's."""
+    from compat_tests.config import RNNConfig
+
+    model = RNNConfig("relu", num_layers=2, num_units=8, input_size=8, input_mode="skip_input").model()
+    assert model.params_size() == 224
+    assert [(r.kind, r.pseudo_layer, r.lin_layer_id, r.offset, r.shape) for r in model.opaque_layout()] == [
+        ("weight", 0, 1, 0, (8, 8)), ("weight", 1, 0, 64, (8, 8)), ("weight", 1, 1, 128, (8, 8)),
+        ("bias", 0, 0, 192, (8,)), ("bias", 0, 1, 200, (8,)), ("bias", 1, 0, 208, (8,)), ("bias", 1, 1, 216, (8,))]
+    one = RNNConfig("relu", num_units=1, input_size=1, input_mode="skip_input").model()
+    assert one.params_size() == 3 and one.canonical_shapes() == ([(1, 1)], [(1,), (1,)])  # R; b_W, b_R
 
 
 @given(cfg=rnn_configs(**EVERY_BIAS_MODE))
@@ -158,7 +175,6 @@ def test_each_pseudo_layers_biases_are_where_the_decision_puts_them(cfg):
     has_input, has_recurrent = BIASES[cfg.bias_mode]
     for pl in range(cfg.num_layers * cfg.num_dirs):
         ids = [r.lin_layer_id for r in regions if r.kind == "bias" and r.pseudo_layer == pl]
-        skipped = cfg.input_mode == "skip_input" and pl < cfg.num_dirs and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES
-        assert ids == [s.lin_layer_id for s in bias_slots(cfg.bias_mode, G) if not (skipped and s.lin_layer_id < G)]
-        assert ids == [*range(G)] * (has_input and not skipped) + [*range(G, 2 * G)] * has_recurrent
+        assert ids == [s.lin_layer_id for s in bias_slots(cfg.bias_mode, G)]  # skip_input's layer 0 as any other
+        assert ids == [*range(G)] * has_input + [*range(G, 2 * G)] * has_recurrent
     assert all(r.offset >= last_matrix for r in regions if r.kind == "bias")

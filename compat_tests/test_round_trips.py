@@ -21,18 +21,34 @@ from reference.formats import onnx as onnx_format
 from reference.formats import torch as torch_format
 
 
-@pytest.mark.parametrize("change", ["W", "B"])
-def test_a_skip_input_onnx_model_the_layout_cannot_hold_is_refused(change):
-    """ONNX always has input matrices: with skip_input they must be the identity and the input biases zero."""
+def test_a_skip_input_onnx_model_the_layout_cannot_hold_is_refused():
+    """ONNX always has input matrices: with skip_input layer 0's must be the identity."""
     cfg = RNNConfig("gru", num_units=2, input_size=2, input_mode="skip_input", dtype="float32")
     model, case = cfg.model(), make_case(cfg)
     (layer,) = onnx_format.to_onnx(model, case.weights, case.biases)
     onnx_format.from_onnx(model, [layer])  # as written: accepted
-    layer = dict(layer)
-    layer[change] = layer[change].copy()
-    layer[change].reshape(-1)[1] += 0.5  # W: off the identity's diagonal; B: an input bias
-    with pytest.raises(ValueError, match="skip_input needs identity input matrices and zero input biases"):
+    layer = {**layer, "W": layer["W"].copy()}
+    layer["W"].reshape(-1)[1] += 0.5  # off the identity's diagonal of ONNX's first gate, z
+    with pytest.raises(ValueError, match="layer 0 W: skip_input needs identity input matrices, gate 'z' is not"):
         onnx_format.from_onnx(model, [layer])
+
+
+def test_a_skip_input_onnx_model_s_input_biases_are_its_layer0_b_W():
+    """Layer 0 of a skip_input model has its input biases (as cuDNN 9.19.0 reports them:
+    reports/gpu/nvidia-h200-cudnn9.19.0/capture): ONNX's ``B`` holds them as any layer's and gives them back."""
+    cfg = RNNConfig("gru", num_units=2, input_size=2, input_mode="skip_input", dtype="float32")
+    model, case = cfg.model(), make_case(cfg)
+    (layer,) = onnx_format.to_onnx(model, case.weights, case.biases)
+    z = 1  # b_Wz, the bias of cuDNN's second gate (r, z, h) on layer 0's input
+    assert [(r.pseudo_layer, r.lin_layer_id) for r in model.canonical_regions()[1]] == [(0, g) for g in range(6)]
+    assert layer["B"][0, :2].tobytes() == case.biases[z].tobytes()  # ONNX's first gate, z: b_Wz
+    layer = {**layer, "B": layer["B"].copy()}
+    layer["B"][0, 1] += 0.5
+    _, biases = onnx_format.from_onnx(model, [layer])
+    want = case.biases[z].copy()
+    want[1] += 0.5
+    assert biases[z].tobytes() == want.tobytes()
+    assert all(a.tobytes() == b.tobytes() for k, (a, b) in enumerate(zip(biases, case.biases, strict=True)) if k != z)
 
 
 def _foreign_gru():

@@ -97,17 +97,51 @@ def test_a_tf_named_file_of_another_bias_mode_loads_with_the_mode_given(tmp_path
         checkpoint.load(tmp_path / "c.npz", {"bias_mode": "double"})
 
 
-def test_a_skip_input_single_inp_file_must_hold_zero_layer0_biases():
-    """With skip_input, layer 0 has no input bias (``layout.SKIP_INPUT_HAS_LAYER0_INPUT_BIASES``), so under
-    ``single_inp`` no bias at all: TF's stand-in summed bias there must be zero."""
-    cfg = RNNConfig("lstm", num_layers=2, num_units=3, input_size=3, input_mode="skip_input", bias_mode="single_inp")
+def linear_input_twin(cfg, case):
+    """The linear_input model of a skip_input ``cfg``, and its canonical lists: ``case``'s with the identity for
+    each of layer 0's input matrices, which skip_input lacks (the biases are the same)."""
+    twin = cfg.with_(input_mode="linear_input")
+    given_tensors = {(r.kind, r.pseudo_layer, r.lin_layer_id): t
+                     for r, t in zip(sum(cfg.model().canonical_regions(), []), case.weights + case.biases)}
+    w_regions, b_regions = twin.model().canonical_regions()
+    weights = [given_tensors.get((r.kind, r.pseudo_layer, r.lin_layer_id), np.eye(*r.shape, dtype=cfg.dtype))
+               for r in w_regions]
+    return twin, weights, [given_tensors[(r.kind, r.pseudo_layer, r.lin_layer_id)] for r in b_regions]
+
+
+@pytest.mark.parametrize("bias_mode", ["double", "single_inp", "single_rec", "none"])
+@pytest.mark.parametrize("mode", ["relu", "lstm", "gru", "classic_gru"])
+def test_a_skip_input_model_is_saved_as_linear_input_with_identity_input_matrices(mode, bias_mode):
+    """Layer 0 of a skip_input model has its input biases (as cuDNN 9.19.0 reports them:
+    reports/gpu/nvidia-h200-cudnn9.19.0/capture), so its TF tensors are those of the linear_input model with
+    identity input matrices and the same biases, under every bias mode, and they come back: a single mode's
+    biases bit for bit, the double bias's as halves of the saved sums."""
+    cfg = RNNConfig(mode, num_layers=2, num_units=3, input_size=3, input_mode="skip_input", bias_mode=bias_mode)
+    model, case = cfg.model(), make_case(cfg)
+    twin, weights, biases = linear_input_twin(cfg, case)
+    tensors = tf.to_tf(model, case.weights, case.biases)
+    assert {n: a.tobytes() for n, a in tensors.items()} == \
+        {n: a.tobytes() for n, a in tf.to_tf(twin.model(), weights, biases).items()}
+    got_weights, got_biases = tf.from_tf(model, tensors)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got_weights, case.weights, strict=True))
+    if bias_mode == "double":
+        got_biases, want = bias_sums(model, got_biases), bias_sums(model, case.biases)
+    else:
+        want = case.biases
+    assert all(np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(got_biases, want, strict=True))
+
+
+def test_a_skip_input_gru_s_candidate_input_bias_is_its_layer0_b_Wh():
+    """The cuDNN GRU's candidate keeps its input bias apart (``candidate/input_projection/bias``); with skip_input
+    it is layer 0's ``b_Wh``, which cuDNN has, and restores as such."""
+    cfg = RNNConfig("gru", num_units=2, input_size=2, input_mode="skip_input", dtype="float64")
     model, case = cfg.model(), make_case(cfg)
     tensors = tf.to_tf(model, case.weights, case.biases)
-    name = f"{tf.cell_prefix(model, 0)}/bias"
-    assert not tensors[name].any()
-    tensors[name] = tensors[name] + 1
-    with pytest.raises(ValueError, match=r"biases must be zero: a skip_input model with bias_mode 'single_inp'"):
-        tf.from_tf(model, tensors)
+    name = f"{tf.cell_prefix(model, 0)}/candidate/input_projection/bias"
+    region = next(k for k, r in enumerate(model.canonical_regions()[1]) if (r.pseudo_layer, r.lin_layer_id) == (0, 2))
+    assert tensors[name].tobytes() == case.biases[region].tobytes()
+    tensors[name] = tensors[name] + 0.5
+    assert tf.from_tf(model, tensors)[1][region].tobytes() == (case.biases[region] + 0.5).tobytes()
 
 
 def test_tf_names_follow_the_saveable():
@@ -172,15 +206,14 @@ def test_cells_round_each_float16_layer_output_like_the_fused_reference():
 
 
 @pytest.mark.parametrize(("mode", "tensor", "change", "match"), [
-    ("gru", "candidate/input_projection/bias", lambda b: b + 0.5, "input_projection/bias must be zero with skip_input"),
     ("gru", "candidate/input_projection/kernel", lambda k: 2 * k, "gate 'h' is not the identity"),
     ("gru", "gates/kernel", lambda k: np.concatenate([k[:2][:, ::-1], k[2:]]), "gate 'r' is not the identity"),
     ("lstm", "kernel", lambda k: np.concatenate([k[:2] * 0, k[2:]]), "gate 'i' is not the identity"),
 ])
 def test_a_skip_input_tf_checkpoint_the_layout_cannot_hold_is_refused(mode, tensor, change, match):
-    """With skip_input, cuDNN has no input matrices or input biases in layer 0: a TF checkpoint whose input
-    kernels are not the identity, or whose GRU candidate has an input bias (it would land inside
-    ``r * (...)``), computes something else, so it is refused rather than silently changed."""
+    """With skip_input, cuDNN has no input matrices in layer 0 (its input biases it has): a TF checkpoint whose
+    input kernels are not the identity computes something else, so it is refused rather than silently
+    changed."""
     cfg = RNNConfig(mode, num_units=2, input_size=2, input_mode="skip_input", dtype="float64")
     model, case = cfg.model(), make_case(cfg)
     tensors = tf.to_tf(model, case.weights, case.biases)

@@ -25,11 +25,12 @@ import numpy as np
 
 PROJECTION_LIN_LAYER_ID = 8
 
-# With SKIP_INPUT cuDNN applies no input GEMM in layer 0, so the layer-0 input matrices do not exist.
-# Whether the layer-0 input *biases* exist is not documented: the cuDNN 9 header calls skip mode a "fixed
-# identity matrix ... (no operation)", read here as "no input bias either". UNCONFIRMED: the GPU layout
-# test settles it (cudnnGetRNNWeightParams returns a NULL bias address when they do not exist).
-SKIP_INPUT_HAS_LAYER0_INPUT_BIASES = False
+# With SKIP_INPUT cuDNN applies no input GEMM in layer 0, so the layer-0 input matrices do not exist; its
+# input biases do (the bias mode's, as in every other layer), and add to the input as under linear_input.
+# CONFIRMED on NVIDIA H200, cuDNN 9.19.0 (reports/gpu/nvidia-h200-cudnn9.19.0/capture: cudnnGetRNNWeightParams
+# reports lin_layer_ids 0..G-1 of pseudo-layer 0 with a bias and no matrix; probes.md, section 3: b_W is
+# added). A finding, no longer a switch: the reference has this behaviour only; the name stays for its readers.
+SKIP_INPUT_HAS_LAYER0_INPUT_BIASES = True
 
 
 class BiasMode(NamedTuple):
@@ -119,10 +120,10 @@ class LayoutSpec:
     def input_width(self, layer: int) -> int:
         return self.input_size if layer == 0 else self.num_dirs * self.state_width
 
-    def has_input_params(self, layer: int, kind: str) -> bool:
-        if layer > 0 or not self.skip_input:
-            return True
-        return kind == "bias" and SKIP_INPUT_HAS_LAYER0_INPUT_BIASES
+    def has_input_matrices(self, layer: int) -> bool:
+        """Whether ``layer`` has input matrices: all but layer 0 of a skip_input network (its input biases
+        exist all the same, :data:`SKIP_INPUT_HAS_LAYER0_INPUT_BIASES`)."""
+        return layer > 0 or not self.skip_input
 
 
 def _weight_space_entries(spec: LayoutSpec) -> list[tuple[str, int, int, tuple[int, ...]]]:
@@ -134,14 +135,13 @@ def _weight_space_entries(spec: LayoutSpec) -> list[tuple[str, int, int, tuple[i
         layer = pseudo_layer // spec.num_dirs
         for lin in range(2 * G):
             on_input = lin < G
-            if not on_input or spec.has_input_params(layer, "weight"):
+            if not on_input or spec.has_input_matrices(layer):
                 width = spec.input_width(layer) if on_input else Hr
                 weights.append(("weight", pseudo_layer, lin, (H, width)))
         if spec.num_proj is not None:
             weights.append(("weight", pseudo_layer, PROJECTION_LIN_LAYER_ID, (spec.num_proj, H)))
         for lin, present in bias_slots(spec.bias_mode, G):
-            if lin >= G or spec.has_input_params(layer, "bias"):
-                biases.append(("bias" if present else "hole", pseudo_layer, lin, (H,)))
+            biases.append(("bias" if present else "hole", pseudo_layer, lin, (H,)))
     return weights + biases
 
 

@@ -151,17 +151,16 @@ class _CudnnRNN:
 
     def _stacking_plan(self) -> list[dict[str, _Stacking | None]]:
         """Per pseudo-layer, for each field of :class:`PseudoLayerParams`, how :meth:`_pseudo_layers` stacks it
-        (gate blocks in the mode's compute order), or ``None`` where the buffer has no such tensor. Row-major
-        blocks stacked along their first axis are their flat slices one after another. A bias the bias mode
-        lacks, beside its matrix, is planned as zeros (no slices): the engine adds it, ``v + 0 == v``, so
-        every bias mode runs the one double-bias code path."""
+        (gate blocks in the mode's compute order), or ``None`` where the buffer has no such matrix (skip_input's
+        layer 0 has no input matrices). Row-major blocks stacked along their first axis are their flat slices
+        one after another. A bias the bias mode lacks is planned as zeros (no slices): the engine adds it,
+        ``v + 0 == v``, so every bias mode runs the one double-bias code path."""
         G, H, order = self._mode.num_gates, self.num_units, self._mode.gate_order
 
         def plan(kind: str, pl: int, lin_ids: Sequence[int]) -> _Stacking | None:
             regions = [self._regions.get((kind, pl, lin)) for lin in lin_ids]
             if regions[0] is None:
-                beside_a_matrix = ("weight", pl, lin_ids[0]) in self._regions
-                return _Stacking([], (G * H,), None) if kind == "bias" and beside_a_matrix else None
+                return _Stacking([], (G * H,), None) if kind == "bias" else None
             slices = [slice(r.offset, r.offset + r.size) for r in regions]
             consecutive = all(a.stop == b.start for a, b in zip(slices, slices[1:]))
             return _Stacking(slices, (sum(r.shape[0] for r in regions), *regions[0].shape[1:]),

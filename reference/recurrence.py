@@ -44,10 +44,11 @@ Array = np.ndarray
 class PseudoLayerParams:
     """One pseudo-layer's parameters in the compute dtype, gate blocks stacked in canonical order.
 
-    ``W [G*H, in_width]`` (``None`` with skip_input: the identity), ``b_W [G*H]`` (``None`` where absent),
-    ``R [G*H, Hr]``, ``b_R [G*H]``, ``P [num_proj, H]`` or ``None``. A bias the model's bias mode lacks
-    (``reference.layout.BIAS_MODES``) comes as zeros beside its matrix (``model._stacking_plan``): ``v + 0``
-    is ``v``, so every bias mode runs the double bias's steps, and its gradient is computed and dropped.
+    ``W [G*H, in_width]`` (``None`` in skip_input's layer 0: the identity), ``b_W [G*H]`` (``None``: none,
+    as zeros), ``R [G*H, Hr]``, ``b_R [G*H]``, ``P [num_proj, H]`` or ``None``. A bias the model's bias mode
+    lacks (``reference.layout.BIAS_MODES``) comes as zeros (``model._stacking_plan``), in skip_input's layer 0
+    as in any other: ``v + 0`` is ``v``, so every bias mode runs the double bias's steps, and its gradient is
+    computed and dropped.
     ``negated_gates``: the rows of the mode's sigmoid blocks are negated in ``W``, ``b_W``, ``R`` and ``b_R``
     (:func:`negated_gates`; inference only).
     """

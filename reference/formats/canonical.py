@@ -17,13 +17,14 @@ from ..layout import PROJECTION_LIN_LAYER_ID
 class PseudoLayerTensors:
     """One direction of one layer: per-gate matrices and biases in canonical (cuDNN) gate order.
 
-    ``W``/``b_W`` are ``None`` where the layer has no input GEMM (skip_input, layer 0).
+    ``W`` is ``None`` where the layer has no input matrices (skip_input, layer 0: its input biases are there
+    all the same); ``b_W``/``b_R`` are ``None`` where the bias mode has no such bias.
     """
 
     W: list[np.ndarray] | None
     R: list[np.ndarray]
     b_W: list[np.ndarray] | None
-    b_R: list[np.ndarray]
+    b_R: list[np.ndarray] | None
     P: np.ndarray | None
 
 
@@ -137,13 +138,26 @@ def zeros(model) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return [np.zeros(s, model.dtype) for s in w], [np.zeros(s, model.dtype) for s in b]
 
 
-def input_blocks(model, t: PseudoLayerTensors) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per-gate input matrices and biases; where cuDNN has none (skip_input, layer 0) the identity and zero
-    that give the same function stand in, for formats that always store them."""
+def input_matrices(model, t: PseudoLayerTensors) -> list[np.ndarray]:
+    """Per-gate input matrices; where cuDNN has none (skip_input, layer 0) the identity, which gives the same
+    function, stands in, for formats that always store them."""
     if t.W is not None:
-        return t.W, t.b_W
-    G = len(model.gates)
-    return [np.eye(model.num_units, dtype=model.dtype)] * G, [np.zeros(model.num_units, dtype=model.dtype)] * G
+        return t.W
+    return [np.eye(model.num_units, dtype=model.dtype)] * len(model.gates)
+
+
+def skipped_input_matrices(model, layer: int, W: list[np.ndarray], what: str) -> list[np.ndarray] | None:
+    """A format's per-gate input matrices ``W`` of ``layer`` as the canonical ones: ``None`` in skip_input's
+    layer 0, where they must be the identity that :func:`input_matrices` wrote (else a ValueError naming
+    ``what`` and the gate), ``W`` elsewhere."""
+    if layer > 0 or model.input_mode != "skip_input":
+        return W
+    eye = np.eye(model.num_units, dtype=model.dtype)
+    for g, w in enumerate(W):
+        if not np.array_equal(w, eye):
+            raise ValueError(f"{what}: skip_input needs identity input matrices, gate {model.gates[g]!r} is not "
+                             f"the identity")
+    return None
 
 
 def matrix_shape(what: str, shape: tuple[int, ...]) -> tuple[int, int]:

@@ -3,8 +3,8 @@
 
 ONNX orders GRU gates **z, r, h** (cuDNN r, z, h) and LSTM gates **i, o, f, c** (cuDNN i, f, c, o). The
 cuDNN GRU is ``linear_before_reset=1``, the textbook GRU ``linear_before_reset=0``; relu and tanh RNNs
-differ only in ``activations``. ONNX has no projection; skip_input is written as identity ``W`` and zero
-input biases (the same function).
+differ only in ``activations``. ONNX has no projection; skip_input's layer 0 (no input matrices, its input
+biases as any layer's) is written with identity ``W`` (the same function), which reading checks.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_double_bias, check_fits, check_layers, check_model,
-                        check_tensor, flatten, input_blocks, zeros)
+                        check_tensor, flatten, input_matrices, skipped_input_matrices, zeros)
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -37,11 +37,10 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
     layers = []
     for layer in range(model.num_layers):
         pls = groups[layer * D:(layer + 1) * D]
-        W, bW = zip(*(input_blocks(model, t) for t in pls))
         layers.append({
-            "W": np.stack([np.concatenate([w[g] for g in order]) for w in W]),
+            "W": np.stack([np.concatenate([w[g] for g in order]) for w in (input_matrices(model, t) for t in pls)]),
             "R": np.stack([np.concatenate([t.R[g] for g in order]) for t in pls]),
-            "B": np.stack([np.concatenate([b[g] for g in order] + [t.b_R[g] for g in order]) for b, t in zip(bW, pls)]),
+            "B": np.stack([np.concatenate([t.b_W[g] for g in order] + [t.b_R[g] for g in order]) for t in pls]),
         })
     return layers
 
@@ -70,9 +69,6 @@ def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
                 W[g], R[g] = got["W"][d, block].copy(), got["R"][d, block].copy()
                 bW[g] = got["B"][d, block].copy()
                 bR[g] = got["B"][d, len(order) * H + k * H:len(order) * H + (k + 1) * H].copy()
-            skip = layer == 0 and model.input_mode == "skip_input"
-            if skip and not (all(np.array_equal(w, np.eye(H, dtype=model.dtype)) for w in W)
-                             and not any(b.any() for b in bW)):
-                raise ValueError("layer 0 W, B: skip_input needs identity input matrices and zero input biases")
-            groups.append(PseudoLayerTensors(W=None if skip else W, R=R, b_W=None if skip else bW, b_R=bR, P=None))
+            groups.append(PseudoLayerTensors(W=skipped_input_matrices(model, layer, W, f"layer {layer} W"), R=R,
+                                             b_W=bW, b_R=bR, P=None))
     return flatten(model, groups)

@@ -19,8 +19,9 @@ Tensors per cell (``in`` the layer's input width, ``Hr`` num_proj or num_units):
   ``candidate/bias = b_Wh + b_Rh``
 
 Restoring a summed bias gives each half of the sum (TF's rule: the sum is what the math sees); the two
-halves are chosen so that they add up to the saved sum exactly. With skip_input, layer 0 is saved with identity input matrices and no input
-bias, and restoring checks that they are exactly that.
+halves are chosen so that they add up to the saved sum exactly. With skip_input, layer 0 (no input matrices,
+its input biases as any layer's) is saved with identity input matrices, and restoring checks that they are
+exactly that.
 
 Bias modes. TensorFlow's ``CudnnRNN`` has the double bias only; the format extends to the others as the
 canonical lists do, with no bias invented: a single mode's model is saved under the same names, each summed
@@ -39,7 +40,7 @@ import numpy as np
 
 from ..layout import BIAS_MODES
 from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_fits, check_mapping, check_model, check_tensor,
-                        flatten, input_blocks, matrix_shape, zeros)
+                        flatten, input_matrices, matrix_shape, skipped_input_matrices, zeros)
 
 CELL_NAMES = {"relu": "basic_rnn_cell", "tanh": "basic_rnn_cell", "lstm": "cudnn_compatible_lstm_cell",
               "gru": "cudnn_compatible_gru_cell", "classic_gru": "gru_cell"}
@@ -98,11 +99,9 @@ def to_tf(model, weights: list[np.ndarray], biases: list[np.ndarray], scope: str
     """Canonical lists -> ``{TF variable name: tensor}`` in TF's cell formats (the biases the model's bias mode
     has: module docstring)."""
     out: dict[str, np.ndarray | None] = {}
-    has_input_bias = BIAS_MODES[bias_mode(model)].input
     for pl, t in enumerate(by_pseudo_layer(model, weights, biases)):
         p = cell_prefix(model, pl, scope)
-        W, bW = input_blocks(model, t)
-        bW = bW if has_input_bias else None  # skip_input's stand-in zeros only where the other layers have b_W
+        W, bW = input_matrices(model, t), t.b_W
 
         def joined(g):
             return np.concatenate([W[g], t.R[g]], axis=1)
@@ -310,23 +309,7 @@ def from_tf(model, tensors: dict[str, np.ndarray], scope: str | None = None) -> 
         bR = None if bR[0] is None else [b.copy() for b in bR]
         bW = None if bW[0] is None else [b.copy() for b in bW]
         P = tensors[f"{p}/projection/kernel"].T.copy() if model.num_proj else None
-        if layer == 0 and model.input_mode == "skip_input":
-            eye = np.eye(H, dtype=model.dtype)
-            for g in range(G):
-                if not np.array_equal(W[g], eye):
-                    raise ValueError(f"{p}: skip_input needs identity input matrices, gate {model.gates[g]!r} "
-                                     "is not the identity")
-                if bW is not None and bR is not None:
-                    bR[g] = bR[g] + bW[g]  # no input bias in skip mode: the whole sum is recurrent
-            if bW is not None and bR is None and any(np.any(b) for b in bW):
-                raise ValueError(f"{p}: its biases must be zero: a skip_input model with bias_mode "
-                                 f"{bias_mode(model)!r} has no bias in layer 0")
-            if model.rnn_mode == "gru" and np.any(tensors.get(f"{p}/candidate/input_projection/bias", 0)):
-                raise ValueError(f"{p}/candidate/input_projection/bias must be zero with skip_input")
-            W_, bW_ = None, None
-        else:
-            W_, bW_ = W, bW
-        groups.append(PseudoLayerTensors(W=W_, R=R, b_W=bW_, b_R=bR, P=P))
+        groups.append(PseudoLayerTensors(W=skipped_input_matrices(model, layer, W, p), R=R, b_W=bW, b_R=bR, P=P))
     return flatten(model, groups)
 
 

@@ -23,8 +23,8 @@ Array = np.ndarray
 class CellParams(NamedTuple):
     """One pseudo-layer's parameters (or their gradients), per gate in canonical order.
 
-    ``W[g] [H, in]`` and ``b_W[g] [H]``, ``None`` where the layer has none (skip_input, layer 0: the input
-    enters every gate as it is; ``b_W`` also where the bias mode has no input bias); ``R[g] [H, Hr]``,
+    ``W[g] [H, in]`` (``None`` where the layer has none: skip_input, layer 0, whose input enters every gate
+    as it is), ``b_W[g] [H]`` (``None`` where the bias mode has no input bias), ``R[g] [H, Hr]``,
     ``b_R[g] [H]`` (``None`` where the bias mode has no recurrent bias); ``P [num_proj, H]`` or ``None``.
     """
 

@@ -2,8 +2,9 @@
 state them, over the cells of ``rnn.py``, ``lstm.py`` and ``gru.py``.
 
 - The canonical weights and biases (TensorFlow's order, ``docs/api.md`` "Parameters") are grouped per
-  pseudo-layer (``layer * num_dirs + direction``); with skip_input, layer 0 has no input matrices (and no
-  input biases unless ``layout.SKIP_INPUT_HAS_LAYER0_INPUT_BIASES``): its input enters every gate as it is.
+  pseudo-layer (``layer * num_dirs + direction``); with skip_input, layer 0 has no input matrices: its input
+  enters every gate as it is, plus the gate's input bias where the bias mode has one
+  (``layout.SKIP_INPUT_HAS_LAYER0_INPUT_BIASES``, confirmed on a GPU).
 - ``bias_mode`` (cuDNN's ``cudnnRNNBiasMode_t``, ``layout.BIAS_MODES``): the biases the mode lacks are
   absent from the canonical lists (at the lin layers ``layout.bias_slots`` names) and from the cells'
   equations (``cell.py``).
@@ -29,7 +30,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from .. import checks
-from ..layout import BIAS_MODES, SKIP_INPUT_HAS_LAYER0_INPUT_BIASES, bias_slots
+from ..layout import BIAS_MODES, bias_slots
 from ..precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, STORAGE_DTYPES, compute_dtype
 from . import gru, lstm, rnn
 from .cell import Array, CellParams
@@ -108,14 +109,12 @@ class Network:
         weights, biases = [], []
         for pl in range(self.num_layers * self.num_dirs):
             layer = pl // self.num_dirs
-            skip = layer == 0 and self.skip_input
+            skip = layer == 0 and self.skip_input  # no input matrices; the biases are every layer's
             for lin in range(2 * G):
                 on_input = lin < G
                 if not (on_input and skip):
                     weights.append(("weight", pl, lin, (H, self.input_width(layer) if on_input else Hr)))
-            for lin, present in bias_slots(self.bias_mode, G):
-                if present and not (lin < G and skip and not SKIP_INPUT_HAS_LAYER0_INPUT_BIASES):
-                    biases.append(("bias", pl, lin, (H,)))
+            biases += [("bias", pl, lin, (H,)) for lin, present in bias_slots(self.bias_mode, G) if present]
             if self.num_proj is not None:
                 weights.append(("weight", pl, PROJECTION, (self.num_proj, H)))
         return weights + biases
