@@ -91,7 +91,7 @@ RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00
     _rung("batch_major", "batch-major data and states", "batch_major"),
     _rung("projection", "LSTM with a recurrent projection (projSize)", "projection"),
     Rung("float64", "float64 data and math", dtypes=("float64",)),
-    Rung("float16", "float16 data, float32 math, tensor ops; the layer-rounding decision",
+    Rung("float16", "float16 data, float32 math, tensor ops; the float16 rounding decision",
          checks=STRUCTURE + ("float16_rounding",), dtypes=("float16",)),
     _rung("skip_input", "skip_input: layer 0 without input matrices", "skip_input"),
     Rung("combined", "every established feature at once, float32 and float64", dtypes=("float32", "float64"),

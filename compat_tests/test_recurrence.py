@@ -52,7 +52,7 @@ def _stacked(on: bool):
     """``stacks_input`` forced on wherever a direction can run stacked at all (whatever its widths and batch),
     or off everywhere."""
     return mock.patch.object(recurrence, "stacks_input",
-                             lambda mode, params, B: on and mode.stackable_input and params.W is not None)
+                             lambda mode, params, B, storage=None: on and mode.stackable_input and params.W is not None)
 
 
 STACKABLE = tuple(name for name, mode in MODES.items() if mode.stackable_input)
@@ -92,6 +92,9 @@ def test_which_directions_run_stacked(mode):
     assert not recurrence.stacks_input(row, params(H + 1), 8), "an input wider than the cell"
     assert recurrence.stacks_input(row, params(cap, 2 * cap), 8) == row.stackable_input
     assert not recurrence.stacks_input(row, params(cap + 1, 2 * cap), 8), "an input wider than the cap"
+    assert recurrence.stacks_input(row, params(H), 2, np.dtype(np.float32)) == row.stackable_input
+    assert not recurrence.stacks_input(row, params(H), 2, np.dtype(np.float16)), \
+        "float16: the stacked GEMM cannot round W x and R h apart (precision.HALF_ROUNDS)"
 
 
 @pytest.mark.parametrize("lengths", [False, True], ids=["full", "lengths"])

@@ -652,12 +652,14 @@ def test_a_crashing_backend_becomes_an_error_record_not_a_crash(tmp_path, monkey
 
 
 def test_a_unit_whose_gradients_cannot_be_judged_is_indeterminate_not_passed(tmp_path):
-    """A float16 relu stack whose forward pass overflows half precision: its gradients are of another
-    function (test_policy), so the unit is indeterminate, and counts as such rather than as passed."""
+    """A float16 relu stack whose gradients are too ill-conditioned for half precision (kappa near 900: the
+    budget admits an error as large as the result, test_policy), so the unit is indeterminate, and counts as
+    such rather than as passed. (The earlier T 40, seed 1 stack now overflows its float16 state to inf and
+    NaN in the forward pass, as the state is rounded to float16 every step: ``precision.HALF_ROUNDS``.)"""
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"study": "compat", "config": {
-        "mode": "relu", "num_layers": 2, "num_units": 4, "input_size": 3, "seq_len": 40, "batch": 2,
-        "dtype": "float16", "weight_scale": 4.0, "seed": 1}}]))
+        "mode": "relu", "num_layers": 2, "num_units": 4, "input_size": 3, "seq_len": 12, "batch": 2,
+        "dtype": "float16", "weight_scale": 4.0, "seed": 2}}]))
     out = tmp_path / "out"
     assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--out", str(out), "--jobs", "1",
                      "--no-progress"]) == 0

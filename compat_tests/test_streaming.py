@@ -58,7 +58,8 @@ def steps_as_whole_call(model, params, B: int, T: int) -> bool:
     """Whether the whole call's arithmetic per step is the step's: ``T = 1``, or every layer stacked
     (``recurrence.stacks_input``) or without an input matrix (skip_input's first layer)."""
     mode = MODES[model.rnn_mode]
-    return T == 1 or all(p.W is None or stacks_input(mode, p, B) for p in model._pseudo_layers(params, copy=True))
+    return T == 1 or all(p.W is None or stacks_input(mode, p, B, model.dtype)
+                         for p in model._pseudo_layers(params, copy=True))
 
 
 # ---- whole sequences --------------------------------------------------------------------------------
@@ -154,7 +155,8 @@ def test_step_at_benchmark_sizes(mode, B, H):
 
 
 def test_float16_states_round_every_step():
-    """float16 states are rounded at every step as repeated one-step calls round them; float32 states are not."""
+    """float16 states (``c`` too) are rounded at every step as repeated one-step calls round them; with float32
+    states only ``h`` is, as the whole-sequence call rounds it (``precision.HALF_ROUNDS``)."""
     cfg = RNNConfig("lstm", num_layers=2, num_units=6, input_size=6, input_mode="skip_input", seq_len=5, batch=1,
                     dtype="float16")
     model, params, bound, case = bound_case(cfg)

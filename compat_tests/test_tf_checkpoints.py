@@ -187,17 +187,19 @@ def test_compatible_cells_equal_the_fused_reference(cfg):
 
 
 def test_cells_round_each_float16_layer_output_like_the_fused_reference():
-    """A float16 stack stores each layer's output in float16 (``reference.precision``); here the second layer
-    amplifies that rounding a thousandfold. Every product and sum below is exact in float32, so the expected
-    value does not depend on the order of any GEMM."""
+    """A float16 stack stores each layer's output in float16 (``reference.precision``: the state each step
+    stores, and each GEMM's result before its bias); here layer 0's float16 output, times 5 in layer 1's GEMM,
+    lands on another float16 than its float32 value would. Every product below is exact in float32, so the
+    expected value does not depend on the order of any GEMM."""
     model = RNNConfig("relu", num_layers=2, num_units=1, input_size=1, dtype="float16").model()
     f16, f32 = np.float16, np.float32
-    weights = [np.full((1, 1), v, f16) for v in (0.1, 0.0, 1000.0, 0.0)]  # W0, R0, W1, R1
-    biases = [np.full(1, v, f16) for v in (0.0, 0.0, -29.98, 0.0)]  # b_W0, b_R0, b_W1, b_R1
-    x = np.full((1, 1, 1), 0.3, f16)
+    weights = [np.full((1, 1), v, f16) for v in (0.1, 0.0, 5.0, 0.0)]  # W0, R0, W1, R1
+    biases = [np.full(1, 0.0, f16) for _ in range(4)]  # b_W0, b_R0, b_W1, b_R1
+    x = np.full((1, 1, 1), 0.9, f16)
     layer0 = f16(max(f32(weights[0][0, 0]) * f32(x[0, 0, 0]), 0))  # stored in float16 between the layers
-    expected = f16(max(f32(weights[2][0, 0]) * f32(layer0) + f32(biases[2][0]), 0))
-    unrounded = f16(max(f32(weights[2][0, 0]) * (f32(weights[0][0, 0]) * f32(x[0, 0, 0])) + f32(biases[2][0]), 0))
+    expected = f16(max(f32(f16(f32(weights[2][0, 0]) * f32(layer0))) + f32(biases[2][0]), 0))  # W1 x rounded
+    unrounded = f16(max(f32(f16(f32(weights[2][0, 0]) * (f32(weights[0][0, 0]) * f32(x[0, 0, 0]))))
+                        + f32(biases[2][0]), 0))
     assert expected != unrounded, "the rounding between the layers must show in the output for this test to mean anything"
     fused, _ = model(x, None, model.canonical_to_params(weights, biases))
     cells = cells_from_tf(model, tf.to_tf(model, weights, biases))

@@ -6,7 +6,9 @@ direction loop of ``reference.spec`` (lengths, reversal within each length), not
 
 Cells take and return TF-style values: ``cell(inputs [B, in], state) -> (output, new_state)`` with state
 ``h [B, H]`` for the RNN and GRU cells and ``(c, h)`` (TF's ``LSTMStateTuple`` order) for the LSTM cell.
-Float16 weights compute in float32, as the fused reference does.
+Float16 weights compute in float32, as the fused reference does, and round where it rounds
+(``reference.precision.HALF_ROUNDS``): each GEMM's result before its bias (so ``[x, h] @ kernel`` is made as
+``x @ kernel_x`` and ``h @ kernel_h``, each rounded), the new ``h`` a step returns, and each layer's output.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from . import checks
 from .formats.canonical import check_double_bias, check_mapping, check_model, check_tensor, matrix_shape
 from .formats.tf import cell_prefix, expected_shapes
-from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, STORAGE_DTYPES, compute_dtype
+from .precision import STORAGE_DTYPES, compute_dtype, rounds_at
 from .spec import rnn
 from .spec.cell import sigmoid
 from .spec.network import caller_layout, run_direction
@@ -64,6 +66,26 @@ class _TFCell:
 
     def _sizes(self, dtype: np.dtype, num_units: int, input_width: int, state_width: int) -> None:
         self.dtype, self.num_units, self.input_width, self.state_width = dtype, num_units, input_width, state_width
+
+    def _round(self, v: Array, point: str) -> Array:
+        """``v`` rounded to the cell's dtype where its storage rounds at ``point`` (``reference.precision``)."""
+        return v.astype(self.dtype).astype(v.dtype) if rounds_at(self.dtype, point) else v
+
+    def _gemm(self, u: Array, kernel: Array) -> Array:
+        """``u @ kernel``, rounded as a GEMM's result (``"gemm_outputs"``)."""
+        return self._round(u @ kernel, "gemm_outputs")
+
+    def _affine(self, x: Array, h: Array, kernel: Array, bias: Array) -> Array:
+        """``[x, h] @ kernel + bias``; where GEMM results are rounded, ``x``'s and ``h``'s products apart, each
+        rounded before the bias (cuDNN's two GEMMs); else TF's one GEMM, as written."""
+        if rounds_at(self.dtype, "gemm_outputs"):
+            width = x.shape[1]
+            return self._gemm(x, kernel[:width]) + self._gemm(h, kernel[width:]) + bias
+        return np.concatenate([x, h], axis=1) @ kernel + bias
+
+    def _state(self, h: Array) -> Array:
+        """The new ``h`` as a step stores it (``"state"``)."""
+        return self._round(h, "state")
 
     def _check_call(self, inputs: object, h: object, c: object = None) -> None:
         """The values of one call, checked as :func:`run_cells` checks its own: ``inputs [B, input_width]``,
@@ -125,7 +147,7 @@ class BasicRNNCell(_StatelessCell):
         self.activation = ACTIVATIONS[checks.one_of("activation", activation, tuple(ACTIVATIONS))]
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
-        return self.activation(np.concatenate([x, h], axis=1) @ self.kernel + self.bias), None
+        return self._state(self.activation(self._affine(x, h, self.kernel, self.bias))), None
 
 
 class CudnnCompatibleLSTMCell(_TFCell):
@@ -151,11 +173,11 @@ class CudnnCompatibleLSTMCell(_TFCell):
 
     def step(self, x: Array, h: Array, c: Array) -> tuple[Array, Array]:
         H = self.num_units
-        z = np.concatenate([x, h], axis=1) @ self.kernel + self.bias
+        z = self._affine(x, h, self.kernel, self.bias)
         i, ci, f, o = sigmoid(z[:, :H]), np.tanh(z[:, H:2 * H]), sigmoid(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
         c_new = ci * i + c * f
         h_new = o * np.tanh(c_new)
-        return (h_new if self.projection is None else h_new @ self.projection), c_new
+        return self._state(h_new if self.projection is None else self._gemm(h_new, self.projection)), c_new
 
     def __call__(self, inputs: Array, state: tuple[Array, Array]) -> tuple[Array, tuple[Array, Array]]:
         """``inputs [B, input_width]``, ``state = (c [B, num_units], h [B, state_width])`` (TF's
@@ -192,10 +214,11 @@ class CudnnCompatibleGRUCell(_StatelessCell):
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         H = self.num_units
-        gates = sigmoid(np.concatenate([x, h], axis=1) @ self.gates_kernel + self.gates_bias)
+        gates = sigmoid(self._affine(x, h, self.gates_kernel, self.gates_bias))
         r, u = gates[:, :H], gates[:, H:]
-        candidate = np.tanh(x @ self.input_kernel + self.input_bias + r * (h @ self.hidden_kernel + self.hidden_bias))
-        return (1 - u) * candidate + u * h, None
+        candidate = np.tanh(self._gemm(x, self.input_kernel) + self.input_bias
+                            + r * (self._gemm(h, self.hidden_kernel) + self.hidden_bias))
+        return self._state((1 - u) * candidate + u * h), None
 
 
 class GRUCell(_StatelessCell):
@@ -216,10 +239,10 @@ class GRUCell(_StatelessCell):
 
     def step(self, x: Array, h: Array, c: None) -> tuple[Array, None]:
         H = self.num_units
-        gates = sigmoid(np.concatenate([x, h], axis=1) @ self.gates_kernel + self.gates_bias)
+        gates = sigmoid(self._affine(x, h, self.gates_kernel, self.gates_bias))
         r, u = gates[:, :H], gates[:, H:]
-        candidate = np.tanh(np.concatenate([x, r * h], axis=1) @ self.candidate_kernel + self.candidate_bias)
-        return (1 - u) * candidate + u * h, None
+        candidate = np.tanh(self._affine(x, r * h, self.candidate_kernel, self.candidate_bias))
+        return self._state((1 - u) * candidate + u * h), None
 
 
 TF_CELLS: dict[str, tuple[type[_TFCell], dict]] = {
@@ -328,7 +351,7 @@ def run_cells(cells: Sequence, num_dirs: int, inputs: Array, initial_h: Array | 
                 h_n.append(h)
                 c_n.append(c)
             layer_input = np.concatenate(outputs, axis=2)
-            if ROUND_LAYER_OUTPUTS_TO_STORAGE and storage != x.dtype:  # as the fused reference (precision.py)
+            if storage != x.dtype:  # float16 between layers, as the fused reference (precision.py)
                 layer_input = layer_input.astype(storage).astype(x.dtype)
 
     return (caller_layout(layer_input, time_major, storage), caller_layout(np.stack(h_n), time_major, storage),

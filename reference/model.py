@@ -27,7 +27,7 @@ from .contract import (  # the shared contract, also importable from here as bef
 )
 from .layout import Region
 from .modes import MODES, CellMode
-from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
+from .precision import compute_dtype
 from .backward import backprop_layers
 from .formats.canonical import check_canonical
 from .recurrence import PseudoLayerParams, StackTrace, run_layers
@@ -246,8 +246,8 @@ class _CudnnRNN:
                 None if c0 is None else c0.astype(cdt),
                 layers, self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
-                self.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and self.dtype != cdt else None,
-                [s.astype(cdt) for s in scales], trace=is_training,
+                self.dtype if self.dtype != cdt else None,  # float16 between layers (reference.precision)
+                [s.astype(cdt) for s in scales], trace=is_training, storage=self.dtype,
             )
         out = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         reserve = Reserve(self._token, is_training, time_major, lengths,

@@ -43,6 +43,11 @@ Equations (column vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMo
 
 Every bias mode (``cudnnRNNBiasMode_t``) runs these steps: a bias the mode lacks arrives as zeros
 (``recurrence.PseudoLayerParams``), which the equations above add as ``v + 0 == v``.
+
+Float16 storage (``reference.precision.HALF_ROUNDS``): a step rounds its recurrent GEMM's result to
+``ws.gemm_round`` in place before any bias is added to it (``xw`` holds the input GEMM's result rounded
+likewise, ``recurrence.projector``), and its new ``h_out`` to ``ws.state_round`` (:func:`round_in_place`);
+``None`` (float32, float64) rounds nothing and changes no bit.
 """
 
 from __future__ import annotations
@@ -59,12 +64,22 @@ Array = np.ndarray
 class Workspace:
     """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W b R]``, see
     ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
-    batch, ``[n*H, B]`` (or ``None``), and scratch ``z [G*H, B]``, ``tmp [H, B]``."""
+    batch, ``[n*H, B]`` (or ``None``), and scratch ``z [G*H, B]``, ``tmp [H, B]``; the dtypes the step rounds
+    its GEMM results and its new ``h_out`` to (``None``: not rounded; module docstring)."""
 
     R: Array
     b_inner: Array | None
     z: Array
     tmp: Array
+    gemm_round: np.dtype | None = None
+    state_round: np.dtype | None = None
+
+
+def round_in_place(a: Array, dtype: np.dtype | None) -> Array:
+    """``a`` rounded to ``dtype``'s precision in place (kept in its own dtype); ``None``: left as it is."""
+    if dtype is not None:
+        np.copyto(a, a.astype(dtype))
+    return a
 
 
 StepFn = Callable[[Workspace, Array, Array, Optional[Array], Array, Optional[Array], Optional[Array]], None]
@@ -121,10 +136,11 @@ def relu(x: Array, out: Array | None = None) -> Array:
 
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
-        z = ws.R.dot(h, ws.z)
+        z = round_in_place(ws.R.dot(h, ws.z), ws.gemm_round)
         if xw is not None:
             np.add(z, xw, z)
         activation(z, h_out)
+        round_in_place(h_out, ws.state_round)
         if acts is not None:
             acts[...] = h_out
 
@@ -157,7 +173,7 @@ def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
 
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         H = c.shape[0]
-        z = ws.R.dot(h, ws.z if acts is None else acts[: 4 * H])
+        z = round_in_place(ws.R.dot(h, ws.z if acts is None else acts[: 4 * H]), ws.gemm_round)
         if xw is not None:
             np.add(z, xw, z)
         sig = z[: 3 * H]
@@ -169,6 +185,7 @@ def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
         np.add(c_out, tanh_c, c_out)
         np.tanh(c_out, tanh_c)
         np.multiply(o, tanh_c, h_out)
+        round_in_place(h_out, ws.state_round)  # None before a projection (recurrence.fused_step rounds P m)
 
     return step
 
@@ -255,12 +272,12 @@ def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array]) -> StepF
         z = ws.z if acts is None else acts[: 3 * H]  # r, z, then hn (cuDNN) or n (textbook)
         rz = z[: 2 * H]
         if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
-            ws.R.dot(h, z)
+            round_in_place(ws.R.dot(h, z), ws.gemm_round)  # R_h h rounded before b_Rh, before r scales it
             hn = z[2 * H :]
             np.add(hn, ws.b_inner, hn)
             n = ws.tmp if acts is None else acts[3 * H :]
         else:  # textbook: the reset gate scales the state before the recurrent product
-            ws.R[: 2 * H].dot(h, rz)
+            round_in_place(ws.R[: 2 * H].dot(h, rz), ws.gemm_round)
             n = z[2 * H :]
         np.add(rz, xw[: 2 * H], rz)
         gate(rz, rz)
@@ -268,12 +285,13 @@ def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array]) -> StepF
         if reset_after:
             np.multiply(r, hn, n)
         else:
-            ws.R[2 * H :].dot(np.multiply(r, h, ws.tmp), n)
+            round_in_place(ws.R[2 * H :].dot(np.multiply(r, h, ws.tmp), n), ws.gemm_round)
         np.add(n, xw[2 * H :], n)
         np.tanh(n, n)
         np.subtract(h, n, h_out)  # h' = z * (h - n) + n
         np.multiply(h_out, update, h_out)
         np.add(h_out, n, h_out)
+        round_in_place(h_out, ws.state_round)
 
     return step
 

@@ -2,9 +2,9 @@
 
 cuDNN runs half-precision RNNs with HALF data and FLOAT math (``dataType=HALF, mathPrec=FLOAT``, what
 PyTorch and TensorFlow request). The reference mirrors that: float16 models store inputs, parameters,
-outputs and final states in float16 and compute in float32. What cuDNN keeps in half precision *inside*
-the fused op is not documented; the reference rounds exactly where cuDNN must hold data in a tensor of
-the data type (see :data:`ROUND_LAYER_OUTPUTS_TO_STORAGE`), and nowhere else.
+outputs and final states in float16 and compute in float32, rounding to float16 inside the fused op at
+the points :data:`HALF_ROUNDS` names (confirmed on a GPU), and between layers, where the layer's output
+lies in a buffer of the data type; nowhere else. float32 and float64 models round nowhere.
 """
 
 from __future__ import annotations
@@ -13,11 +13,37 @@ import numpy as np
 
 STORAGE_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
-# The layer-to-layer activations of a multi-layer cuDNN RNN live in a buffer of the data type, so with
-# float16 storage each layer's output is rounded to float16 before the next layer reads it. The
-# recurrent state inside a layer stays in the math precision (float32). UNCONFIRMED on a GPU: the GPU
-# suite's float16 comparison is what settles it.
-ROUND_LAYER_OUTPUTS_TO_STORAGE = True
+ROUNDING_POINTS: frozenset[str] = frozenset({"gemm_outputs", "state"})
+"""Where a float16 forward may round to float16 inside a layer: ``"gemm_outputs"``, the result of each GEMM
+(``W x``, ``R h``, the textbook GRU's ``R_h (r * h)``, the LSTM projection ``P m``) *before* its bias is
+added (biases add in float32); ``"state"``, the hidden state ``h`` each step writes, which the next step's
+recurrent GEMM reads (and which is the layer's output). The LSTM's cell state ``c`` stays float32."""
+
+HALF_ROUNDS: frozenset[str] = frozenset({"gemm_outputs", "state"})
+"""The rounding points (:data:`ROUNDING_POINTS`) of float16 storage: both. Confirmed on NVIDIA H200,
+cuDNN 9.19.0 (HALF data, FLOAT math, tensor ops; ``reports/gpu/nvidia-h200-cudnn9.19.0/probes.md``,
+probes 4 and 5 of ``scripts/gpu_probe.py``): one step from a given state, rounding ``W x`` and ``R h`` to
+float16 before their biases matches 99.9-100% of cuDNN's outputs exactly (relu, tanh) against 60-84% for
+every other model tried; over 30 steps (H64 I32 B16) rounding ``W x``, ``R h`` and the state ``h`` matches
+96.7% (tanh) and 99.3% (GRU) exactly against 56-60% with nothing rounded and at most 84% with any two of
+the three. The LSTM fits no model tried (best about 73% exact: ``W x, R h, h`` 0.730, ``W x`` 0.729,
+nothing 0.617): it follows the same rule, an open question (``docs/decisions.md``). The GPU ladder's rung 08
+(``compat_tests/test_gpu_ladder.py::test_float16_rounding``) checks it on every GPU run. With the state
+rounded each layer's output is float16 already; a layer's output after dropout is rounded again before the
+next layer reads it."""
+
+
+def rounds_at(storage: object, point: str) -> bool:
+    """Whether a forward pass over data of dtype ``storage`` rounds to it at ``point`` (one of
+    :data:`ROUNDING_POINTS`): float16 at the points of :data:`HALF_ROUNDS`, read at each call."""
+    if point not in ROUNDING_POINTS:
+        raise ValueError(f"point must be one of {sorted(ROUNDING_POINTS)}, got {point!r}")
+    return np.dtype(storage) == np.float16 and point in HALF_ROUNDS  # type: ignore[call-overload]
+
+
+def rounding_dtype(storage: object, point: str) -> np.dtype | None:
+    """``storage`` as a dtype where :func:`rounds_at` ``point``, else ``None`` (round nowhere)."""
+    return np.dtype(storage) if rounds_at(storage, point) else None  # type: ignore[call-overload]
 
 
 def storage_dtype(dtype: object) -> np.dtype:

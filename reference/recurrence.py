@@ -23,6 +23,11 @@ the mode allows it and the input is narrow (:func:`stacks_input`), a direction r
 whose slot ``t`` is ``[x_t; 1; h_t]``, each step's GEMM ``[W b R] @ [x_t; 1; h_t]`` makes its whole
 pre-activation, biases included (no input projection at all), and each step writes its output straight into
 the next slot. Why and where these layouts pay: ``benchmarks/NOTES.md`` (``recurrence.py``).
+
+Float16 storage (``storage``, ``reference.precision.HALF_ROUNDS``): the input projection rounds ``W x`` to
+float16 before it adds the biases, each step rounds ``R h`` before its biases and its new state
+(``modes.py``), the LSTM projection's ``P m`` is rounded, and a stacked step, whose one GEMM sums ``W x``,
+the biases and ``R h``, is not used where GEMM results are rounded.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import buffers
+from .precision import rounding_dtype
 from .contract import caller_layout  # noqa: F401  (moved to the contract; the old import path)
 from .modes import CellMode, Workspace
 
@@ -94,21 +100,26 @@ def projection_buffer(GH: int, T: int, B: int, dtype: np.dtype) -> Array:
     return buffers.empty((GH, T, B), dtype)
 
 
-def input_projection(x: Array, params: PseudoLayerParams, bias: Array, out: Array) -> Array:
+def input_projection(x: Array, params: PseudoLayerParams, bias: Array, out: Array,
+                     storage: np.dtype | None = None) -> Array:
     """``W @ x + bias`` for all time steps in one GEMM: ``x [T, B, in]`` (contiguous) -> ``out [G*H, T, B]``
-    (from :func:`projection_buffer`), which is returned."""
-    return projector(params, bias, out)(x)
+    (from :func:`projection_buffer`), which is returned; ``storage`` as :func:`projector`."""
+    return projector(params, bias, out, storage=storage)(x)
 
 
-def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool = False) -> Callable[[Array], Array]:
+def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool = False,
+              storage: np.dtype | None = None) -> Callable[[Array], Array]:
     """:func:`input_projection` into ``out`` with its layout worked out once: ``project(x [T, B, in])`` (contiguous,
     the ``T`` and ``B`` of ``out``) writes ``W @ x + bias`` into ``out`` and returns it. ``reused``: for a
     projector called many times (a streaming step, which may pass ``x [B, in]`` for ``T = 1``), the bias is
     repeated across the columns of a ``[G*H, T*B]`` projection once, here: adding a ``[G*H, 1]`` column to short
     rows took several times as long as adding the full array (``benchmarks/NOTES.md``, ``modes.py``); the
     same sums. One step's projection (``T = 1``, ``x [B, in]`` or ``[1, B, in]``) is ``W.dot(x.T, out)``, the
-    same BLAS call and bits as ``np.matmul`` without its gufunc set-up (NOTES.md, "Streaming")."""
+    same BLAS call and bits as ``np.matmul`` without its gufunc set-up (NOTES.md, "Streaming").
+    ``storage``: the data's dtype; where it rounds GEMM results (float16), ``W @ x`` is rounded to it before
+    the bias is added (skip_input's copied input is data, not rounded)."""
     GH, T, B = out.shape
+    gemm_round = rounding_dtype(storage, "gemm_outputs") if storage is not None else None
     time_outer = out.transpose(1, 2, 0)
     if out.flags.c_contiguous:
         xw, xw_rows = out.reshape(GH, T * B), None
@@ -124,6 +135,8 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
 
         def project_step(x: Array) -> Array:
             W.dot((x if x.ndim == 2 else x.reshape(B, x.shape[-1])).T, xw)
+            if gemm_round is not None:
+                np.copyto(xw, xw.astype(gemm_round))
             np.add(xw, column_bias, xw)
             return out
 
@@ -139,6 +152,8 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
             np.matmul(W, x_rows.T, out=xw)
         else:
             np.matmul(x_rows, W.T, out=xw_rows)
+        if W is not None and gemm_round is not None:
+            np.copyto(xw, xw.astype(gemm_round))
         if xw_rows is None:
             np.add(xw, bias[:, None] if column_bias is None else column_bias, xw)
         else:
@@ -152,14 +167,17 @@ STACKED_INPUT_MAX = 256
 """The widest input a stacked direction takes (:func:`stacks_input`)."""
 
 
-def stacks_input(mode: CellMode, params: PseudoLayerParams, B: int) -> bool:
+def stacks_input(mode: CellMode, params: PseudoLayerParams, B: int, storage: np.dtype | None = None) -> bool:
     """Whether a direction runs stacked (module docstring): where the mode's step reads its state only
     through the recurrent GEMM (``mode.stackable_input``), the input has a matrix (not skip_input), the
     batch is over 1 (at batch 1 the projection's slices are contiguous already) and the input is no wider
     than the cell nor than :data:`STACKED_INPUT_MAX`. Stacking saves the strided read, ``G*H*B`` elements a
     step, and makes ``2*G*H*in*B`` flops a step in the per-step GEMM rather than the bulk one; where that
-    breaks even (the rule's limits): ``benchmarks/NOTES.md`` (``recurrence.py``)."""
+    breaks even (the rule's limits): ``benchmarks/NOTES.md`` (``recurrence.py``). Never where ``storage``
+    rounds GEMM results (float16): the stacked GEMM cannot round ``W x`` and ``R h`` apart."""
     H = params.R.shape[0] // mode.num_gates
+    if storage is not None and rounding_dtype(storage, "gemm_outputs") is not None:
+        return False
     return (mode.stackable_input and params.W is not None and B > 1
             and params.W.shape[1] <= min(H, STACKED_INPUT_MAX))
 
@@ -392,11 +410,14 @@ def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
 
 
 def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None,
-               stacked_bias: Array | None = None) -> Step:
+               stacked_bias: Array | None = None, storage: np.dtype | None = None) -> Step:
     """The step of a fused cuDNN cell (over an input projection made with :func:`projection_bias`) on
     buffers allocated once; with ``record``, the step computes in the trace's slice for its time step.
     ``stacked_bias`` (:func:`projection_bias`): the step of a stacked direction (:func:`stacks_input`),
-    whose GEMM is ``[W b R]`` with these biases."""
+    whose GEMM is ``[W b R]`` with these biases. ``storage``: the data's dtype, where the step rounds
+    (``reference.precision.HALF_ROUNDS``: its GEMM results, ``P m`` included, and its new state)."""
+    if stacked_bias is not None and storage is not None and rounding_dtype(storage, "gemm_outputs") is not None:
+        raise ValueError("a stacked step cannot round its GEMM's W x and R h apart (stacks_input)")
     if params.negated_gates and record is not None:
         raise ValueError("a pseudo-layer with negated gates is for inference: a trace needs the gates' own weights")
     GH = params.R.shape[0]
@@ -405,7 +426,12 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     inner = [params.b_R[g * H : (g + 1) * H] for g in mode.inner_bias_gates]
     b_inner = np.repeat(np.concatenate(inner)[:, None], B, axis=1) if inner else None
     R = params.R if stacked_bias is None else stacked_matrix(params, stacked_bias)
-    ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype))
+    gemm_round = None if storage is None else rounding_dtype(storage, "gemm_outputs")
+    state_round = None if storage is None else rounding_dtype(storage, "state")
+    # with a projection the step's h_out is m = o * tanh(c), not the state: P m is rounded below
+    ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype), gemm_round,
+                   state_round if params.P is None else None)
+    projection_round = gemm_round if gemm_round is not None else state_round
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
     cell_step = mode.negated_step if params.negated_gates else mode.step
@@ -428,6 +454,8 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
         cell_step(ws, xw_t, h, c, h_out if raw is None else raw, c_out, acts)
         if raw is not None:
             np.matmul(params.P, raw, out=h_out)
+            if projection_round is not None:  # a GEMM's result, and the state
+                np.copyto(h_out, h_out.astype(projection_round))
         return h_out, c_out
 
     return step
@@ -456,6 +484,7 @@ def run_layers(
     layer_output_dtype: np.dtype | None,
     dropout_scales: Sequence[Array] = (),
     trace: bool = False,
+    storage: np.dtype | None = None,
 ) -> tuple[Array, Array, Array | None, StackTrace | None]:
     """Run the stack: layers in order, each direction of a layer over the previous layer's output.
 
@@ -464,6 +493,7 @@ def run_layers(
     output before layer ``l+1`` reads it; empty when there is no dropout.
     ``layer_output_dtype``: round each layer's (dropped-out) output through this dtype, as cuDNN stores it
     in a buffer of the data type (float16 storage), or ``None``.
+    ``storage``: the data's dtype, for the rounding inside each layer (module docstring); ``None``: none.
     Returns ``y [T, B, D*Hr]``, ``h_n [L*D, B, Hr]``, ``c_n [L*D, B, H]`` or ``None``, and the
     :class:`StackTrace` for backprop when ``trace``. The trace keeps ``x`` and (when ``trace``) ``y`` as
     they are: a caller hands out neither without copying.
@@ -484,11 +514,11 @@ def run_layers(
             pl = layer * num_dirs + direction
             params = layers[pl]
             bias = projection_bias(mode, params)
-            stacked = stacks_input(mode, params, B)
+            stacked = stacks_input(mode, params, B, storage)
 
             def project(x_steps: Array, params: PseudoLayerParams = params, bias: Array = bias) -> Array:
                 out = projection_buffer(GH, x_steps.shape[0], B, x.dtype)
-                return input_projection(np.ascontiguousarray(x_steps), params, bias, out)
+                return input_projection(np.ascontiguousarray(x_steps), params, bias, out, storage)
 
             h_start = np.ascontiguousarray(h0[pl].T)
             c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
@@ -497,7 +527,7 @@ def run_layers(
             prepare = partial(stacked_inputs, state_width=Hr) if stacked else project
             step_rows = layer_input.shape[2] + 1 + Hr if stacked else GH  # of a step's input, prepared
             chunk = chunk_steps(T, step_rows * B * x.dtype.itemsize)
-            step = fused_step(mode, params, B, record, bias if stacked else None)
+            step = fused_step(mode, params, B, record, bias if stacked else None, storage)
             h_end, c_end = run_direction(step, prepare, layer_input, h_start, c_start, lengths, direction == 1,
                                          y_dir, chunk, stacked)
             h_n[pl] = h_end.T

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import checks, contract
 from .contract import ForwardResult
-from .precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, compute_dtype
+from .precision import compute_dtype
 from .recurrence import (
     PseudoLayerParams,
     fused_step,
@@ -99,12 +99,12 @@ class _LayerStream:
 
     __slots__ = ("run", "project", "xw_t", "slots", "k", "h_bufs", "h", "c", "c_own", "t")
 
-    def __init__(self, mode, params: PseudoLayerParams, bias: Array, B: int) -> None:
+    def __init__(self, mode, params: PseudoLayerParams, bias: Array, B: int, storage: np.dtype) -> None:
         GH, Hr = params.R.shape
         H = GH // mode.num_gates
         dtype = params.R.dtype
-        stacked = stacks_input(mode, params, B)
-        self.run = fused_step(mode, params, B, None, bias if stacked else None)
+        stacked = stacks_input(mode, params, B, storage)
+        self.run = fused_step(mode, params, B, None, bias if stacked else None, storage)
         self.t = self.k = 0
         self.c_own = np.zeros((H, B), dtype) if mode.has_cell_state else None
         self.c = self.c_own
@@ -117,7 +117,7 @@ class _LayerStream:
             self.h = self.slots[0][2]
         else:
             xw = projection_buffer(GH, 1, B, dtype)
-            self.project, self.xw_t = projector(params, bias, xw, reused=True), xw[:, 0]
+            self.project, self.xw_t = projector(params, bias, xw, reused=True, storage=storage), xw[:, 0]
             self.h_bufs = (np.zeros((Hr, B), dtype), np.empty((Hr, B), dtype))
             self.h = self.h_bufs[0]
 
@@ -168,7 +168,7 @@ class _Layers:
     def __init__(self, mode, layers: Sequence[PseudoLayerParams], biases: Sequence[Array], B: int,
                  round_to: np.dtype | None, output_dtype: np.dtype) -> None:
         self.enter = _quiet_runner()
-        self.layers = [_LayerStream(mode, p, b, B) for p, b in zip(layers, biases)]
+        self.layers = [_LayerStream(mode, p, b, B, output_dtype) for p, b in zip(layers, biases)]
         Hr, dtype = layers[0].R.shape[1], layers[0].R.dtype
         self.inputs = [np.empty((B, Hr), dtype) for _ in layers[1:]]
         self.rounded = None if round_to is None else np.empty((B, Hr), round_to)
@@ -287,8 +287,7 @@ class BoundRNN:
         self._biases = tuple(_own(projection_bias(self._mode, p)) for p in self._layers)
         self._has_cell = model._config.has_cell_state
         self._L, self._Hr, self._H, self._I = model.num_layers, model.state_width, model.num_units, model.input_size
-        self._round_to = (model.dtype if ROUND_LAYER_OUTPUTS_TO_STORAGE and model.dtype != self.compute_dtype
-                          else None)
+        self._round_to = model.dtype if model.dtype != self.compute_dtype else None  # between layers
         self._local = threading.local()
         self._state_dtypes = (self.dtype, self.compute_dtype)
 
@@ -331,8 +330,9 @@ class BoundRNN:
 
         ``x [B, input_size]`` of the model's dtype; ``h [L, B, Hr]`` and the LSTM's ``c [L, B, H]``, time-major
         states as the model's ``input_h``/``input_c`` (``None``: zeros). States may also be of the compute
-        dtype (float32 for a float16 model: the state then stays in the precision the whole-sequence call
-        keeps it in instead of being rounded to float16 every step); ``h`` and ``c`` share one dtype, and
+        dtype (float32 for a float16 model: the LSTM's cell state then stays in the precision the whole-sequence
+        call keeps it in instead of being rounded to float16 every step; ``h`` is rounded every step anyway,
+        ``reference.precision.HALF_ROUNDS``); ``h`` and ``c`` share one dtype, and
         the new states have it. ``out_h``/``out_c``: arrays of the states' shape and dtype to write the new
         states into (returned), else fresh arrays. They may be ``h``/``c`` themselves, or overlap ``x``, ``h``
         or ``c`` anyhow: the step reads all of its inputs before it writes any state, so an in-place update

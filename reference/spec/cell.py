@@ -9,6 +9,12 @@ Bias modes (cuDNN's ``cudnnRNNBiasMode_t``): a bias the mode lacks is absent fro
 added: ``double`` has both, ``single_inp`` only ``b_W`` (the input GEMM's), ``single_rec`` only ``b_R`` (the
 recurrent GEMM's), ``none`` neither; the cells' equations are written with both, and read without the
 absent one.
+
+Precision (``reference.precision``): the cells compute in the dtype of their arrays (float32 for float16
+data) and take the data's ``storage`` dtype; with float16 storage they round to float16 where
+``precision.HALF_ROUNDS`` says, each a visible step: :func:`gemm` rounds a GEMM's result before its bias
+is added (``"gemm_outputs"``), :func:`stored_state` the new hidden state (``"state"``). ``storage=None``
+(or float32, float64) rounds nowhere.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+
+from ..precision import rounds_at
 
 Array = np.ndarray
 
@@ -40,15 +48,34 @@ def sigmoid(v: Array) -> Array:
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def input_term(p: CellParams, g: int, x: Array) -> Array:
-    """``W_g x + b_Wg`` for ``x [B, in]`` -> ``[B, H]``; without ``W`` the input itself, without ``b_W`` no bias."""
-    term = x if p.W is None else x @ p.W[g].T
+def round_to_storage(v: Array, storage: np.dtype | None, point: str) -> Array:
+    """``v`` rounded to ``storage`` (kept in ``v``'s dtype) where the storage rounds at ``point``
+    (``precision.rounds_at``), else ``v`` itself."""
+    return v.astype(storage).astype(v.dtype) if storage is not None and rounds_at(storage, point) else v
+
+
+def gemm(u: Array, M: Array, storage: np.dtype | None = None) -> Array:
+    """``M u`` for a batch of rows ``u [B, k]`` and ``M [n, k]`` -> ``[B, n]``: the GEMM's result, rounded to
+    ``storage`` as the GEMM writes it (``"gemm_outputs"``), before any bias is added."""
+    return round_to_storage(u @ M.T, storage, "gemm_outputs")
+
+
+def stored_state(h: Array, storage: np.dtype | None = None) -> Array:
+    """The new hidden state ``h`` as a step stores it, rounded to ``storage`` (``"state"``): what the next
+    step's recurrent GEMM reads and the layer outputs."""
+    return round_to_storage(h, storage, "state")
+
+
+def input_term(p: CellParams, g: int, x: Array, storage: np.dtype | None = None) -> Array:
+    """``W_g x + b_Wg`` for ``x [B, in]`` -> ``[B, H]``; without ``W`` the input itself (not rounded: it is
+    data), without ``b_W`` no bias."""
+    term = x if p.W is None else gemm(x, p.W[g], storage)
     return term if p.b_W is None else term + p.b_W[g]
 
 
-def recurrent_term(p: CellParams, g: int, u: Array) -> Array:
+def recurrent_term(p: CellParams, g: int, u: Array, storage: np.dtype | None = None) -> Array:
     """``R_g u + b_Rg`` for ``u [B, Hr]`` -> ``[B, H]``; without ``b_R`` no bias."""
-    term = u @ p.R[g].T
+    term = gemm(u, p.R[g], storage)
     return term if p.b_R is None else term + p.b_R[g]
 
 

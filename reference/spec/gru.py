@@ -21,20 +21,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cell import Array, CellParams, affine_backward, input_term, recurrent_term, sigmoid
+from .cell import Array, CellParams, affine_backward, input_term, recurrent_term, sigmoid, stored_state
 
 R, Z, N = range(3)
 
 
-def step(p: CellParams, x: Array, h: Array, c: None, reset_after: bool) -> tuple[Array, None, tuple]:
+def step(p: CellParams, x: Array, h: Array, c: None, reset_after: bool,
+         storage: np.dtype | None = None) -> tuple[Array, None, tuple]:
     """``x [B, in]``, ``h [B, H]`` -> ``(h' [B, H], None, cache)``; ``reset_after``: cuDNN's GRU, else the
-    textbook one."""
-    r = sigmoid(input_term(p, R, x) + recurrent_term(p, R, h))
-    z = sigmoid(input_term(p, Z, x) + recurrent_term(p, Z, h))
+    textbook one; ``storage``: the data's dtype (``cell.py``, "Precision": ``R_h u_n`` is rounded before
+    ``b_Rh`` is added, and so before the reset gate scales it)."""
+    r = sigmoid(input_term(p, R, x, storage) + recurrent_term(p, R, h, storage))
+    z = sigmoid(input_term(p, Z, x, storage) + recurrent_term(p, Z, h, storage))
     u_n = h if reset_after else r * h  # what R_h multiplies
-    hn = recurrent_term(p, N, u_n)
-    n = np.tanh(input_term(p, N, x) + (r * hn if reset_after else hn))
-    h_new = (1.0 - z) * n + z * h
+    hn = recurrent_term(p, N, u_n, storage)
+    n = np.tanh(input_term(p, N, x, storage) + (r * hn if reset_after else hn))
+    h_new = stored_state((1.0 - z) * n + z * h, storage)
     return h_new, None, (x, h, r, z, u_n, hn, n)
 
 

@@ -5,6 +5,9 @@
     c' = f * c + i * g                        h' = o * tanh(c')
     with a projection: h' = P (o * tanh(c')), and h (the recurrent state) is that projected h'.
 
+Precision (``cell.py``): with float16 storage each GEMM's result (the projection's too) is rounded before
+its bias, and so is the new ``h``; the cell state ``c`` stays in the compute dtype.
+
 Bias modes (``cell.py``): ``single_inp`` keeps the ``b_W`` terms only (i = σ(W_i x + b_Wi + R_i h), ...),
 ``single_rec`` the ``b_R`` terms only (i = σ(W_i x + R_i h + b_Ri), ...), ``none`` neither; each bias present
 takes its gate's pre-activation gradient summed over the batch.
@@ -14,19 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cell import Array, CellParams, affine_backward, input_term, recurrent_term, sigmoid
+from .cell import Array, CellParams, affine_backward, gemm, input_term, recurrent_term, sigmoid, stored_state
 
 I, F, G, O = range(4)
 
 
-def step(p: CellParams, x: Array, h: Array, c: Array) -> tuple[Array, Array, tuple]:
-    """``x [B, in]``, ``h [B, Hr]``, ``c [B, H]`` -> ``(h' [B, Hr], c' [B, H], cache)``."""
-    a = [input_term(p, k, x) + recurrent_term(p, k, h) for k in range(4)]
+def step(p: CellParams, x: Array, h: Array, c: Array, storage: np.dtype | None = None) -> tuple[Array, Array, tuple]:
+    """``x [B, in]``, ``h [B, Hr]``, ``c [B, H]`` -> ``(h' [B, Hr], c' [B, H], cache)``; ``storage``: the data's
+    dtype."""
+    a = [input_term(p, k, x, storage) + recurrent_term(p, k, h, storage) for k in range(4)]
     i, f, g, o = sigmoid(a[I]), sigmoid(a[F]), np.tanh(a[G]), sigmoid(a[O])
     c_new = f * c + i * g
     tanh_c = np.tanh(c_new)
     m = o * tanh_c
-    h_new = m if p.P is None else m @ p.P.T
+    h_new = stored_state(m if p.P is None else gemm(m, p.P, storage), storage)
     return h_new, c_new, (x, h, c, i, f, g, o, tanh_c, m)
 
 

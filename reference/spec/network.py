@@ -15,9 +15,10 @@ state them, over the cells of ``rnn.py``, ``lstm.py`` and ``gru.py``.
   gradient.
 - Dropout between layers: layer ``l``'s output (``l < num_layers - 1``) times ``masks[l] / (1 - dropout)``
   (times 0 where ``dropout == 1``), the masks given by the caller.
-- Precision (``reference.precision``): float16 data computes in float32, and each layer's output is rounded
-  to float16 before the next layer reads it (``ROUND_LAYER_OUTPUTS_TO_STORAGE``); results come back in
-  the data's dtype. Backward treats that rounding as the identity.
+- Precision (``reference.precision``): float16 data computes in float32; the cells round to float16 where
+  ``precision.HALF_ROUNDS`` says (each GEMM's result before its bias, the state each step stores: ``cell.py``),
+  and each layer's output (after dropout) is rounded to float16 before the next layer reads it; results come
+  back in the data's dtype. Backward treats every rounding as the identity.
 - ``time_major=False``: the first two axes of sequences, states and masks are swapped, at the edges.
 """
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from .. import checks
 from ..layout import BIAS_MODES, bias_slots
-from ..precision import ROUND_LAYER_OUTPUTS_TO_STORAGE, STORAGE_DTYPES, compute_dtype
+from ..precision import STORAGE_DTYPES, compute_dtype
 from . import gru, lstm, rnn
 from .cell import Array, CellParams
 
@@ -333,7 +334,7 @@ def _run(net: Network, call: _Call) -> tuple[Array, Array, Array | None, list]:
         outputs = []
         for direction in range(net.num_dirs):
             pl = layer * net.num_dirs + direction
-            step = partial(net.cell.step, call.cells[pl])
+            step = partial(net.cell.step, call.cells[pl], storage=call.storage)
             y, h_n[pl], c, tape = run_direction(step, layer_input, call.h0[pl],
                                                 None if c_n is None else call.c0[pl], call.lengths, direction == 1)
             if c_n is not None:
@@ -343,7 +344,7 @@ def _run(net: Network, call: _Call) -> tuple[Array, Array, Array | None, list]:
         layer_input = np.concatenate(outputs, axis=2)
         if layer < len(call.scales):
             layer_input = layer_input * call.scales[layer]
-        if ROUND_LAYER_OUTPUTS_TO_STORAGE and call.storage != layer_input.dtype:
+        if call.storage != layer_input.dtype:  # a buffer of the data type between layers
             layer_input = layer_input.astype(call.storage).astype(layer_input.dtype)
     return layer_input, h_n, c_n, tapes
 

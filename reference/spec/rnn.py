@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cell import Array, CellParams, affine_backward, input_term, recurrent_term
+from .cell import Array, CellParams, affine_backward, input_term, recurrent_term, stored_state
 
 ACTIVATIONS = {
     # name: (act(a), act'(a) from a and act(a))
@@ -17,11 +17,13 @@ ACTIVATIONS = {
 }
 
 
-def step(p: CellParams, x: Array, h: Array, c: None, activation: str) -> tuple[Array, None, tuple]:
-    """``x [B, in]``, ``h [B, H]`` -> ``(h' [B, H], None, cache)``."""
+def step(p: CellParams, x: Array, h: Array, c: None, activation: str,
+         storage: np.dtype | None = None) -> tuple[Array, None, tuple]:
+    """``x [B, in]``, ``h [B, H]`` -> ``(h' [B, H], None, cache)``; ``storage``: the data's dtype (``cell.py``,
+    "Precision")."""
     act, _ = ACTIVATIONS[activation]
-    a = input_term(p, 0, x) + recurrent_term(p, 0, h)
-    h_new = act(a)
+    a = input_term(p, 0, x, storage) + recurrent_term(p, 0, h, storage)
+    h_new = stored_state(act(a), storage)
     return h_new, None, (x, h, a, h_new)
 
 
