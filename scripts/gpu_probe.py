@@ -12,6 +12,8 @@ cuDNN directly, its answer printed as a table (no verdict: the numbers are the e
 4. float16: which rounding points make a float32 model match cuDNN's HALF/FLOAT output, for a one-layer
    tanh RNN and GRU: the input projection ``W x + b_W``, the recurrent product ``R h + b_R``, the state h
    fed back (each rounded to float16 or not); mean ulp distance and the share of exact outputs.
+5. float16, one step from a given state: where a step rounds (the GEMMs' results, the biases, the sum).
+6. float16 LSTM: more rounding points (one buffer for both GEMMs, folded biases, gates, cell), the best 12.
 
 ``--backend reference`` runs every probe with the reference in place of cuDNN (a CPU check of the script:
 probe 4's unrounded model then matches within float32 rounding).
@@ -240,6 +242,62 @@ def probe_float16_step(models, to_host) -> None:
     print()
 
 
+def _lstm_run(weights, biases, x, rounds):
+    """A float32 one-layer LSTM over float16 data, rounding to float16 where ``rounds`` says: ``Wx``/``Rh``
+    the GEMM results, ``sum`` both GEMMs accumulated in one float16 buffer (``fp16(fp16(W x) + R h)``), ``bias``
+    the biases folded into the input GEMM's buffer, ``gates`` each gate's activation, ``c`` the cell state,
+    ``tanh_c`` tanh of the cell, ``h`` the state fed back."""
+    f16 = lambda a, key: _f16(a) if key in rounds else a  # noqa: E731
+    W = [w.astype(np.float32) for w in weights[:4]]
+    R = [w.astype(np.float32) for w in weights[4:]]
+    bW = [b.astype(np.float32) for b in biases[:4]]
+    bR = [b.astype(np.float32) for b in biases[4:]]
+    T, B, _ = x.shape
+    H = R[0].shape[0]
+    h = np.zeros((B, H), np.float32)
+    c = np.zeros((B, H), np.float32)
+    out = np.empty((T, B, H), np.float32)
+    for t in range(T):
+        xt = x[t].astype(np.float32)
+        pre = []
+        for g in range(4):
+            if "bias" in rounds:
+                xw = f16(xt @ W[g].T + bW[g] + bR[g], "Wx")
+                z = f16(xw + h @ R[g].T, "sum") if "sum" in rounds else xw + f16(h @ R[g].T, "Rh")
+            else:
+                xw = f16(xt @ W[g].T, "Wx")
+                z = (f16(xw + h @ R[g].T, "sum") if "sum" in rounds else xw + f16(h @ R[g].T, "Rh")) + bW[g] + bR[g]
+            pre.append(z)
+        i, f, o = (f16(_sigmoid(pre[k]), "gates") for k in (0, 1, 3))
+        g_ = f16(np.tanh(pre[2]), "gates")
+        c = f16(f * c + i * g_, "c")
+        h_new = o * f16(np.tanh(c), "tanh_c")
+        h = f16(h_new.astype(np.float32), "h")
+        out[t] = h_new
+    return out.astype(np.float16)
+
+
+def probe_float16_lstm(models, to_host) -> None:
+    print("## 6. float16 LSTM: rounding points of a float32 model against cuDNN, the 12 best by exact share")
+    print("| rounded to float16 | mean ulp | max ulp | exact share |")
+    print("|---|---|---|---|")
+    cfg = RNNConfig("lstm", num_units=64, input_size=32, seq_len=30, batch=16, dtype="float16", initial_state=False)
+    case = make_case(cfg)
+    m = _model(cfg, models)
+    got = to_host(m.forward(case.x, None, m.canonical_to_params(case.weights, case.biases), is_training=False).output)
+    keys = ("Wx", "Rh", "sum", "bias", "gates", "c", "tanh_c", "h")
+    rows = []
+    for n in range(len(keys) + 1):
+        for rounds in itertools.combinations(keys, n):
+            if "sum" in rounds and "Rh" in rounds:
+                continue
+            d = ulp_distance(got, _lstm_run(case.weights, case.biases, case.x, set(rounds)).astype(np.float64))
+            rows.append(((d == 0).mean(), d.mean(), d.max(), rounds))
+    for share, mean, worst, rounds in sorted(rows, key=lambda r: -r[0])[:12]:
+        print(f"| {', '.join(rounds) or 'nothing'} | {mean:.3f} | {worst:.0f} | {share:.3f} |")
+    print()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cudnn", "reference"), default="cudnn")
@@ -253,7 +311,8 @@ def main(argv=None) -> int:
               lambda: probe_errors(models, to_host, options_list),
               lambda: probe_skip_input_bias(models, to_host),
               lambda: probe_float16(models, to_host),
-              lambda: probe_float16_step(models, to_host)]
+              lambda: probe_float16_step(models, to_host),
+              lambda: probe_float16_lstm(models, to_host)]
     if args.only:
         probes = [probes[i - 1] for i in args.only]
     for probe in probes:

@@ -31,7 +31,7 @@
 # (CUBLAS_WORKSPACE_CONFIG), as deterministic runs need. A step out of time gets SIGINT first, so pytest
 # still prints the failures it has seen.
 #   env: OUT (default reports/_scratch/gpu), GPU_RUN_SECONDS (420), PYTHON (python3), JOBS (8),
-#        BACKENDS (reference,cudnn,cudnn-tf32,cudnn-persist,torch-cuda: the report's; one of them unavailable fails it),
+#        BACKENDS (reference,cudnn,cudnn-tf32,torch-cuda: the report's; one of them unavailable fails it),
 #        LADDER_RISKY_SECONDS (the time limit of each test of the ladder's risky rungs instead of the rung's),
 #        GPU_RUN_PROFILE (the Hypothesis profile of the ladder and the GPU tests: gpu; the CPU's dry runs, gpu-dry)
 set -uo pipefail
@@ -138,11 +138,13 @@ fi
 if ((!rerun)); then
     step host-tests "$(min $(($(left) - 100)) 60)" pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
         compat_tests/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
+    # cudnn-persist runs the persistent algorithms, which the ladder's rung 13 runs in processes of their own
+    # (a hang or sticky error there stays in its rung); here and in the report it would take the whole step.
     step gpu-tests "$(min $(($(left) - 80)) 90)" pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \
-        --ignore compat_tests/test_gpu_ladder.py --hypothesis-profile="$profile" -q -rfEsx
+        --ignore compat_tests/test_gpu_ladder.py -k "not cudnn-persist" --hypothesis-profile="$profile" -q -rfEsx
     units_until=$(($(left) - 30))  # then the units in flight finish, the report is written and packed
     step report $((units_until > 0 ? units_until + 20 : 0)) report.txt "$python" -m compat_tests.cli report \
-        --grid "$grid" --backends "${BACKENDS:-reference,cudnn,cudnn-tf32,cudnn-persist,torch-cuda}" --jobs "${JOBS:-8}" \
+        --grid "$grid" --backends "${BACKENDS:-reference,cudnn,cudnn-tf32,torch-cuda}" --jobs "${JOBS:-8}" \
         --no-progress --max-seconds "$units_until" --out "$work/report"
     if [ -f "$work/report/report.json" ]; then
         say "report verdict: $("$python" - "$work/report/report.json" <<'PY'
