@@ -144,19 +144,26 @@ def test_backward(rung, value, data, request):
     judged(request, compare_peer(PEERS[rung.peer], draw_config(data, rung), backward=True))
 
 
-FLOAT16_EXACT_SHARE = 0.95
-"""The least share of cuDNN's float16 outputs (tanh, GRU) the reference must match exactly (the H200 with
-cuDNN 9.19.0 gave 0.967 for tanh and 0.993 for the GRU: ``reports/gpu/nvidia-h200-cudnn9.19.0/probes.md``)."""
+FLOAT16_EXACT_SHARE = 0.99
+"""The least share of cuDNN's float16 outputs of ONE time step from a given state (tanh, GRU) the reference
+must match exactly: the rule is per step, and there the H200 with cuDNN 9.19.0 matched 0.999 (tanh) and 1.000
+(relu) of them (``reports/gpu/nvidia-h200-cudnn9.19.0/probes.md``, probe 5). Over 30 steps a rounding that
+flips (cuDNN's float32 sums in another order than NumPy's, a tie broken the other way) carries on through the
+state, so the shares there (0.917 tanh, 0.989 GRU, 0.920 three-layer GRU on the second run,
+``reports/gpu/nvidia-h200-cudnn9.19.0-2``) say how far a difference travels, not which rule cuDNN follows:
+those are compared with the other rules only."""
 
 
 @rungs("float16_rounding")
 def test_float16_rounding(rung, value, monkeypatch, closing, request):
     """``precision.HALF_ROUNDS`` (GEMM results before their biases, and the state, rounded to float16) is
     cuDNN's HALF data with FLOAT math; this settles it on every GPU run: for a one-layer tanh, a one-layer
-    GRU and a three-layer GRU (H64 I32 T30 B16), cuDNN's output agrees exactly (ulp distance 0) with the
-    reference on a larger share of elements with the decision as it is than with any one rounding point
-    removed, and on at least :data:`FLOAT16_EXACT_SHARE` of them. The LSTM's shares are recorded, not asserted
-    (no model tried fits it: ``docs/decisions.md``)."""
+    GRU and a three-layer GRU over 30 steps (H64 I32 B16), and for one step of a tanh and a GRU from a given
+    state (B64), cuDNN's output agrees exactly (ulp distance 0) with the reference on a larger share of
+    elements with the decision as it is than with any one rounding point removed (over one step, the GEMM
+    results: the state shows only over several); over one step, on at least
+    :data:`FLOAT16_EXACT_SHARE` of them. The LSTM's shares are recorded, not asserted (no model tried fits
+    it: ``docs/decisions.md``)."""
     import cupy
 
     from compat_tests.metrics import ulp_distance
@@ -165,15 +172,18 @@ def test_float16_rounding(rung, value, monkeypatch, closing, request):
     decided = precision.HALF_ROUNDS
     variants = {"as decided": decided, **{f"without {p}": decided - {p} for p in sorted(decided)}}
     shares: dict[str, dict[str, float]] = {}
-    for name, mode, layers in (("tanh L1", "tanh", 1), ("gru L1", "gru", 1), ("gru L3", "gru", 3),
-                               ("lstm L1", "lstm", 1)):
-        cfg = RNNConfig(mode, num_layers=layers, num_units=64, input_size=32, seq_len=30, batch=16,
-                        dtype="float16", initial_state=False)
+    one_step = dict(seq_len=1, batch=64, initial_state=True)
+    runs = dict(seq_len=30, batch=16, initial_state=False)
+    for name, mode, layers, shape in (("tanh L1", "tanh", 1, runs), ("gru L1", "gru", 1, runs),
+                                      ("gru L3", "gru", 3, runs), ("lstm L1", "lstm", 1, runs),
+                                      ("tanh step", "tanh", 1, one_step), ("gru step", "gru", 1, one_step),
+                                      ("lstm step", "lstm", 1, one_step)):
+        cfg = RNNConfig(mode, num_layers=layers, num_units=64, input_size=32, dtype="float16", **shape)
         case = make_case(cfg)
         gpu = cfg.model(models=cudnn_backend.MODELS)
         closing(gpu)
         got = cupy.asnumpy(gpu.forward(case.x, case.h0, gpu.canonical_to_params(case.weights, case.biases),
-                                       is_training=False).output)
+                                       input_c=case.c0, is_training=False).output)
         shares[name] = {}
         for variant, points in variants.items():
             monkeypatch.setattr(precision, "HALF_ROUNDS", frozenset(points))
@@ -185,11 +195,15 @@ def test_float16_rounding(rung, value, monkeypatch, closing, request):
     for name, by in shares.items():
         if name.startswith("lstm"):
             continue
-        others = {v: share for v, share in by.items() if v != "as decided"}
+        # one step writes its state once, as the output, which is float16 whatever the rule: "state" shows
+        # only over several steps
+        others = {v: share for v, share in by.items()
+                  if v != "as decided" and not (name.endswith("step") and v == "without state")}
         assert all(by["as decided"] > share for share in others.values()), \
             f"{name}: a rounding point removed fits cuDNN's float16 as well or better: {by}"
-        assert by["as decided"] >= FLOAT16_EXACT_SHARE, \
-            f"{name}: cuDNN's float16 matches the reference exactly on {by['as decided']:.3f} of the elements"
+        if name.endswith("step"):
+            assert by["as decided"] >= FLOAT16_EXACT_SHARE, \
+                f"{name}: cuDNN's float16 matches the reference exactly on {by['as decided']:.3f} of the elements"
 
 
 def algorithm_run(request, closing, algo: str, math_type: str | None):
