@@ -100,7 +100,17 @@ def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_
     assert {b["name"] for b in report["backends"] if b["available"]} >= {"reference", "cudnn", "cudnn-tf32"}
     assert "data:image/png;base64," in (target / "report" / "index.html").read_text(), "figures rendered here"
     again = subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 2 and "exists already" in again.stderr
+    assert again.returncode == 2 and "exists already" in again.stderr and "the same summary.txt" in again.stderr
+    second = tmp_path / "second"  # another whole run on the same device and cuDNN (its own summary)
+    second.mkdir()
+    with tarfile.open(out / "gpu_run.tar.gz") as tar:
+        tar.extractall(second / "files", filter="data")
+    (second / "files" / "summary.txt").write_text("gpu_run.sh: grid window, 420 s, started later\n")
+    with tarfile.open(second / "gpu_run.tar.gz", "w:gz") as tar:
+        tar.add(second / "files", arcname=".")
+    filed = subprocess.run(unpack[:2] + [str(second / "gpu_run.tar.gz"), "--into", str(into)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert filed.returncode == 0 and (into / "fake-cudnn9.19.0-2" / "ladder.json").is_file(), filed.stderr
 
 
 def test_out_of_time_the_steps_are_skipped_and_what_ran_still_comes_back(tmp_path):

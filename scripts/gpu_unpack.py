@@ -1,5 +1,6 @@
-"""Put what ``scripts/gpu_run.sh`` returned from a GPU under ``reports/gpu/<device>-cudnn<version>/`` (a re-run
-of failed rungs, ``--rerun-failed``, under its ``rerun-N/``), and write its report again there (``rnn-compat render``: whole even where the GPU image lacked matplotlib for
+"""Put what ``scripts/gpu_run.sh`` returned from a GPU under ``reports/gpu/<device>-cudnn<version>/`` (another
+whole run on the same device and cuDNN under ``<device>-cudnn<version>-2/``, ``-3/``, ...; a re-run of failed
+rungs, ``--rerun-failed`` or ``--rungs``, under the newest whole run's ``rerun-N/``), and write its report again there (``rnn-compat render``: whole even where the GPU image lacked matplotlib for
 the figures or the report step was cut short; the GPU machine's environment is kept).
 
     python scripts/gpu_unpack.py PATH [--into reports/gpu]
@@ -24,10 +25,28 @@ sys.path.insert(0, str(ROOT))
 ARCHIVE = "gpu_run.tar.gz"
 
 
-def folder_name(versions: dict) -> str:
-    """``<device>-cudnn<version>``, lower case, letters, digits, dots and dashes only."""
+def folder_name(versions: dict, n: int = 1) -> str:
+    """``<device>-cudnn<version>``, lower case, letters, digits, dots and dashes only; the ``n``-th whole run on
+    the same device and cuDNN (n > 1) gets ``-<n>`` after it."""
     name = f"{versions.get('device') or 'unknown-device'}-cudnn{versions.get('cudnn') or 'unknown'}"
-    return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-")
+    name = re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-")
+    return name if n == 1 else f"{name}-{n}"
+
+
+def whole_runs(into: Path, name: str) -> list[Path]:
+    """The whole runs unpacked under ``into`` for the folder ``name``: ``name``, ``name-2``, ``name-3``, ...
+    as far as they go, oldest first (a re-run is filed beside the newest)."""
+    runs = []
+    while (into / (name if not runs else f"{name}-{len(runs) + 1}")).is_dir():
+        runs.append(into / (name if not runs else f"{name}-{len(runs) + 1}"))
+    return runs
+
+
+def _member_text(tar: tarfile.TarFile, member: str) -> str | None:
+    try:
+        return tar.extractfile(member).read().decode()
+    except (KeyError, AttributeError):
+        return None
 
 
 def unpack(path: Path, into: Path) -> Path:
@@ -44,9 +63,17 @@ def unpack(path: Path, into: Path) -> Path:
         except KeyError:
             raise ValueError(f"{archive} holds no versions.json: the GPU run stopped before it knew its "
                              f"device (its summary.txt says why)") from None
-        target = into / folder_name(versions)
+        runs = whole_runs(into, folder_name(versions))
         if "./rerun.txt" in tar.getnames():  # gpu_run.sh --rerun-failed / --rungs: beside the run it re-runs
+            target = runs[-1] if runs else into / folder_name(versions)
             target = target / f"rerun-{1 + sum(1 for _ in target.glob('rerun-*'))}"
+        else:
+            summary = _member_text(tar, "./summary.txt")
+            for run in runs:
+                if summary is not None and (run / "summary.txt").is_file() and \
+                        (run / "summary.txt").read_text() == summary:
+                    raise ValueError(f"{run} exists already and holds this run (the same summary.txt)")
+            target = into / folder_name(versions, len(runs) + 1)
         if target.exists():
             raise ValueError(f"{target} exists already: move it away first")
         target.mkdir(parents=True)
