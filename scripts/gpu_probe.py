@@ -14,6 +14,7 @@ cuDNN directly, its answer printed as a table (no verdict: the numbers are the e
    fed back (each rounded to float16 or not); mean ulp distance and the share of exact outputs.
 5. float16, one step from a given state: where a step rounds (the GEMMs' results, the biases, the sum).
 6. float16 LSTM: more rounding points (one buffer for both GEMMs, folded biases, gates, cell), the best 12.
+7. float16 gradients where torch-cuda's failed: cuDNN's standard and persistent algorithms beside it.
 
 ``--backend reference`` runs every probe with the reference in place of cuDNN (a CPU check of the script:
 probe 4's unrounded model then matches within float32 rounding).
@@ -298,6 +299,30 @@ def probe_float16_lstm(models, to_host) -> None:
     print()
 
 
+def probe_half_gradients(models, to_host) -> None:
+    print("## 7. float16 gradients of the report's failing configs (torch-cuda d_input at 125 and 2.9 of its budget):")
+    print("conditioned error / budget per quantity, for cuDNN's standard and persistent algorithms and PyTorch")
+    print("| config | peer | quantity | conditioned error | budget |")
+    print("|---|---|---|---|---|")
+    from compat_tests.compare import compare_peer
+    from compat_tests.peers import PEERS
+
+    names = ("reference",) if models is None else ("cudnn", "cudnn-persist", "torch-cuda")
+    for mode in ("tanh", "relu"):
+        for dtype in ("float16", "float32"):
+            cfg = RNNConfig(mode, num_layers=3, num_units=64, input_size=32, direction="bidirectional", seq_len=40,
+                            batch=8, dtype=dtype, seed=5)
+            for name in names:
+                try:
+                    verdicts = compare_peer(PEERS[name], cfg, backward=True).verdicts
+                except Exception as exc:  # noqa: BLE001
+                    print(f"| {cfg.short()} | {name} | refused: {type(exc).__name__}: {str(exc)[:80]} | | |")
+                    continue
+                for q, v in verdicts.items():
+                    print(f"| {cfg.short()} | {name} | {q} | {v.conditioned_error:.3g} | {v.bound:g} |")
+    print()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cudnn", "reference"), default="cudnn")
@@ -312,7 +337,8 @@ def main(argv=None) -> int:
               lambda: probe_skip_input_bias(models, to_host),
               lambda: probe_float16(models, to_host),
               lambda: probe_float16_step(models, to_host),
-              lambda: probe_float16_lstm(models, to_host)]
+              lambda: probe_float16_lstm(models, to_host),
+              lambda: probe_half_gradients(models, to_host)]
     if args.only:
         probes = [probes[i - 1] for i in args.only]
     for probe in probes:
