@@ -216,3 +216,19 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert subprocess.run(unpack[:2] + [str(again), "--into", str(into)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300).returncode == 0
     assert (first / "rerun-1" / "ladder.json").is_file() and (first / "rerun-1" / "rerun.txt").is_file()
+
+
+def test_the_gpu_probes_run_with_the_reference_standing_in_for_cudnn():
+    """``scripts/gpu_probe.py --backend reference``: every probe prints its table, none fails, and probe 5's
+    model of a float16 step that rounds both GEMMs' results, written in the probe independently of the
+    reference, matches the reference (which follows that rule, ``precision.HALF_ROUNDS``) on every output,
+    where leaving the rounding out does not."""
+    done = subprocess.run([sys.executable, "scripts/gpu_probe.py", "--backend", "reference"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "probe failed" not in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.findall(r"^## (\d)\.", done.stdout, re.M) == [str(n) for n in range(1, 8)]
+    step = {tuple(cell.strip() for cell in line.split("|")[1:3]): float(line.split("|")[5])
+            for line in done.stdout.split("## 5.")[1].split("## 6.")[0].splitlines() if line.startswith("| relu")
+            or line.startswith("| tanh")}
+    for mode in ("relu", "tanh"):
+        assert step[(mode, "GEMMs rounded")] == 1.0 and step[(mode, "all float32")] < 0.9, step

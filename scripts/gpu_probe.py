@@ -146,21 +146,22 @@ def _sigmoid(v):
     return (1 / (1 + np.exp(-v.astype(np.float64)))).astype(np.float32)
 
 
+def _float32_start(G, weights, biases, x):
+    """A one-layer network's per-gate ``W, R, b_W, b_R`` in float32 (``G`` gates), zero states ``h, c [B, H]``
+    and the output buffer ``[T, B, H]``."""
+    W, R = [w.astype(np.float32) for w in weights[:G]], [w.astype(np.float32) for w in weights[G:]]
+    bW, bR = [b.astype(np.float32) for b in biases[:G]], [b.astype(np.float32) for b in biases[G:]]
+    (T, B, _), H = x.shape, R[0].shape[0]
+    return W, R, bW, bR, np.zeros((B, H), np.float32), np.zeros((B, H), np.float32), np.empty((T, B, H), np.float32)
+
+
 def _model_run(mode, weights, biases, x, rounds):
     """A float32 one-layer cuDNN-style RNN over float16 data, rounding to float16 where ``rounds`` says:
     ``Wx`` and ``Rh`` the GEMM results (before their biases), ``h`` the state fed back, ``c`` the LSTM cell."""
     f16 = lambda a, key: _f16(a) if key in rounds else a  # noqa: E731
     G = {"tanh": 1, "gru": 3, "lstm": 4}[mode]
-    W = [w.astype(np.float32) for w in weights[:G]]
-    R = [w.astype(np.float32) for w in weights[G:]]
-    bW = [b.astype(np.float32) for b in biases[:G]]
-    bR = [b.astype(np.float32) for b in biases[G:]]
-    T, B, _ = x.shape
-    H = R[0].shape[0]
-    h = np.zeros((B, H), np.float32)
-    c = np.zeros((B, H), np.float32)
-    out = np.empty((T, B, H), np.float32)
-    for t in range(T):
+    W, R, bW, bR, h, c, out = _float32_start(G, weights, biases, x)
+    for t in range(out.shape[0]):
         xt = x[t].astype(np.float32)
         xw = [f16(xt @ W[g].T, "Wx") + bW[g] for g in range(G)]
         rh = [f16(h @ R[g].T, "Rh") + bR[g] for g in range(G)]
@@ -180,17 +181,22 @@ def _model_run(mode, weights, biases, x, rounds):
     return out.astype(np.float16)
 
 
+def _half_run(mode: str, models, to_host):
+    """A one-layer float16 ``mode`` RNN (H64 I32 T30 B16, no initial state) through the backend: its case and
+    output."""
+    cfg = RNNConfig(mode, num_units=64, input_size=32, seq_len=30, batch=16, dtype="float16", initial_state=False)
+    case = make_case(cfg)
+    m = _model(cfg, models)
+    return case, to_host(m.forward(case.x, None, m.canonical_to_params(case.weights, case.biases),
+                                   is_training=False).output)
+
+
 def probe_float16(models, to_host) -> None:
     print("## 4. float16 (HALF data, FLOAT math, tensor ops): rounding points of a float32 model against cuDNN")
     print("| config | rounded to float16 | mean ulp | max ulp | exact share |")
     print("|---|---|---|---|---|")
     for mode in ("tanh", "gru", "lstm"):
-        cfg = RNNConfig(mode, num_units=64, input_size=32, seq_len=30, batch=16, dtype="float16",
-                        initial_state=False)
-        case = make_case(cfg)
-        m = _model(cfg, models)
-        got = to_host(m.forward(case.x, None, m.canonical_to_params(case.weights, case.biases),
-                                is_training=False).output)
+        case, got = _half_run(mode, models, to_host)
         keys = ("Wx", "Rh", "h") + (("c",) if mode == "lstm" else ())
         for n in range(len(keys) + 1):
             for rounds in itertools.combinations(keys, n):
@@ -249,16 +255,8 @@ def _lstm_run(weights, biases, x, rounds):
     the biases folded into the input GEMM's buffer, ``gates`` each gate's activation, ``c`` the cell state,
     ``tanh_c`` tanh of the cell, ``h`` the state fed back."""
     f16 = lambda a, key: _f16(a) if key in rounds else a  # noqa: E731
-    W = [w.astype(np.float32) for w in weights[:4]]
-    R = [w.astype(np.float32) for w in weights[4:]]
-    bW = [b.astype(np.float32) for b in biases[:4]]
-    bR = [b.astype(np.float32) for b in biases[4:]]
-    T, B, _ = x.shape
-    H = R[0].shape[0]
-    h = np.zeros((B, H), np.float32)
-    c = np.zeros((B, H), np.float32)
-    out = np.empty((T, B, H), np.float32)
-    for t in range(T):
+    W, R, bW, bR, h, c, out = _float32_start(4, weights, biases, x)
+    for t in range(out.shape[0]):
         xt = x[t].astype(np.float32)
         pre = []
         for g in range(4):
@@ -282,10 +280,7 @@ def probe_float16_lstm(models, to_host) -> None:
     print("## 6. float16 LSTM: rounding points of a float32 model against cuDNN, the 12 best by exact share")
     print("| rounded to float16 | mean ulp | max ulp | exact share |")
     print("|---|---|---|---|")
-    cfg = RNNConfig("lstm", num_units=64, input_size=32, seq_len=30, batch=16, dtype="float16", initial_state=False)
-    case = make_case(cfg)
-    m = _model(cfg, models)
-    got = to_host(m.forward(case.x, None, m.canonical_to_params(case.weights, case.biases), is_training=False).output)
+    case, got = _half_run("lstm", models, to_host)
     keys = ("Wx", "Rh", "sum", "bias", "gates", "c", "tanh_c", "h")
     rows = []
     for n in range(len(keys) + 1):
