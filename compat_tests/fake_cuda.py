@@ -32,6 +32,7 @@ import numpy as np
 
 import reference
 from cudnn_backend import _lib
+from reference.layout import BIAS_MODES
 
 _DTYPES = {v: np.dtype(k) for k, v in _lib.DATA_TYPE.items()}
 _MODES = {v: k for k, v in _lib.RNN_MODE.items()}
@@ -287,7 +288,8 @@ class FakeCudnn:
         self.rnns[_value(rnn_desc)] = reference.make_model(
             _MODES[cell_mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
             "bidirectional" if dir_mode else "unidirectional", _DTYPES[data_type], rate, seed,
-            proj_size if proj_size != hidden_size else None)
+            proj_size if proj_size != hidden_size else None,
+            bias_mode=next(name for name, m in BIAS_MODES.items() if m.cudnn == bias_mode))
 
     def _cudnnGetRNNWeightSpaceSize(self, handle, rnn_desc, weight_space_size) -> None:
         model = self.rnns[_value(rnn_desc)]

@@ -21,6 +21,7 @@ import cudnn_backend
 from compat_tests import cudnn_headers, fake_cuda
 from cudnn_backend import _lib
 from cudnn_backend.descriptors import RNNDescriptor
+from reference.layout import BIAS_MODES
 
 FUNCTION_NAME = re.compile(r"^cudnn[A-Z]\w+$")
 INCLUDE_DIRS = cudnn_headers.find_include_dirs(_lib.candidates())
@@ -53,6 +54,10 @@ ENUM_VALUES = [
     ("CUDNN_RNN_ALGO_PERSIST_DYNAMIC", _lib.ALGO["persist_dynamic"]),
     ("CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H", _lib.ALGO["persist_static_small_h"]),
     ("CUDNN_RNN_DOUBLE_BIAS", _lib.DOUBLE_BIAS),
+    ("CUDNN_RNN_DOUBLE_BIAS", BIAS_MODES["double"].cudnn),
+    ("CUDNN_RNN_SINGLE_INP_BIAS", BIAS_MODES["single_inp"].cudnn),
+    ("CUDNN_RNN_SINGLE_REC_BIAS", BIAS_MODES["single_rec"].cudnn),
+    ("CUDNN_RNN_NO_BIAS", BIAS_MODES["none"].cudnn),
     ("CUDNN_FWD_MODE_INFERENCE", _lib.FWD_INFERENCE),
     ("CUDNN_FWD_MODE_TRAINING", _lib.FWD_TRAINING),
     ("CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED", _lib.SEQ_MAJOR_UNPACKED),

@@ -31,7 +31,7 @@ import numpy as np
 from reference import checks, contract
 from reference.contract import (ForwardResult, Gradients, LSTMCall, ModelConfig, NoCellStateCall, caller_layout,
                                 training_reserve)
-from reference.layout import Region
+from reference.layout import BIAS_MODES, Region
 
 from . import _lib
 from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
@@ -77,7 +77,8 @@ def descriptor_fields(spec: ModelConfig, algo: str, math_type: str) -> dict[str,
     """``cudnnSetRNNDescriptor_v8``'s arguments for a model (``spec``: its ``ModelConfig``, or a model of it), by
     name, all but the dropout descriptor: what the backend asks cuDNN for. Needs no GPU."""
     dtype = spec.dtype.name
-    return dict(algo=_lib.ALGO[algo], cell_mode=_lib.RNN_MODE[spec.rnn_mode], bias_mode=_lib.DOUBLE_BIAS,
+    return dict(algo=_lib.ALGO[algo], cell_mode=_lib.RNN_MODE[spec.rnn_mode],
+                bias_mode=BIAS_MODES[spec.bias_mode].cudnn,
                 dir_mode=_lib.DIRECTION[spec.direction], input_mode=_lib.INPUT_MODE[spec.input_mode],
                 data_type=_lib.DATA_TYPE[dtype], math_prec=_lib.MATH_PREC[dtype], math_type=_lib.MATH_TYPE[math_type],
                 input_size=spec.input_size, hidden_size=spec.num_units, proj_size=spec.num_proj or spec.num_units,
@@ -141,9 +142,10 @@ class _CudnnModel:
 
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 num_proj: int | None = None, *, math_type: str | None = None, algo: str = "standard") -> None:
+                 num_proj: int | None = None, *, math_type: str | None = None, algo: str = "standard",
+                 bias_mode: str = "double") -> None:
         config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction,
-                                       dtype, dropout, seed, num_proj)
+                                       dtype, dropout, seed, num_proj, bias_mode)
         self.math_type, self.algo = check_options(config, math_type, algo)
         vars(self).update(config.attributes(), gates=config.gates, state_width=config.state_width)
         self._config = config

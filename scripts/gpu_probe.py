@@ -15,6 +15,7 @@ cuDNN directly, its answer printed as a table (no verdict: the numbers are the e
 5. float16, one step from a given state: where a step rounds (the GEMMs' results, the biases, the sum).
 6. float16 LSTM: more rounding points (one buffer for both GEMMs, folded biases, gates, cell), the best 12.
 7. float16 gradients where torch-cuda's failed: cuDNN's standard and persistent algorithms beside it.
+8. bias modes: cuDNN's weight space under each against ``reference/layout.py``'s guess, and the forward pass.
 
 ``--backend reference`` runs every probe with the reference in place of cuDNN (a CPU check of the script:
 probe 4's unrounded model then matches within float32 rounding).
@@ -318,6 +319,38 @@ def probe_half_gradients(models, to_host) -> None:
     print()
 
 
+def probe_bias_modes(models, to_host) -> None:
+    print("## 8. bias modes (cudnnRNNBiasMode_t): cuDNN's weight space against reference/layout.py, and the forward")
+    print("pass against the float64 truth (float32, max error in eps), L2 bidirectional H8 I8 T5 B3")
+    print("| config | weight space (cuDNN / reference) | layout | forward max err / eps |")
+    print("|---|---|---|---|")
+    for mode in ("relu", "lstm", "gru"):
+        for bias_mode in ("double", "single_inp", "single_rec", "none"):
+            for input_mode in ("linear_input", "skip_input"):
+                cfg = RNNConfig(mode, num_layers=2, num_units=8, input_size=8, direction="bidirectional", seq_len=5,
+                                batch=3, dtype="float32", input_mode=input_mode, bias_mode=bias_mode, seed=3)
+                ref = cfg.model()
+                try:
+                    m = _model(cfg, models)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"| {cfg.short()} | refused: {type(exc).__name__}: {str(exc)[:100]} | | |")
+                    continue
+                theirs = [tuple(r) for r in (m.opaque_layout() if models is None else m._layout)]
+                ours = [tuple(r) for r in ref.opaque_layout()]
+                first = next((f"first difference at {i}: cuDNN {a}, reference {b}"
+                              for i, (a, b) in enumerate(zip(theirs, ours)) if a != b),
+                             "same" if len(theirs) == len(ours) else f"{len(theirs)} vs {len(ours)} regions")
+                case = make_case(cfg)
+                try:
+                    y = to_host(m.forward(case.x, case.h0, m.canonical_to_params(case.weights, case.biases),
+                                          input_c=case.c0, is_training=False).output)
+                    err = f"{np.max(np.abs(y - ground_truth(cfg, case).output)) / np.finfo(np.float32).eps:.1f}"
+                except Exception as exc:  # noqa: BLE001
+                    err = f"{type(exc).__name__}: {str(exc)[:100]}"
+                print(f"| {cfg.short()} | {m.params_size()} / {ref.params_size()} | {first} | {err} |")
+    print()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cudnn", "reference"), default="cudnn")
@@ -333,7 +366,8 @@ def main(argv=None) -> int:
               lambda: probe_float16(models, to_host),
               lambda: probe_float16_step(models, to_host),
               lambda: probe_float16_lstm(models, to_host),
-              lambda: probe_half_gradients(models, to_host)]
+              lambda: probe_half_gradients(models, to_host),
+              lambda: probe_bias_modes(models, to_host)]
     if args.only:
         probes = [probes[i - 1] for i in args.only]
     for probe in probes:
