@@ -163,7 +163,7 @@ def load(capture_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
     return document, arrays
 
 
-def _case(entry: dict, arrays: dict[str, np.ndarray]) -> Case:
+def case_of(entry: dict, arrays: dict[str, np.ndarray]) -> Case:
     key = entry["id"]
 
     def get(name):
@@ -199,7 +199,7 @@ def check_entry(entry: dict, arrays: dict[str, np.ndarray], peer: str) -> list[s
                         f"{len(expected)} regions)")
     if entry["status"] != "ok":
         return problems
-    case = _case(entry, arrays)
+    case = case_of(entry, arrays)
     outputs = Outputs(*(arrays.get(f"{key}.{name}") for name in OUTPUT_FIELDS))
     verdict = compare_peer(Recorded(peer, outputs=outputs), cfg, case)
     if not verdict.passed:

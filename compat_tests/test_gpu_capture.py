@@ -11,6 +11,7 @@ import pytest
 
 from compat_tests import gpu_capture
 from compat_tests.config import DTYPE_NAMES, RNNConfig
+from reference import spec
 
 COMMITTED = gpu_capture.committed_captures()
 CUDNN_MODES = ("relu", "tanh", "lstm", "gru")
@@ -189,3 +190,26 @@ def test_the_layout_is_kept_and_checked_when_the_runs_fail(tmp_path, monkeypatch
 
     failures = _tampered(tmp_path, tmp_path / "t", move_a_bias)
     assert len(failures) == 1 and "opaque layout differs" in next(iter(failures.values()))[0]
+
+
+@pytest.mark.skipif(not COMMITTED, reason="no GPU capture committed under reports/gpu/*/capture/ yet")
+@pytest.mark.parametrize("capture_dir", COMMITTED, ids=lambda p: p.parent.name)
+def test_cudnn_s_float16_outputs_are_the_reference_s_bit_for_bit(capture_dir):
+    """cuDNN's float16 forward (HALF data, FLOAT math) follows ``precision.HALF_ROUNDS`` exactly: every output,
+    final state and cell state it recorded is the plain spec cells' to the last bit, for every mode and feature
+    the capture spreads over (layers, directions, lengths, skip_input, projection, batch-major)."""
+    document, arrays = gpu_capture.load(capture_dir)
+    entries = [e for e in document["entries"] if e["status"] == "ok" and e["config"]["dtype"] == "float16"]
+    assert entries, f"{capture_dir}: no float16 config ran"
+    for entry in entries:
+        cfg = RNNConfig.from_dict(entry["config"])
+        case = gpu_capture.case_of(entry, arrays)
+        net = spec.Network.of(cfg.model())
+        ours = spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0, lengths=case.lengths,
+                            time_major=cfg.time_major)
+        for name, mine in zip(gpu_capture.OUTPUT_FIELDS, ours):
+            recorded = arrays.get(f"{entry['id']}.{name}")
+            if recorded is None:
+                continue
+            assert np.array_equal(recorded, mine), (
+                f"{entry['id']} {cfg.short()} {name}: {int((recorded != mine).sum())} of {recorded.size} differ")

@@ -333,3 +333,20 @@ def test_float32_arithmetic_is_float32(mode):
     single = run_reference(cfg, case)
     assert single.output.dtype == np.float32
     assert (single.output != ground_truth(cfg, case).output.astype(np.float32)).any()
+
+
+@pytest.mark.parametrize("mode", ["tanh", "gru", "lstm"])
+def test_a_float16_sequence_in_one_call_is_one_step_a_call_from_the_float16_states(mode):
+    """What cuDNN 9.19.0 does on the H200 (probe 9, ``reports/gpu/nvidia-h200-cudnn9.19.0-2/probe9.md``): a
+    float16 sequence in one call equals one call per step, each from the float16 states (``hy`` and the LSTM's
+    ``cy``) the one before returned, on every output, since every state a step carries is rounded to float16.
+    Held here for the plain spec cells, which compute each step alike in either case."""
+    cfg = RNNConfig(mode, num_units=16, input_size=8, seq_len=12, batch=4, dtype="float16")
+    case = make_case(cfg)
+    net = spec.Network.of(cfg.model())
+    whole = spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0)[0]
+    h, c, steps = case.h0, case.c0, []
+    for t in range(cfg.seq_len):
+        y, h, c = spec.forward(net, case.weights, case.biases, case.x[t:t + 1], h, c)
+        steps.append(y)
+    np.testing.assert_array_equal(whole, np.concatenate(steps))

@@ -84,7 +84,7 @@ class _TFCell:
         return np.concatenate([x, h], axis=1) @ kernel + bias
 
     def _state(self, h: Array) -> Array:
-        """The new ``h`` as a step stores it (``"state"``)."""
+        """The new ``h`` (or the LSTM's ``c``) as a step stores it (``"state"``)."""
         return self._round(h, "state")
 
     def _check_call(self, inputs: object, h: object, c: object = None) -> None:
@@ -177,7 +177,9 @@ class CudnnCompatibleLSTMCell(_TFCell):
         i, ci, f, o = sigmoid(z[:, :H]), np.tanh(z[:, H:2 * H]), sigmoid(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
         c_new = ci * i + c * f
         h_new = o * np.tanh(c_new)
-        return self._state(h_new if self.projection is None else self._gemm(h_new, self.projection)), c_new
+        if self.projection is not None:
+            h_new = self._gemm(self._state(h_new), self.projection)  # o * tanh(c) stored for the GEMM to read
+        return self._state(h_new), self._state(c_new)
 
     def __call__(self, inputs: Array, state: tuple[Array, Array]) -> tuple[Array, tuple[Array, Array]]:
         """``inputs [B, input_width]``, ``state = (c [B, num_units], h [B, state_width])`` (TF's

@@ -46,7 +46,8 @@ Every bias mode (``cudnnRNNBiasMode_t``) runs these steps: a bias the mode lacks
 
 Float16 storage (``reference.precision.HALF_ROUNDS``): a step rounds its recurrent GEMM's result to
 ``ws.gemm_round`` in place before any bias is added to it (``xw`` holds the input GEMM's result rounded
-likewise, ``recurrence.projector``), and its new ``h_out`` to ``ws.state_round`` (:func:`round_in_place`);
+likewise, ``recurrence.projector``), its new ``h_out`` to ``ws.state_round`` and the LSTM's new ``c_out``,
+after ``h_out`` has read it, to ``ws.cell_round`` (:func:`round_in_place`);
 ``None`` (float32, float64) rounds nothing and changes no bit.
 """
 
@@ -65,7 +66,8 @@ class Workspace:
     """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W b R]``, see
     ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
     batch, ``[n*H, B]`` (or ``None``), and scratch ``z [G*H, B]``, ``tmp [H, B]``; the dtypes the step rounds
-    its GEMM results and its new ``h_out`` to (``None``: not rounded; module docstring)."""
+    its GEMM results, its new ``h_out`` and (LSTM) the new ``c_out`` it carries to the next step to (``None``: not
+rounded; module docstring)."""
 
     R: Array
     b_inner: Array | None
@@ -73,6 +75,7 @@ class Workspace:
     tmp: Array
     gemm_round: np.dtype | None = None
     state_round: np.dtype | None = None
+    cell_round: np.dtype | None = None
 
 
 def round_in_place(a: Array, dtype: np.dtype | None) -> Array:
@@ -186,6 +189,7 @@ def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
         np.tanh(c_out, tanh_c)
         np.multiply(o, tanh_c, h_out)
         round_in_place(h_out, ws.state_round)  # None before a projection (recurrence.fused_step rounds P m)
+        round_in_place(c_out, ws.cell_round)  # the carried cell, after h_out read it unrounded
 
     return step
 

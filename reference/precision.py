@@ -16,8 +16,10 @@ STORAGE_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.float16), np.dtype(np.float3
 ROUNDING_POINTS: frozenset[str] = frozenset({"gemm_outputs", "state"})
 """Where a float16 forward may round to float16 inside a layer: ``"gemm_outputs"``, the result of each GEMM
 (``W x``, ``R h``, the textbook GRU's ``R_h (r * h)``, the LSTM projection ``P m``) *before* its bias is
-added (biases add in float32); ``"state"``, the hidden state ``h`` each step writes, which the next step's
-recurrent GEMM reads (and which is the layer's output). The LSTM's cell state ``c`` stays float32."""
+added (biases add in float32); ``"state"``, the states each step carries to the next: the hidden state ``h``,
+which the next step's recurrent GEMM reads (and which is the layer's output), and the LSTM's cell state
+``c`` (the step's own ``h = o * tanh(c)`` reads ``c`` before it is rounded), and with an LSTM projection
+``o * tanh(c)``, which the projection's GEMM reads."""
 
 HALF_ROUNDS: frozenset[str] = frozenset({"gemm_outputs", "state"})
 """The rounding points (:data:`ROUNDING_POINTS`) of float16 storage: both. Confirmed on NVIDIA H200,
@@ -26,8 +28,11 @@ probes 4 and 5 of ``scripts/gpu_probe.py``): one step from a given state, roundi
 float16 before their biases matches 99.9-100% of cuDNN's outputs exactly (relu, tanh) against 60-84% for
 every other model tried; over 30 steps (H64 I32 B16) rounding ``W x``, ``R h`` and the state ``h`` matches
 96.7% (tanh) and 99.3% (GRU) exactly against 56-60% with nothing rounded and at most 84% with any two of
-the three. The LSTM fits no model tried (best about 73% exact: ``W x, R h, h`` 0.730, ``W x`` 0.729,
-nothing 0.617): it follows the same rule, an open question (``docs/decisions.md``). The GPU ladder's rung 08
+the three. The LSTM's cell state is carried in float16 too: cuDNN's LSTM over 30 steps in one call equals
+30 calls of one step, each from the float16 ``hy``, ``cy`` the last returned, on every output (probe 9,
+``reports/gpu/nvidia-h200-cudnn9.19.0-2/probe9.md``; tanh and GRU likewise); with a projection ``o * tanh(c)``
+is stored in float16 for the projection's GEMM. So ruled, every float16 result of both committed captures is
+the reference's bit for bit (``compat_tests/test_gpu_capture.py``). The GPU ladder's rung 08
 (``compat_tests/test_gpu_ladder.py::test_float16_rounding``) checks it on every GPU run. With the state
 rounded each layer's output is float16 already; a layer's output after dropout is rounded again before the
 next layer reads it."""

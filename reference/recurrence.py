@@ -41,7 +41,7 @@ import numpy as np
 from . import buffers
 from .precision import rounding_dtype
 from .contract import caller_layout  # noqa: F401  (moved to the contract; the old import path)
-from .modes import CellMode, Workspace
+from .modes import CellMode, Workspace, round_in_place
 
 Array = np.ndarray
 
@@ -430,7 +430,7 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     state_round = None if storage is None else rounding_dtype(storage, "state")
     # with a projection the step's h_out is m = o * tanh(c), not the state: P m is rounded below
     ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype), gemm_round,
-                   state_round if params.P is None else None)
+                   state_round if params.P is None else None, state_round)
     projection_round = gemm_round if gemm_round is not None else state_round
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
@@ -453,6 +453,7 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
             raw = None if record.h_raw is None else record.h_raw[t]
         cell_step(ws, xw_t, h, c, h_out if raw is None else raw, c_out, acts)
         if raw is not None:
+            round_in_place(raw, state_round)  # m = o * tanh(c), stored for the projection's GEMM to read
             np.matmul(params.P, raw, out=h_out)
             if projection_round is not None:  # a GEMM's result, and the state
                 np.copyto(h_out, h_out.astype(projection_round))

@@ -330,9 +330,8 @@ class BoundRNN:
 
         ``x [B, input_size]`` of the model's dtype; ``h [L, B, Hr]`` and the LSTM's ``c [L, B, H]``, time-major
         states as the model's ``input_h``/``input_c`` (``None``: zeros). States may also be of the compute
-        dtype (float32 for a float16 model: the LSTM's cell state then stays in the precision the whole-sequence
-        call keeps it in instead of being rounded to float16 every step; ``h`` is rounded every step anyway,
-        ``reference.precision.HALF_ROUNDS``); ``h`` and ``c`` share one dtype, and
+        dtype (float32 for a float16 model; both are rounded to float16 every step anyway, as the
+        whole-sequence call carries them: ``reference.precision.HALF_ROUNDS``); ``h`` and ``c`` share one dtype, and
         the new states have it. ``out_h``/``out_c``: arrays of the states' shape and dtype to write the new
         states into (returned), else fresh arrays. They may be ``h``/``c`` themselves, or overlap ``x``, ``h``
         or ``c`` anyhow: the step reads all of its inputs before it writes any state, so an in-place update

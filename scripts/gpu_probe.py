@@ -16,6 +16,7 @@ cuDNN directly, its answer printed as a table (no verdict: the numbers are the e
 6. float16 LSTM: more rounding points (one buffer for both GEMMs, folded biases, gates, cell), the best 12.
 7. float16 gradients where torch-cuda's failed: cuDNN's standard and persistent algorithms beside it.
 8. bias modes: cuDNN's weight space under each against ``reference/layout.py``'s guess, and the forward pass.
+9. float16: a whole sequence in one call against one step a call from the float16 states (what is carried).
 
 ``--backend reference`` runs every probe with the reference in place of cuDNN (a CPU check of the script:
 probe 4's unrounded model then matches within float32 rounding).
@@ -351,6 +352,28 @@ def probe_bias_modes(models, to_host) -> None:
     print()
 
 
+def probe_half_stepping(models, to_host) -> None:
+    print("## 9. float16: one call over 30 steps against 30 calls of one step, each starting from the float16")
+    print("states (hy, cy) the previous call returned; the share of outputs equal, and mean ulp between them")
+    print("| mode | equal share | mean ulp | max ulp |")
+    print("|---|---|---|---|")
+    for mode in ("tanh", "gru", "lstm"):
+        cfg = RNNConfig(mode, num_units=64, input_size=32, seq_len=30, batch=16, dtype="float16")
+        case = make_case(cfg)
+        m = _model(cfg, models)
+        params = m.canonical_to_params(case.weights, case.biases)
+        whole = to_host(m.forward(case.x, case.h0, params, input_c=case.c0, is_training=False).output)
+        h, c, steps = case.h0, case.c0, []
+        for t in range(cfg.seq_len):
+            out = m.forward(case.x[t:t + 1], h, params, input_c=c, is_training=False)
+            steps.append(to_host(out.output))
+            h, c = to_host(out.output_h), None if out.output_c is None else to_host(out.output_c)
+        stepped = np.concatenate(steps)
+        d = ulp_distance(whole, stepped.astype(np.float64))
+        print(f"| {mode} | {(d == 0).mean():.3f} | {d.mean():.3f} | {d.max():.0f} |")
+    print()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cudnn", "reference"), default="cudnn")
@@ -367,7 +390,8 @@ def main(argv=None) -> int:
               lambda: probe_float16_step(models, to_host),
               lambda: probe_float16_lstm(models, to_host),
               lambda: probe_half_gradients(models, to_host),
-              lambda: probe_bias_modes(models, to_host)]
+              lambda: probe_bias_modes(models, to_host),
+              lambda: probe_half_stepping(models, to_host)]
     if args.only:
         probes = [probes[i - 1] for i in args.only]
     for probe in probes:

@@ -6,7 +6,8 @@
     with a projection: h' = P (o * tanh(c')), and h (the recurrent state) is that projected h'.
 
 Precision (``cell.py``): with float16 storage each GEMM's result (the projection's too) is rounded before
-its bias, and so is the new ``h``; the cell state ``c`` stays in the compute dtype.
+its bias, and so are the new ``h`` and the new ``c`` the step carries to the next, and with a projection
+``o * tanh(c')``, which the projection's GEMM reads; ``h'`` itself reads ``tanh(c')`` of the unrounded ``c'``.
 
 Bias modes (``cell.py``): ``single_inp`` keeps the ``b_W`` terms only (i = σ(W_i x + b_Wi + R_i h), ...),
 ``single_rec`` the ``b_R`` terms only (i = σ(W_i x + R_i h + b_Ri), ...), ``none`` neither; each bias present
@@ -30,8 +31,10 @@ def step(p: CellParams, x: Array, h: Array, c: Array, storage: np.dtype | None =
     c_new = f * c + i * g
     tanh_c = np.tanh(c_new)
     m = o * tanh_c
+    if p.P is not None:
+        m = stored_state(m, storage)  # stored for the projection's GEMM to read
     h_new = stored_state(m if p.P is None else gemm(m, p.P, storage), storage)
-    return h_new, c_new, (x, h, c, i, f, g, o, tanh_c, m)
+    return h_new, stored_state(c_new, storage), (x, h, c, i, f, g, o, tanh_c, m)
 
 
 def step_backward(p: CellParams, cache: tuple, dh_new: Array, dc_new: Array) -> tuple[Array, Array, Array, CellParams]:
