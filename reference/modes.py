@@ -66,8 +66,8 @@ class Workspace:
     """What a pseudo-layer's step reuses at every time step: ``R [G*H, Hr]`` (or ``[W b R]``, see
     ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
     batch, ``[n*H, B]`` (or ``None``), and scratch ``z [G*H, B]``, ``tmp [H, B]``; the dtypes the step rounds
-    its GEMM results, its new ``h_out`` and (LSTM) the new ``c_out`` it carries to the next step to (``None``: not
-rounded; module docstring)."""
+    its GEMM results, its new ``h_out`` and (LSTM) the new ``c_out`` it carries to the next step to (``None``:
+    not rounded; module docstring)."""
 
     R: Array
     b_inner: Array | None
