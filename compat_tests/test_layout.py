@@ -167,7 +167,7 @@ def test_skip_input_layout_is_the_one_cudnn_reported():
 @given(cfg=rnn_configs(**EVERY_BIAS_MODE))
 def test_each_pseudo_layers_biases_are_where_the_decision_puts_them(cfg):
     """Per pseudo-layer, its biases in buffer order are :func:`reference.layout.bias_slots`' (the one place of
-    that UNCONFIRMED decision, docs/decisions.md), after every matrix of every pseudo-layer; a single mode's
+    that decision, confirmed on a GPU: docs/decisions.md), after every matrix of every pseudo-layer; a single mode's
     biases are those of one side (ids ``0..G-1`` or ``G..2G-1``), ``"none"`` has none."""
     G = GATES[cfg.mode]
     regions = cfg.model().opaque_layout()

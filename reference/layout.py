@@ -9,9 +9,10 @@ pseudo-layer (lin layers in id order, the projection last), then every bias in t
 model's bias mode (:data:`BIAS_MODES`) has, none invented for those it lacks.
 
 The opaque order is cuDNN's weight space as ``cudnnGetRNNWeightParams`` reports it. What the reference
-assumes about it (:func:`_opaque_order`) is the research notes' reading of cuDNN 9, UNCONFIRMED on a GPU:
-all matrices of all pseudo-layers first, then all biases, no padding; where the biases of a single bias
-mode sit is :func:`bias_slots`. The GPU suite compares :func:`opaque_layout` with cuDNN region by region;
+assumes about it (:func:`_opaque_order`) was the research notes' reading of cuDNN 9, confirmed on NVIDIA
+H200 with cuDNN 9.19.0 (``reports/gpu/``: the captures and probe 8, under every bias mode): all matrices of
+all pseudo-layers first, then all biases, no padding; where the biases of a single bias mode sit is
+:func:`bias_slots`. The GPU suite compares :func:`opaque_layout` with cuDNN region by region;
 change this module, nothing else, if they differ.
 """
 
@@ -68,9 +69,10 @@ def bias_slots(bias_mode: str, num_gates: int) -> tuple[BiasSlot, ...]:
     ``bias_mode``, in buffer order: the ONE place that decides where a single mode's biases live.
 
     What cuDNN documents is which biases the equations use (:data:`BIAS_MODES`). Where they lie it does not
-    say. DECISION, UNCONFIRMED until a GPU run reads ``cudnnGetRNNWeightParams`` per ``lin_layer_id`` under
-    each mode: each bias is reported under the lin layer of its own GEMM, ``0..G-1`` for the input biases and
-    ``G..2G-1`` for the recurrent ones, as under the double bias; and an absent bias leaves no hole, so a
+    say. A DECISION, confirmed on NVIDIA H200 with cuDNN 9.19.0 (``cudnnGetRNNWeightParams`` per
+    ``lin_layer_id`` under each mode: ``reports/gpu/nvidia-h200-cudnn9.19.0-2/probe8.md``): each bias is
+    reported under the lin layer of its own GEMM, ``0..G-1`` for the input biases and ``G..2G-1`` for the
+    recurrent ones, as under the double bias; and an absent bias leaves no hole, so a
     single mode's biases are consecutive and ``"none"`` has no bias space at all. The one public user of a
     single mode seen, ROOT TMVA (``SINGLE_REC_BIAS``), writes its biases at ids ``G..2G-1``, takes ``0..G-1``
     to have none, and asserts they start right after the matrices (no room for the absent ones). Were cuDNN
@@ -179,7 +181,7 @@ def opaque_layout(spec: LayoutSpec) -> list[Region]:
 
 def params_size(spec: LayoutSpec) -> int:
     """Elements in the opaque buffer: the sum of the canonical sizes, and of the holes :func:`bias_slots`
-    may leave (none, as decided; cuDNN padding is UNCONFIRMED)."""
+    may leave (none, as decided and as cuDNN 9.19.0 has it: no hole, no padding)."""
     return _layout(spec)[1]
 
 
