@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
@@ -246,6 +247,24 @@ def _pool(jobs: int) -> ProcessPoolExecutor:
                                initargs=(os.getpid(),))
 
 
+# The main thread waits for its futures in slices of this many seconds, each with signals deferred
+# (_Signals.whole), so that an interrupt is raised between slices and never inside concurrent.futures' own
+# locking: one raised while wait() acquires its futures' locks one by one left one of them held, the pool's
+# manager thread then blocked on it for ever, and with it the shutdown (a run that hung after Ctrl-C, once in
+# a loop of the interrupt tests beside a CPU burner). An interrupt waits at most one slice.
+WAIT_SLICE = 0.2
+
+
+def _result(future: Future, signals: _Signals) -> dict:
+    """``future.result()``, waited for in :data:`WAIT_SLICE` slices with signals deferred."""
+    while True:
+        with signals.whole():
+            try:
+                return future.result(timeout=WAIT_SLICE)
+            except FuturesTimeout:
+                continue
+
+
 def _close(pool: ProcessPoolExecutor | None, finished: bool) -> None:
     """Shut ``pool`` down: after a normal end, waiting for its workers; else (an interrupt, an error, also
     while waiting for them to end) killing them first, so that nothing is left computing units whose records
@@ -304,9 +323,10 @@ def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, 
             unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
         pending = set(unit_of)
         while pending and not broken:
-            left = None if deadline is None else min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
-            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-            with signals.whole():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            with signals.whole():  # (a signal is raised after the slice, never inside wait: see WAIT_SLICE)
+                done, pending = wait(pending, timeout=WAIT_SLICE if left is None else min(left, WAIT_SLICE),
+                                     return_when=FIRST_COMPLETED)
                 for future in done:
                     if future.cancelled():
                         continue
@@ -342,7 +362,7 @@ def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signal
                     pool = pool or _pool(1)
                     future = pool.submit(run_unit, unit.to_dict())
                 try:
-                    record = future.result()
+                    record = _result(future, signals)
                 except BrokenProcessPool:
                     record = died_record(unit)
                     _close(pool, True)
