@@ -29,7 +29,11 @@ def folder_name(versions: dict, n: int = 1) -> str:
     """``<device>-cudnn<version>``, lower case, letters, digits, dots and dashes only; the ``n``-th whole run on
     the same device and cuDNN (n > 1) gets ``-<n>`` after it."""
     name = f"{versions.get('device') or 'unknown-device'}-cudnn{versions.get('cudnn') or 'unknown'}"
-    name = re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-")
+    return numbered(re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-"), n)
+
+
+def numbered(name: str, n: int) -> str:
+    """The folder of the ``n``-th whole run named ``name``: ``name`` itself, then ``name-2``, ``name-3``, ..."""
     return name if n == 1 else f"{name}-{n}"
 
 
@@ -37,8 +41,8 @@ def whole_runs(into: Path, name: str) -> list[Path]:
     """The whole runs unpacked under ``into`` for the folder ``name``: ``name``, ``name-2``, ``name-3``, ...
     as far as they go, oldest first (a re-run is filed beside the newest)."""
     runs = []
-    while (into / (name if not runs else f"{name}-{len(runs) + 1}")).is_dir():
-        runs.append(into / (name if not runs else f"{name}-{len(runs) + 1}"))
+    while (run := into / numbered(name, len(runs) + 1)).is_dir():
+        runs.append(run)
     return runs
 
 
