@@ -20,7 +20,7 @@ from typing import Iterator
 
 from reference.model import DIRECTIONS
 
-from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
+from .config import BIAS_MODE_NAMES, DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
 from .interop.convert import AUTO, FORMATS
 from .interrupts import terminated_as_interrupted
 from .optional import MissingDependency
@@ -182,10 +182,11 @@ def peer_summary(peer) -> dict:
     ok, why = availability(peer)
     caps, notes = peer.capabilities, dict(peer.capabilities.notes)
     lacks = {}
-    for field, names in (("mode", MODE_NAMES), ("dtype", DTYPE_NAMES)):
+    for field, names, kind in (("mode", MODE_NAMES, ""), ("dtype", DTYPE_NAMES, ""),
+                               ("bias_mode", BIAS_MODE_NAMES, "bias_mode ")):
         missing = [n for n in names if n not in getattr(caps, field + "s")]
         if missing:
-            lacks[", ".join(missing)] = notes.get(field, "")
+            lacks[kind + ", ".join(missing)] = notes.get(field, "")
     lacks.update({label: notes.get(field, "") for field, label in FEATURES if not getattr(caps, field)})
     if caps.max_layers is not None:
         lacks[f"stacks of more than {caps.max_layers} layer(s)"] = notes.get("num_layers", "")
@@ -275,7 +276,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     """The model options of the command line as the readers' options (``None``: not given)."""
     return {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
             "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
-            "num_proj": args.num_proj, "dtype": args.dtype, "scope": args.scope,
+            "num_proj": args.num_proj, "dtype": args.dtype, "bias_mode": args.bias_mode, "scope": args.scope,
             "module": args.module, "recurrent_activation": args.recurrent_activation, "names": args.names,
             "layers": args.layers, "layer": args.layer}
 
@@ -525,6 +526,10 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
                          help="skip_input: layer 0 adds its input as it is, without input matrices")
     options.add_argument("--num-proj", type=int, help="an LSTM's recurrent projection width (cuDNN's projSize)")
     options.add_argument("--dtype", choices=DTYPE_NAMES, help="the weights' and data's dtype")
+    options.add_argument("--bias-mode", choices=BIAS_MODE_NAMES,
+                         help="cuDNN's cudnnRNNBiasMode_t, where the file cannot tell it: TF-named files without our "
+                              "config hold a single mode's biases under the names of either (PyTorch, Keras and "
+                              "ONNX files tell 'double' from 'none' by their biases)")
     options.add_argument("--scope", help="TF-named files without our config: the variable scope of the RNN's "
                                          "tensors, where the file holds several")
     options.add_argument("--module", help="PyTorch files (--from torch) holding several recurrent modules: the "

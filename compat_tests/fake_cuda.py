@@ -193,6 +193,8 @@ FAULTS = {
     "wide_single_bias": "for hidden sizes of 512 and up (the published sample's; no other rung's, which stay at 256 "
                         "or below) cuDNN runs as if the backend had asked for CUDNN_RNN_SINGLE_INP_BIAS: the "
                         "recurrent biases it packed are not read",
+    "bias_mode_ignored": "cuDNN builds every RNN with CUDNN_RNN_DOUBLE_BIAS whatever biasMode the backend asked "
+                         "for (the other bias modes' rung alone uses another)",
 }
 WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
@@ -289,7 +291,8 @@ class FakeCudnn:
             _MODES[cell_mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
             "bidirectional" if dir_mode else "unidirectional", _DTYPES[data_type], rate, seed,
             proj_size if proj_size != hidden_size else None,
-            bias_mode=next(name for name, m in BIAS_MODES.items() if m.cudnn == bias_mode))
+            bias_mode="double" if "bias_mode_ignored" in self.faults else
+            next(name for name, m in BIAS_MODES.items() if m.cudnn == bias_mode))
 
     def _cudnnGetRNNWeightSpaceSize(self, handle, rnn_desc, weight_space_size) -> None:
         model = self.rnns[_value(rnn_desc)]

@@ -71,6 +71,7 @@ class Rung:
     isolated: bool = False
     seconds: float = 120.0
     values: dict[str, tuple[str, ...]] = field(default_factory=dict)  # check -> the values it runs with
+    bias_modes: tuple[str, ...] = ("double",)  # the bias modes its configs draw from
 
 
 def _rung(name: str, adds: str, *features: str, **more) -> Rung:
@@ -94,6 +95,8 @@ RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00
     Rung("float16", "float16 data, float32 math, tensor ops; the float16 rounding decision",
          checks=STRUCTURE + ("float16_rounding",), dtypes=("float16",)),
     _rung("skip_input", "skip_input: layer 0 without input matrices", "skip_input"),
+    Rung("bias_modes", "biasMode single_inp, single_rec and none: where the single biases lie, each mode's function",
+         bias_modes=("single_inp", "single_rec", "none"), offers=frozenset({"layers", "bidirectional"})),
     Rung("combined", "every established feature at once, float32 and float64", dtypes=("float32", "float64"),
          offers=ALL),
     Rung("tf32", "default math (TF32 tensor cores) judged by the cudnn-tf32 budget", peer="cudnn-tf32",

@@ -66,10 +66,14 @@ def _offers(capabilities: Capabilities, feature: str) -> bool:
     return getattr(capabilities, {"ragged": "lengths"}.get(feature, feature))
 
 
+# What the strategies draw from when no peer's capabilities narrow it: every feature, every bias mode.
+EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES)
+
+
 @st.composite
 def rnn_configs(
     draw: st.DrawFn,
-    capabilities: Capabilities = Capabilities(),
+    capabilities: Capabilities = EVERYTHING,
     *,
     modes_: tuple[str, ...] | None = None,
     dtypes_: tuple[str, ...] | None = None,
@@ -83,8 +87,9 @@ def rnn_configs(
 ) -> RNNConfig:
     """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``).
 
-    ``bias_modes_``: the bias modes drawn from (``config.BIAS_MODE_NAMES``); only ``"double"`` by default, the
-    one every peer takes (``Capabilities`` has no bias modes), and then nothing is drawn for it.
+    ``bias_modes_``: the bias modes drawn from (``config.BIAS_MODE_NAMES``), those of them the capabilities have
+    (``Capabilities.bias_modes``; none of them there is an error); only ``"double"`` by default, which every
+    other test runs, and then nothing is drawn for it.
 
     ``require`` names :data:`FEATURES` every drawn config has (each must be among the capabilities):
     ``layers`` (two or more), ``bidirectional``, ``ragged`` (some sequence shorter than ``seq_len``),
@@ -92,6 +97,9 @@ def rnn_configs(
     unknown_modes = [m for m in bias_modes_ if m not in BIAS_MODE_NAMES]
     if not bias_modes_ or unknown_modes:
         raise ValueError(f"bias_modes_ must name bias modes among {BIAS_MODE_NAMES}, got {bias_modes_!r}")
+    bias_modes_ = tuple(m for m in bias_modes_ if m in capabilities.bias_modes)
+    if not bias_modes_:
+        raise ValueError(f"bias_modes_ names no bias mode the capabilities {capabilities} offer")
     unknown = set(require) - set(FEATURES)
     if unknown:
         raise ValueError(f"require must name features among {FEATURES}, got {sorted(unknown)}")
@@ -144,13 +152,14 @@ def damaged(data, blob: bytes) -> bytes:
 
 def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfig]:
     """Configs of one rung of the GPU ladder (``compat_tests.gpu_ladder.Rung``) for a peer with ``capabilities``:
-    the rung's dtypes, only the features it offers, every feature it requires."""
+    the rung's dtypes and bias modes, only the features it offers, every feature it requires."""
     offers = rung.offers
-    limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, skip_input="skip_input" in offers,
+    limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, bias_modes=capabilities.bias_modes,
+                           skip_input="skip_input" in offers,
                            projection="projection" in offers, lengths="ragged" in offers,
                            batch_major="batch_major" in offers, bidirectional="bidirectional" in offers,
                            max_layers=None if "layers" in offers else 1)
-    return rnn_configs(limited, require=rung.require)
+    return rnn_configs(limited, require=rung.require, bias_modes_=rung.bias_modes)
 
 
 def examples(dev: int) -> int:

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reference
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.compare import assert_agree_within_policy, compare_peer
 from compat_tests.config import BIAS_MODE_NAMES, Case, Outputs, RNNConfig, make_case
 from compat_tests.peers.base import Capabilities
 from compat_tests.run import forward_case, ground_truth
@@ -232,7 +232,7 @@ def test_a_bias_bug_planted_in_the_engine_is_caught_there(cfg, plant):
     assert_caught_in_the_engine(cfg, plant)
 
 
-STREAMABLE = Capabilities(bidirectional=False, lengths=False, batch_major=False)
+STREAMABLE = Capabilities(bidirectional=False, lengths=False, batch_major=False, bias_modes=BIAS_MODE_NAMES)
 
 
 @given(cfg=rnn_configs(STREAMABLE, bias_modes_=SINGLE_OR_NONE))
@@ -298,7 +298,8 @@ def test_the_default_is_the_double_bias_and_is_written_as_before():
 
 
 @pytest.mark.parametrize("fmt", ["torch", "keras", "onnx", "tf cells"])
-def test_formats_that_hold_the_double_bias_only_refuse_another_naming_it(fmt):
+def test_formats_that_cannot_hold_a_single_bias_refuse_it_naming_it(fmt):
+    """PyTorch, Keras and ONNX hold both biases of every gate or none; TensorFlow's cells both."""
     from reference import cells
     from reference.formats import keras, onnx
     from reference.formats import torch as torch_format
@@ -312,3 +313,92 @@ def test_formats_that_hold_the_double_bias_only_refuse_another_naming_it(fmt):
              "tf cells": lambda: cells.cells_from_tf(model, {})}[fmt]
     with pytest.raises(ValueError, match=r"bias_mode must be 'double' .*bias_mode 'single_rec'"):
         write()
+
+
+# ---- peers and files under the bias modes they have ------------------------------------------------------
+
+
+@pytest.mark.laddered
+@given(data=st.data())
+def test_every_peer_agrees_under_each_bias_mode_it_declares(peer, data):
+    """Each peer under the bias modes it declares beside the double bias (``Capabilities.bias_modes``: torch-cpu,
+    onnxruntime and keras ``"none"``, the reference all four), forward and, where the peer has them, gradients,
+    against the float64 truth of the spec cells. (cuDNN's: the GPU ladder's ``bias_modes`` rung.)"""
+    others = tuple(m for m in peer.capabilities.bias_modes if m != "double")
+    if not others:
+        pytest.skip(f"{peer.name} declares only the double bias")
+    cfg = data.draw(rnn_configs(peer.capabilities, bias_modes_=others), label="config")
+    comparison = compare_peer(peer, cfg)
+    assert comparison.passed, comparison.explain()
+    if peer.capabilities.backward:
+        comparison = compare_peer(peer, cfg, backward=True)
+        assert comparison.passed, comparison.explain()
+
+
+def test_the_peers_declare_what_their_frameworks_have_with_the_reason():
+    """A framework's module has both biases or none (torch ``bias=False``, Keras ``use_bias=False``, an ONNX node
+    without ``B``); the strategies never draw another mode for it, and ``rnn-compat peers`` says why."""
+    from compat_tests.cli import peer_summary
+    from compat_tests.peers import PEERS
+
+    for name in ("torch-cpu", "onnxruntime", "keras"):
+        caps = PEERS[name].capabilities
+        assert caps.bias_modes == ("double", "none"), name
+        assert "never one" in caps.unsupported(RNNConfig("gru", bias_mode="single_rec", dtype="float32")) or \
+            "or the node has no B" in caps.unsupported(RNNConfig("gru", bias_mode="single_rec", dtype="float32"))
+        assert any(k.startswith("bias_mode single_inp, single_rec") for k in peer_summary(PEERS[name])["lacks"])
+        with pytest.raises(ValueError, match="names no bias mode the capabilities"):
+            rnn_configs(caps, bias_modes_=("single_inp",)).example()
+    assert PEERS["reference"].capabilities.bias_modes == BIAS_MODE_NAMES
+
+
+NONE_CONFIGS = [RNNConfig(mode, num_layers=2, num_units=3, input_size=2, direction="bidirectional", seq_len=3,
+                          batch=2, bias_mode="none", dtype="float32", seed=4) for mode in ("tanh", "lstm", "gru")]
+
+
+@pytest.mark.parametrize("cfg", NONE_CONFIGS, ids=lambda c: c.mode)
+def test_a_bias_free_file_of_each_format_reads_as_bias_mode_none_and_back(cfg, tmp_path):
+    """``rnn-compat convert``'s formats under ``"none"``: each file written holds no bias (a state_dict without
+    ``bias_*``, Keras layers of two weights, ONNX nodes without ``B``, a TF checkpoint without ``bias``) and reads
+    back as the same model, ``bias_mode="none"``, bit for bit; a file of each format told only by its tensors (no
+    config of ours) says ``"none"`` too."""
+    from compat_tests.interop import convert
+    from reference import checkpoint
+    from reference.formats import torch as torch_format
+
+    model, case = cfg.model(), make_case(cfg)
+    files = {"torch": "m.pt", "checkpoint": "m.safetensors", "tf": "m.ckpt", "keras": "m.npz", "onnx": "m.onnx"}
+    for fmt, name in files.items():
+        if fmt == "onnx":
+            pytest.importorskip("onnx")
+        convert.write(fmt, tmp_path / name, model, case.weights, case.biases)
+        back = convert.read(fmt, tmp_path / name, {"rnn_mode": cfg.mode} if fmt == "tf" else None)
+        assert back.model.bias_mode == "none" and back.biases == [], fmt
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(back.weights, case.weights, strict=True)), fmt
+    state = torch_format.to_state_dict(model, case.weights, case.biases)
+    assert not [k for k in state if "bias" in k]
+    checkpoint.write_tensors(tmp_path / "foreign.safetensors", state, None)  # PyTorch's names, no config of ours
+    told = {"rnn_mode": "tanh"} if cfg.mode == "tanh" else {}  # relu and tanh weights look alike
+    foreign = convert.read("auto", tmp_path / "foreign.safetensors", told)
+    assert foreign.model.bias_mode == "none" and repr(foreign.model) == repr(model)
+    with pytest.raises(ValueError, match="bias_mode is 'none', not 'double'"):
+        convert.read("auto", tmp_path / "foreign.safetensors", {**told, "bias_mode": "double"})
+    with pytest.raises(ValueError, match=r"lacks 'bias_ih_l0'.*no bias at all.*bias=False, bias_mode 'none'"):
+        torch_format.from_state_dict(cfg.with_(bias_mode="double").model(), state)
+
+
+@pytest.mark.parametrize("target", ["torch", "keras", "onnx"])
+def test_convert_refuses_a_single_bias_mode_a_format_cannot_hold_naming_it(target, tmp_path, capsys):
+    """A ``single_rec`` model converts to the TF-named formats (which name every bias), and is refused, by name,
+    for the formats that hold both biases or none, before anything is written."""
+    from compat_tests.cli import main
+    from compat_tests.interop import convert
+
+    cfg = RNNConfig("gru", num_units=3, input_size=2, bias_mode="single_rec", dtype="float32")
+    model, case = cfg.model(), make_case(cfg)
+    convert.write("checkpoint", tmp_path / "m.safetensors", model, case.weights, case.biases)
+    out = tmp_path / {"torch": "m.pt", "keras": "m.keras", "onnx": "m.onnx"}[target]
+    assert main(["convert", str(tmp_path / "m.safetensors"), str(out), "--to", target]) != 0
+    err = capsys.readouterr().err
+    assert "bias_mode must be 'double' or 'none'" in err and "bias_mode 'single_rec'" in err, err
+    assert not out.exists()

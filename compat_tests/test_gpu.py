@@ -48,37 +48,6 @@ def test_padded_outputs_are_zero_and_padded_input_gradients_are_zero(mode, closi
         gpu.backward(fwd, case.dy)
 
 
-@pytest.mark.parametrize("bias_mode", ["single_inp", "single_rec", "none"])
-@pytest.mark.parametrize("mode", ["relu", "lstm", "gru"])
-def test_each_bias_mode_has_the_reference_s_weight_space_and_function(mode, bias_mode, closing):
-    """``bias_mode=`` reaches cuDNN (``biasMode``): its weight space is ``reference/layout.py``'s region for region
-    (``bias_slots``, confirmed on an H200 with cuDNN 9.19.0), and the forward pass and every gradient agree with
-    the float64 truth within the cudnn budget. linear_input only: skip_input is the ladder's rung 09, where a
-    wrong guess about it stays (probe 8 ran the bias modes with skip_input on the H200 too)."""
-    import cupy
-
-    from compat_tests.conditioning import sensitivity
-    from compat_tests.compare import judge_results
-    from compat_tests.config import GradOutputs, Outputs
-    from compat_tests.run import ground_truth, ground_truth_backward
-
-    cfg = RNNConfig(mode, num_layers=2, num_units=6, input_size=5, direction="bidirectional", seq_len=5, batch=3,
-                    dtype="float64", bias_mode=bias_mode)
-    gpu = cudnn_model(cfg)
-    closing(gpu)
-    assert [tuple(r) for r in gpu._layout] == [tuple(r) for r in cfg.model().opaque_layout()]
-    case = make_case(cfg)
-    fwd = gpu.forward(case.x, case.h0, gpu.canonical_to_params(case.weights, case.biases), input_c=case.c0)
-    got = Outputs(*(None if a is None else cupy.asnumpy(a) for a in fwd[:3]))
-    truth = ground_truth(cfg, case)
-    verdict = judge_results("cudnn", cfg, got, truth, sensitivity(cfg, case, truth))
-    assert verdict.passed, verdict.explain()
-    grads = gradients(cfg, gpu, gpu.backward(fwd, case.dy, case.dh, case.dc))
-    truth = ground_truth_backward(cfg, case)
-    verdict = judge_results("cudnn", cfg, GradOutputs(*grads), truth, {}, backward=True)
-    assert verdict.passed, verdict.explain()
-
-
 @pytest.mark.parametrize("disturbance", ["params_overwritten", "nan_in_padded_input", "misaligned_buffers"])
 def test_backward_reads_what_forward_read(disturbance, closing, request):
     backward_reads_what_forward_read(disturbance, closing, request)

@@ -152,13 +152,14 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
 
 # One planted fault a rung (compat_tests.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
 PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
-           "sticky_error": "dropout", "wide_single_bias": "published"}
+           "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes"}
 FAULTY_SECONDS = 300
 
 
 def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_path):
-    """Under five planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
-    that hangs, a CUDA error that sticks, the published sample's recurrent biases not read), each fails its own
+    """Under six planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
+    that hangs, a CUDA error that sticks, the published sample's recurrent biases not read, biasMode not
+    reaching cuDNN), each fails its own
     rung (rung 00 alone for the published sample's), every other rung passes, the later steps
     still run, and the archive comes back within GPU_RUN_SECONDS. Then the second command for the same window
     (``--rerun-failed``) runs the failed rungs again with the capture."""
@@ -199,20 +200,21 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     unpack = [sys.executable, "scripts/gpu_unpack.py", str(out), "--into", str(into)]
     assert subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
     first = next(into.iterdir())
-    assert gpu_ladder.failed_rungs(first / "ladder.json") == ["published", "float16", "skip_input", "dropout",
-                                                               "algorithms"]
+    assert gpu_ladder.failed_rungs(first / "ladder.json") == ["published", "float16", "skip_input", "bias_modes",
+                                                               "dropout", "algorithms"]
     again = tmp_path / "again"
     run = gpu_run(again, 120, "--rerun-failed", GPU_RUNS=str(into), FAKE_CUDA_FAULTS="skip_input_bias",
                   LADDER_RISKY_SECONDS="10")
     summary = (again / "summary.txt").read_text()
-    assert run.returncode == 1 and "re-run of the rungs published,float16,skip_input,dropout,algorithms" in summary, \
-        summary
+    assert run.returncode == 1 and \
+        "re-run of the rungs published,float16,skip_input,bias_modes,dropout,algorithms" in summary, summary
     assert "gpu_run.sh: capture: FAILED" in summary  # its check sees the skip_input fault still planted
     assert "gpu_run.sh: host-tests" not in summary and "gpu_run.sh: report" not in summary
     with tarfile.open(again / "gpu_run.tar.gz") as tar:
         ladder = json.load(tar.extractfile("./ladder.json"))
     assert {r["name"]: r["outcome"] for r in ladder["rungs"]} == {
-        "published": "passed", "float16": "passed", "skip_input": "failed", "dropout": "passed", "algorithms": "passed"}
+        "published": "passed", "float16": "passed", "skip_input": "failed", "bias_modes": "passed", "dropout": "passed",
+        "algorithms": "passed"}
     assert subprocess.run(unpack[:2] + [str(again), "--into", str(into)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300).returncode == 0
     assert (first / "rerun-1" / "ladder.json").is_file() and (first / "rerun-1" / "rerun.txt").is_file()

@@ -150,7 +150,7 @@ def test_a_file_keras_saved_reads_as_the_stack_keras_runs(keras, cfg, name, func
     path = save(keras, net, tmp_path, name)
     options = {"rnn_mode": cfg.mode} if name in WEIGHT_FORMATS and cfg.mode in ("relu", "tanh") else {}
     model, weights, biases = keras_file.read(path, options)
-    assert repr(model) == repr(cfg.model())
+    assert repr(model) == repr(cfg.with_(bias_mode="double" if use_bias else "none").model())  # use_bias=False
     want = keras_format.from_keras(model, _held(net))
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, want[0] + want[1]))
     if not extras and cfg.dtype != "float64":  # Keras computes float64 RNNs in float32 (known_divergences.py)
@@ -271,8 +271,9 @@ def test_convert_and_infer_take_keras_files(keras, tmp_path):
 
 
 def test_a_keras_tensor_file_without_biases_reads_as_zero_biases(tmp_path):
-    """``use_bias=False`` layers in the per-layer tensor file: no ``layer{k}/bias`` at all is zero biases;
-    missing only some is a damaged file."""
+    """``use_bias=False`` layers in the per-layer tensor file whose config says it has biases: no
+    ``layer{k}/bias`` at all is zero biases; missing only some is a damaged file. (Without a config of ours,
+    no bias at all is ``bias_mode="none"``: test_bias_modes.py.)"""
     from compat_tests.interop import convert
 
     cfg = RNNConfig("classic_gru", num_layers=2, num_units=3, input_size=2, dtype="float32")

@@ -145,15 +145,16 @@ def test_an_onnx_graph_whose_layers_share_initializers_loads():
     assert all(np.array_equal(a, b) for a, b in zip(got_weights + got_biases, weights + biases, strict=True))
 
 
-def _foreign_onnx(cfg: RNNConfig, case, node_attrs: dict | None = None, peephole: bool = False, bias: bool = True):
+def _foreign_onnx(cfg: RNNConfig, case, node_attrs: dict | None = None, peephole: bool = False):
     """``cfg``'s unidirectional stack as a foreign exporter writes it: a node per layer (named rnn0, rnn1,
-    ...) chained through Squeeze, no config in the metadata; ``node_attrs[layer]`` adds attributes."""
+    ...) chained through Squeeze, no config in the metadata (no B under ``bias_mode="none"``);
+    ``node_attrs[layer]`` adds attributes."""
     from onnx import TensorProto, helper, numpy_helper
 
     H, inits, nodes, x = cfg.num_units, [], [], "X"
     for layer, wrb in enumerate(onnx_format.to_onnx(cfg.model(), case.weights, case.biases)):
         names = [x]
-        for k in "WRB" if bias else "WR":
+        for k in wrb:  # W, R[, B]
             inits.append(numpy_helper.from_array(wrb[k], f"{k}{layer}"))
             names.append(f"{k}{layer}")
         if peephole:
@@ -202,24 +203,24 @@ def _dynamo_export(torch, module, example, **kwargs):
             logging.disable(logging.NOTSET)
 
 
-def _no_initial_state(cfg: RNNConfig, bias: bool = True):
-    """``cfg`` (float32, zero initial states: a foreign graph here has none) and its case, biases zeroed
-    when not ``bias``."""
+def _no_initial_state(cfg: RNNConfig):
+    """``cfg`` (float32, zero initial states: a foreign graph here has none) and its case."""
     cfg = cfg.with_(initial_state=False, dtype="float32")
-    case = make_case(cfg)
-    return cfg, case if bias else case._replace(biases=[np.zeros_like(b) for b in case.biases])
+    return cfg, make_case(cfg)
 
 
-@pytest.mark.parametrize("bias", [True, False], ids=["with-B", "without-B"])
+@pytest.mark.parametrize("bias_mode", ["double", "none"], ids=["with-B", "without-B"])
 @pytest.mark.parametrize("mode", ["relu", "tanh", "lstm", "gru", "classic_gru"])
-def test_a_foreign_onnx_graph_of_a_cudnn_cell_loads_as_that_cell(mode, bias):
+def test_a_foreign_onnx_graph_of_a_cudnn_cell_loads_as_that_cell(mode, bias_mode):
     """The control for the refusals below: a plain foreign graph loads bit for bit and onnxruntime runs it
-    to the reference's outputs; without B (a bias-free model: ONNX's B defaults to zero) as zero biases."""
+    to the reference's outputs; without B, as a bias-free model (``bias_mode="none"``, cuDNN's
+    ``CUDNN_RNN_NO_BIAS``)."""
     pytest.importorskip("onnxruntime")
     from compat_tests.interop import onnx_model
 
-    cfg, case = _no_initial_state(RNNConfig(mode, num_layers=2, num_units=4, input_size=3, seq_len=5, batch=2), bias)
-    proto = _foreign_onnx(cfg, case, bias=bias)
+    cfg, case = _no_initial_state(RNNConfig(mode, num_layers=2, num_units=4, input_size=3, seq_len=5, batch=2,
+                                            bias_mode=bias_mode))
+    proto = _foreign_onnx(cfg, case)
     model, weights, biases = onnx_model.import_model(proto)
     assert repr(model) == repr(cfg.model())
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
@@ -924,7 +925,8 @@ def test_every_graph_of_a_sweep_of_pytorchs_exporter_loads_as_its_module(sweep):
         got, weights, biases = onnx_model.import_model(onnx.load_from_string(stream.getvalue()))
         state = {k: v.detach().numpy() for k, v in module.state_dict().items()}
         want = torch_format.from_state_dict(got, state)
-        assert (got.rnn_mode, got.num_layers, got.num_dirs) == (mode, layers, 2 if bidirectional else 1)
+        assert (got.rnn_mode, got.num_layers, got.num_dirs, got.bias_mode) == \
+            (mode, layers, 2 if bidirectional else 1, "double" if bias else "none")
         assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, want[0] + want[1], strict=True)), \
             (mode, layers, bidirectional, batch_first, bias, opset, dynamic)
 
@@ -951,7 +953,8 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
         proto = _dynamo_export(torch, module, example, dynamic_shapes=(dims,) if dynamic else None)
         label = (mode, bidirectional, batch_first, dynamic, layers, bias)
         got, weights, biases = onnx_model.import_model(proto)
-        assert (got.rnn_mode, got.num_layers, got.num_dirs) == (mode, layers, 2 if bidirectional else 1), label
+        assert (got.rnn_mode, got.num_layers, got.num_dirs, got.bias_mode) == \
+            (mode, layers, 2 if bidirectional else 1, "double" if bias else "none"), label
         want = torch_format.from_state_dict(got, {k: v.detach().numpy() for k, v in module.state_dict().items()})
         assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, want[0] + want[1], strict=True)), label
         if dynamic:  # at B=3 where the exporter left it free, at the example's T: from a fresh state it fixes
@@ -959,7 +962,7 @@ def test_every_graph_of_a_sweep_of_pytorchs_dynamo_exporter_loads_and_runs_as_it
             fixed = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim][:2]
             _, B = (fixed[::-1] if batch_first else fixed)
             cfg = RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, seq_len=5, batch=B or 3,
-                            direction=got.direction, dtype="float32", initial_state=False)
+                            direction=got.direction, dtype="float32", initial_state=False, bias_mode=got.bias_mode)
             case = make_case(cfg)._replace(weights=weights, biases=biases)
             y = _onnxruntime(proto, case.x.transpose(1, 0, 2).copy() if batch_first else case.x)
             expected = run_reference(cfg, case)

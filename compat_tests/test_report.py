@@ -930,6 +930,23 @@ def test_a_published_entry_must_be_the_sample_s_configuration(tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
+def test_the_default_and_window_grids_hold_every_mode_under_every_bias_mode():
+    """The default grid in every dtype, the window's in float32; the peers that have only the double bias and
+    none are left out of the single modes, each with its reason."""
+    from compat_tests.config import BIAS_MODE_NAMES, MODE_NAMES, RNNConfig
+
+    for name, dtypes in (("default", {"float16", "float32", "float64"}), ("window", {"float32"})):
+        held = {(cfg.mode, cfg.bias_mode, cfg.dtype) for study, cfg in GRIDS[name](0) if study == "compat"}
+        assert held >= {(m, b, d) for m in MODE_NAMES for b in BIAS_MODE_NAMES for d in dtypes}, name
+    single = [("compat", RNNConfig("gru", bias_mode="single_inp", dtype="float32")),
+              ("compat", RNNConfig("gru", bias_mode="none", dtype="float32"))]
+    units, skipped = plan(single, [PEERS["reference"], PEERS["torch-cpu"]])
+    assert [(u.backend, u.cfg.bias_mode) for u in units] == [("reference", "single_inp"), ("reference", "none"),
+                                                             ("torch-cpu", "none")]
+    assert [(b, cfg.bias_mode) for b, _, cfg in skipped] == [("torch-cpu", "single_inp")]
+    assert "bias=False" in skipped[0][1]
+
+
 def test_the_default_and_window_grids_set_every_mode_beside_cudnns_published_numbers():
     from compat_tests import published
 

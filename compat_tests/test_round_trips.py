@@ -182,20 +182,22 @@ def test_onnx_export_runs_with_dynamic_shapes_and_lengths():
 @pytest.mark.parametrize("cfg", [RNNConfig("gru", num_layers=2, num_units=4, input_size=3, direction="bidirectional"),
                                  RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, num_proj=2),
                                  RNNConfig("relu", num_units=4, input_size=3)], ids=lambda c: c.mode)
-def test_a_bias_free_torch_state_dict_loads_as_zero_biases(cfg):
-    """``nn.GRU(bias=False)`` and kin: their state_dict has no bias at all, and the module computes the
-    reference with zero biases (checked by running it); one that lacks only some biases is damaged."""
+def test_a_bias_free_torch_state_dict_reads_as_bias_mode_none(cfg):
+    """``nn.GRU(bias=False)`` and kin: their state_dict has no bias at all, which tells ``bias_mode="none"``
+    (cuDNN's ``CUDNN_RNN_NO_BIAS``), and the module computes that reference (checked by running it); one that
+    lacks only some biases is damaged."""
     torch = pytest.importorskip("torch")
 
+    cfg = cfg.with_(bias_mode="none")
     case = make_case(cfg)
-    case = case._replace(biases=[np.zeros_like(b) for b in case.biases])
     model = cfg.model()
-    state = {k: v for k, v in torch_format.to_state_dict(model, case.weights, case.biases).items()
-             if not k.startswith("bias_")}
+    state = torch_format.to_state_dict(model, case.weights, case.biases)
+    assert not [k for k in state if k.startswith("bias_")]
     found = torch_format.config_from_state_dict(state, cfg.mode if cfg.mode == "relu" else None)
     assert found["num_layers"] == cfg.num_layers and found["num_proj"] == cfg.num_proj
+    assert found["bias_mode"] == "none"
     weights, biases = torch_format.from_state_dict(model, state)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(weights + biases, case.weights + case.biases, strict=True))
+    assert biases == [] and all(a.tobytes() == b.tobytes() for a, b in zip(weights, case.weights, strict=True))
     kind = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM, "relu": torch.nn.RNN}[cfg.mode]
     extra = {"proj_size": cfg.num_proj or 0} if cfg.mode == "lstm" else {"nonlinearity": "relu"} if cfg.mode == "relu" else {}
     module = kind(cfg.input_size, cfg.num_units, cfg.num_layers, bias=False, bidirectional=cfg.num_dirs == 2,
@@ -209,10 +211,13 @@ def test_a_bias_free_torch_state_dict_loads_as_zero_biases(cfg):
     assert_agree_within_policy(cfg, case, got, run_reference(cfg, case), peer="torch-cpu")
     del state["weight_hh_l0"]
     state["bias_hh_l0"] = np.zeros(cfg.num_units * len(model.gates))
+    double = cfg.with_(bias_mode="double").model()
     with pytest.raises(ValueError, match="lacks 'weight_hh_l0'"):
-        torch_format.from_state_dict(model, state)
+        torch_format.from_state_dict(double, state)
     state["weight_hh_l0"] = np.zeros((cfg.num_units * len(model.gates), cfg.num_proj or cfg.num_units))
     with pytest.raises(ValueError, match="lacks 'bias_ih_l0'"):
+        torch_format.from_state_dict(double, state)
+    with pytest.raises(ValueError, match="has tensors .* does not: \\['bias_hh_l0'\\]"):
         torch_format.from_state_dict(model, state)
 
 

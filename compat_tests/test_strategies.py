@@ -6,7 +6,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from compat_tests.config import RNNConfig, make_case
+from compat_tests.config import BIAS_MODE_NAMES, RNNConfig, make_case
 from compat_tests.peers import Capabilities
 from compat_tests.strategies import MAX_TIME, pairwise, rnn_configs
 
@@ -89,13 +89,14 @@ def test_a_rung_draws_its_feature_and_nothing_it_does_not_offer(data):
 
     drawing = [r for r in gpu_ladder.RUNGS if set(gpu_ladder.STRUCTURE) <= set(r.checks)]  # base .. combined
     rung = data.draw(st.sampled_from(drawing), label="rung")
-    cfg = data.draw(rung_configs(rung, Capabilities(modes=("relu", "tanh", "lstm", "gru"))), label="config")
+    cudnn = Capabilities(modes=("relu", "tanh", "lstm", "gru"), bias_modes=BIAS_MODE_NAMES)
+    cfg = data.draw(rung_configs(rung, cudnn), label="config")
     drawn = {"layers": cfg.num_layers >= 2, "bidirectional": cfg.num_dirs == 2, "batch_major": not cfg.time_major,
              "ragged": cfg.lengths is not None, "projection": cfg.num_proj is not None,
              "skip_input": cfg.input_mode == "skip_input"}
     assert {f for f, on in drawn.items() if on} <= rung.offers, (rung.name, cfg)
     assert rung.require <= {f for f, on in drawn.items() if on}, (rung.name, cfg)
-    assert cfg.dtype in rung.dtypes and cfg.mode != "classic_gru"
+    assert cfg.dtype in rung.dtypes and cfg.mode != "classic_gru" and cfg.bias_mode in rung.bias_modes
 
 
 def test_require_refuses_what_it_cannot_draw():

@@ -82,14 +82,22 @@ def test_tf_names_hold_the_biases_of_the_bias_mode(bias_mode, candidate_biases):
 
 
 def test_a_tf_named_file_of_another_bias_mode_loads_with_the_mode_given(tmp_path):
-    """TF's names do not tell the bias mode (a file without our config reads as the double bias): given as an
-    override, it reads a file with the biases of that mode; without it, the missing biases are named."""
-    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, bias_mode="none")
+    """TF's names do not tell a single bias mode (a file without our config and with biases reads as the double
+    bias): given as an override, it reads a file with the biases of that mode; without it, the missing biases
+    are named. A file without any cell's bias tells ``"none"`` itself."""
+    cfg = RNNConfig("gru", num_layers=2, num_units=3, input_size=2, bias_mode="single_rec")
     model, case = cfg.model(), make_case(cfg)
     checkpoint.write_tensors(tmp_path / "m.npz", tf.to_tf(model, case.weights, case.biases), None)
-    with pytest.raises(ValueError, match=r"lacks .* tensor\(s\).*bias"):
+    with pytest.raises(ValueError, match=r"lacks .* tensor\(s\).*input_projection/bias"):
         checkpoint.load(tmp_path / "m.npz")
-    ck = checkpoint.load(tmp_path / "m.npz", {"bias_mode": "none"})
+    ck = checkpoint.load(tmp_path / "m.npz", {"bias_mode": "single_rec"})
+    assert ck.model.bias_mode == "single_rec"
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(ck.weights + ck.biases, case.weights + case.biases,
+                                                          strict=True))
+    none = cfg.with_(bias_mode="none")
+    model, case = none.model(), make_case(none)
+    checkpoint.write_tensors(tmp_path / "n.npz", tf.to_tf(model, case.weights, case.biases), None)
+    ck = checkpoint.load(tmp_path / "n.npz")
     assert ck.model.bias_mode == "none" and ck.biases == []
     assert all(a.tobytes() == b.tobytes() for a, b in zip(ck.weights, case.weights, strict=True))
     checkpoint.save(tmp_path / "c.npz", model, case.weights, case.biases)

@@ -18,7 +18,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from . import checks
-from .formats.canonical import check_double_bias, check_mapping, check_model, check_tensor, matrix_shape
+from .formats.canonical import check_bias_mode, check_mapping, check_model, check_tensor, matrix_shape
 from .formats.tf import cell_prefix, expected_shapes
 from .precision import STORAGE_DTYPES, compute_dtype, rounds_at
 from .spec import rnn
@@ -259,7 +259,7 @@ def cells_from_tf(model, tensors: dict[str, Array], scope: str | None = None) ->
     """One cell per pseudo-layer of ``model`` from a TF-named checkpoint's tensors (others, such as a
     ``global_step``, are ignored); a tensor of the wrong shape or dtype for ``model`` is an error naming it."""
     check_model(model)
-    check_double_bias(model, "TensorFlow's cells")
+    check_bias_mode(model, "TensorFlow's cells")
     check_mapping("tensors", tensors, "tensors by TF variable name")
     for name, shape in expected_shapes(model, scope).items():
         if name in tensors:

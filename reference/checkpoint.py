@@ -81,7 +81,9 @@ def with_options(told: dict, options: dict, teller: str, untold: tuple[str, ...]
     if not isinstance(told, dict):
         raise ValueError(f"{teller}, which is not a JSON object but {type(told).__name__}")
     options = {k: v for k, v in options.items() if v is not None}
-    clash = {k: (told.get(k), v) for k, v in options.items() if k not in untold and told.get(k) != v}
+    told_or_default = {**OPTIONAL_FIELDS, **told}  # a file that says nothing of bias_mode has the double bias
+    clash = {k: (told_or_default.get(k), v) for k, v in options.items()
+             if k not in untold and told_or_default.get(k) != v}
     if clash:
         raise ValueError(f"{teller}, which disagrees with the options given: "
                          + ", ".join(f"{k} is {have!r}, not {want!r}" for k, (have, want) in clash.items()))
@@ -519,6 +521,8 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
             got = read_all([originals[n] for n in names])
             return {n: got[originals[n]] for n in names}
     found = tf.config_from_tf(meta, overrides.get("rnn_mode"), overrides.get("scope"))
+    if not tf.has_biases(meta, found.get("scope")):  # no cell has a bias: a bias-free model, as the names tell
+        found = {**found, "bias_mode": "none"}  # (which single mode a cell's biases are, they cannot)
     config = with_options(complete_config(found), overrides, "its tensors' names and shapes tell its config",
                           untold=("input_mode", *OPTIONAL_FIELDS))
     model = model_from_config(config, holds=len(meta))

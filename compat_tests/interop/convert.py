@@ -164,12 +164,14 @@ def _read(fmt: str, path: str | Path, overrides: dict, names: dict | None = None
     tensors, found = checkpoint.declared_tensors(path, names)  # an .npz's inflated once the model says what it needs
     carried = found is not None
     if fmt == "keras":
+        if found is None and not any(n.endswith("/bias") for n in tensors):  # a foreign file of use_bias=False
+            overrides = {**overrides, "bias_mode": overrides.get("bias_mode") or "none"}  # layers: no bias
         model = checkpoint.model_from_config(_config(found, overrides, str(path), carried), holds=len(tensors))
         check_fits(model, sum(np.size(t) for t in tensors.values()), "the file's tensors")
         names = [[f"layer{k}/{n}" for n in ("kernel", "recurrent_kernel", "bias")]
                  for k in range(model.num_layers * model.num_dirs)]
-        if not any(n.endswith("/bias") for n in tensors):  # use_bias=False: zero biases, the same function
-            names = [layer[:2] for layer in names]
+        if model.bias_mode == "none" or not any(n.endswith("/bias") for n in tensors):  # use_bias=False: no bias
+            names = [layer[:2] for layer in names]  # (zero biases in a model whose config says it has them)
         missing = [n for layer in names for n in layer if n not in tensors]
         if missing:
             raise ValueError(f"missing Keras weight {missing[0]!r} of {model!r}")

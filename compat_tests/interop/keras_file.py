@@ -422,6 +422,8 @@ def _model(layers: list[Layer], options: dict, has_config: bool, era: Era = Era(
             "dtype": kernel.dtype.name}
     if mode is not None:
         told["rnn_mode"] = mode
+    if all(len(w) == 2 for layer in layers for w in layer.weights):  # every layer use_bias=False
+        told["bias_mode"] = "none"
     teller = "the model config tells its config" if has_config else "its weights' shapes tell its config"
     config = checkpoint.complete_config(checkpoint.with_options(told, options, teller,
                                                                 untold=() if mode else ("rnn_mode",)))
@@ -439,7 +441,7 @@ def _cell_config(model, name: str, in_width: int, backward: bool = False) -> dic
     cls, options = keras_weights.KERAS_LAYERS[model.rnn_mode]
     config = {"name": name, "units": model.num_units, "return_sequences": True, "go_backwards": backward,
               "activation": "tanh", **({} if cls == "SimpleRNN" else {"recurrent_activation": "sigmoid"}),
-              **options, "dtype": model.dtype.name}
+              **options, "use_bias": model.bias_mode != "none", "dtype": model.dtype.name}
     return {"module": "keras.layers", "class_name": cls, "config": config, "registered_name": None,
             "build_config": {"input_shape": [None, None, in_width]}}
 
@@ -536,7 +538,7 @@ def _write_legacy(h5py, path: Path, model, per_direction: list[list[np.ndarray]]
                 "return_state": False, "go_backwards": False, "stateful": False, "unroll": False,
                 "time_major": False, "units": model.num_units, "activation": "tanh",
                 **({} if cls == "SimpleRNN" else {"recurrent_activation": "sigmoid", "implementation": 2}),
-                "use_bias": True, "dropout": 0.0, "recurrent_dropout": 0.0, **options}
+                "use_bias": model.bias_mode != "none", "dropout": 0.0, "recurrent_dropout": 0.0, **options}
         if model.num_dirs == 1:
             name, scopes = cell["name"], [cell["name"]]
             layers.append({"class_name": cls, "config": cell})
@@ -549,7 +551,8 @@ def _write_legacy(h5py, path: Path, model, per_direction: list[list[np.ndarray]]
         arrays = [w for direction in per_direction[layer * model.num_dirs:(layer + 1) * model.num_dirs]
                   for w in direction]
         named[name] = list(zip([f"{scope}/{snake}_cell/{w}:0" for scope in scopes
-                                for w in ("kernel", "recurrent_kernel", "bias")], arrays, strict=True))
+                                for w in ("kernel", "recurrent_kernel", "bias")[:len(per_direction[0])]],
+                                arrays, strict=True))
     config = {"class_name": "Sequential", "config": {"name": "sequential", "layers": layers}}
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as h5:

@@ -69,7 +69,8 @@ def export_model(model, weights: list[np.ndarray], biases: list[np.ndarray], wit
 
     layer_input, h_outs, c_outs = "X", [], []
     for layer, wrb in enumerate(onnx_weights.to_onnx(model, weights, biases)):
-        names = [layer_input, init(f"W{layer}", wrb["W"]), init(f"R{layer}", wrb["R"]), init(f"B{layer}", wrb["B"]),
+        names = [layer_input, init(f"W{layer}", wrb["W"]), init(f"R{layer}", wrb["R"]),
+                 init(f"B{layer}", wrb["B"]) if "B" in wrb else "",
                  "sequence_lens" if with_lengths else "", state_slice("initial_h", layer)]
         outputs = [f"Y{layer}", f"Yh{layer}"]
         if lstm:
@@ -154,14 +155,14 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
         config = checkpoint.with_options(load_json(meta[META_KEY], f"its {META_KEY} metadata (the model config)"),
                                          options, "the graph carries its config")
     else:
-        config = checkpoint.with_options(_config_from_nodes(kinds[0], len(nodes), layers[0]), options,
+        config = checkpoint.with_options(_config_from_nodes(kinds[0], layers), options,
                                          "its nodes tell its config", untold=("input_mode",))
     model = checkpoint.model_from_config(config, holds=2 * len(nodes))  # a node: one layer, both directions
     for n, (mode, direction) in zip(nodes, kinds):  # every node, not the first only, computes the model's cell
         if (mode, direction) != (model.rnn_mode, model.direction):
             raise ValueError(f"node {node_name(n)} computes a {direction} {mode!r} layer, but the model is a "
                              f"{model.direction} {model.rnn_mode!r} RNN")
-    weights, biases = onnx_weights.from_onnx(model, layers)
+    weights, biases = onnx_weights.from_onnx(model, _with_biases(model, layers))
     check_stack(proto, nodes, paths, inits, model.num_dirs, model.num_units)
     check_starts(proto.graph, nodes, inits)
     return model, weights, biases
@@ -302,14 +303,22 @@ def _evaluate(nodes: list, constants: dict[str, np.ndarray], outputs: list[str],
 
 
 def _node_weights(node, inits: dict) -> dict[str, np.ndarray]:
-    """A node's ``W``, ``R`` and ``B``; an absent ``B`` is zeros, as ONNX defines it (a bias-free model)."""
+    """A node's ``W``, ``R`` and ``B`` (no ``B`` where the node has none: :func:`_with_biases` decides)."""
     names = [*node.input, "", "", "", ""]
     if names[1] not in inits or names[2] not in inits or (names[3] and names[3] not in inits):
         raise ValueError(f"node {node_name(node)}: W, R and B must be initializers")
-    W, R = inits[names[1]], inits[names[2]]
-    if names[3]:
-        return {"W": W, "R": R, "B": inits[names[3]]}
-    return {"W": W, "R": R, **({"B": np.zeros((R.shape[0], 2 * R.shape[1]), R.dtype)} if R.ndim == 3 else {})}
+    return {"W": inits[names[1]], "R": inits[names[2]], **({"B": inits[names[3]]} if names[3] else {})}
+
+
+def _with_biases(model, layers: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The nodes' tensors as ``model`` reads them: a graph whose nodes all lack ``B`` is a bias-free model
+    (``bias_mode="none"``, told by :func:`_config_from_nodes`); in a model with biases, a node without ``B``
+    has zero biases, as ONNX defines an absent ``B``."""
+    if model.bias_mode == "none":
+        return layers
+    return [layer if "B" in layer or np.ndim(layer["R"]) != 3 else
+            {**layer, "B": np.zeros((layer["R"].shape[0], 2 * layer["R"].shape[1]), layer["R"].dtype)}
+            for layer in layers]
 
 
 # Attributes that leave a node's function cuDNN's at these values (layout changes only how X and Y are
@@ -353,17 +362,19 @@ def _node_kind(node, layer: dict[str, np.ndarray]) -> tuple[str, str]:
     return mode, "bidirectional" if D == 2 else "unidirectional"
 
 
-def _config_from_nodes(kind: tuple[str, str], num_layers: int, first: dict[str, np.ndarray]) -> dict:
-    """A config read off a foreign graph's nodes: ``kind`` and the weights of the first."""
-    W, R = first["W"], first["R"]
+def _config_from_nodes(kind: tuple[str, str], layers: list[dict[str, np.ndarray]]) -> dict:
+    """A config read off a foreign graph's nodes: ``kind`` and the weights of the first; no node with ``B``
+    is ``bias_mode="none"``."""
+    W, R = layers[0]["W"], layers[0]["R"]
     for name, a in (("W", W), ("R", R)):
         if a.ndim != 3 or 0 in a.shape:
             raise ValueError(f"the first node's {name} must be a non-empty [num_directions, gates*hidden_size, "
                              f"width] tensor, got shape {list(a.shape)}")
     mode, direction = kind
     return checkpoint.complete_config({
-        "rnn_mode": mode, "num_layers": num_layers, "num_units": int(R.shape[2]), "input_size": int(W.shape[2]),
-        "direction": direction, "dtype": W.dtype.name})
+        "rnn_mode": mode, "num_layers": len(layers), "num_units": int(R.shape[2]), "input_size": int(W.shape[2]),
+        "direction": direction, "dtype": W.dtype.name,
+        **({} if any("B" in layer for layer in layers) else {"bias_mode": "none"})})
 
 
 def run(proto, x: np.ndarray, sequence_lengths=None, initial_h=None, initial_c=None):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from ..config import DTYPE_NAMES, MODE_NAMES, Case, GradOutputs, Outputs, RNNConfig
+from ..config import BIAS_MODE_NAMES, DTYPE_NAMES, MODE_NAMES, Case, GradOutputs, Outputs, RNNConfig
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,13 @@ class Capabilities:
     bidirectional: bool = True
     max_layers: int | None = None  # None: stacks of any depth
     backward: bool = True
+    # cuDNN's cudnnRNNBiasMode_t by name (config.BIAS_MODE_NAMES); by default the double bias only, which every
+    # peer written before the other modes takes (the canonical lists of a single mode are half as long)
+    bias_modes: tuple[str, ...] = ("double",)
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
     def __post_init__(self) -> None:
-        for field, allowed in (("modes", MODE_NAMES), ("dtypes", DTYPE_NAMES)):
+        for field, allowed in (("modes", MODE_NAMES), ("dtypes", DTYPE_NAMES), ("bias_modes", BIAS_MODE_NAMES)):
             if not getattr(self, field) or not set(getattr(self, field)) <= set(allowed):
                 raise ValueError(f"Capabilities.{field} must be a non-empty subset of {allowed}, "
                                  f"got {getattr(self, field)}")
@@ -48,6 +51,8 @@ class Capabilities:
             return why.get("mode", f"mode {cfg.mode!r} not supported")
         if cfg.dtype not in self.dtypes:
             return why.get("dtype", f"dtype {cfg.dtype} not supported")
+        if cfg.bias_mode not in self.bias_modes:
+            return why.get("bias_mode", f"bias_mode {cfg.bias_mode!r} not supported")
         if cfg.input_mode == "skip_input" and not self.skip_input:
             return why.get("skip_input", "skip_input not supported")
         if cfg.num_proj is not None and not self.projection:

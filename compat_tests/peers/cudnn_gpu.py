@@ -9,7 +9,7 @@ approximation (``reports/gpu/nvidia-h200-cudnn9.19.0/probes.md``), judged by a b
 
 from __future__ import annotations
 
-from ..config import Case, GradOutputs, Outputs, RNNConfig
+from ..config import BIAS_MODE_NAMES, Case, GradOutputs, Outputs, RNNConfig
 from ..run import forward_case
 from .base import Capabilities, Peer
 
@@ -24,7 +24,7 @@ class CudnnPeer(Peer):
             notes += (("projection", "cuDNN runs a recurrent projection with the standard algorithm only"),
                       ("dtype", "cuDNN runs float64 with the standard and persist_dynamic algorithms only"))
         self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes,
-                                         projection=algo == "standard")
+                                         projection=algo == "standard", bias_modes=BIAS_MODE_NAMES)
 
     def available(self) -> tuple[bool, str]:
         import cudnn_backend

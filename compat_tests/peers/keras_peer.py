@@ -45,7 +45,8 @@ def keras_layers(cfg: RNNConfig, weights: list[np.ndarray], biases: list[np.ndar
     weights; ``options`` go to each recurrent layer (e.g. ``return_state=True``)."""
     keras = import_keras()
     name, extra = KERAS_LAYERS[cfg.mode]
-    options = {"kernel_initializer": "zeros", "recurrent_initializer": "zeros", **extra, **options}  # set below
+    options = {"kernel_initializer": "zeros", "recurrent_initializer": "zeros", **extra,  # set below
+               "use_bias": cfg.bias_mode != "none", **options}
 
     def make(units: int, **kw):
         return getattr(keras.layers, name)(units, **options, **kw)
@@ -70,9 +71,12 @@ class KerasPeer(Peer):
         dtypes=("float16", "float32"),
         skip_input=False,
         projection=False,
+        bias_modes=("double", "none"),
         notes=(
             ("dtype", "Keras 3 computes float64 matmuls in float32 on its torch backend (see "
                       "known_divergences.py)"),
+            ("bias_mode", "a Keras layer has both biases of every gate (use_bias=True; summed but for the "
+                          "reset-after GRU's) or none (use_bias=False), never one set"),
             ("skip_input", "Keras has no skip_input mode"),
             ("projection", "Keras LSTM has no projection"),
         ),
@@ -103,8 +107,9 @@ class KerasPeer(Peer):
             loss = loss + (c * dc).sum()
         loss.backward()
         model = cfg.model()
-        grads = [v.value.grad.numpy() for net in layers for v in net.weights]  # 3 per pseudo-layer, in order
-        per_pseudo_layer = [grads[k:k + 3] for k in range(0, len(grads), 3)]
+        grads = [v.value.grad.numpy() for net in layers for v in net.weights]  # per pseudo-layer, in order
+        n = 2 if cfg.bias_mode == "none" else 3  # kernel, recurrent_kernel[, bias]
+        per_pseudo_layer = [grads[k:k + n] for k in range(0, len(grads), n)]
         d_params = model.canonical_to_params(*from_keras(model, per_pseudo_layer, gradients=True))
         x, h0, c0 = (None if t is None else t.grad for t in inputs)
         d_input, d_h, d_c = _numpy(cfg, x, h0, c0)

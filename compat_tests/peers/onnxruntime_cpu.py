@@ -22,7 +22,9 @@ class OnnxRuntimeCPU(Peer):
         skip_input=False,
         projection=False,
         backward=False,
+        bias_modes=("double", "none"),
         notes=(
+            ("bias_mode", "ONNX's B holds both biases of every gate, or the node has no B (no bias)"),
             ("dtype", "onnxruntime's GRU/LSTM/RNN CPU kernels reject double"),
             ("skip_input", "ONNX recurrent ops have no skip_input mode"),
             ("projection", "ONNX LSTM has no projection"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Case, GradOutputs, Outputs, RNNConfig
+from ..config import BIAS_MODE_NAMES, Case, GradOutputs, Outputs, RNNConfig
 from ..run import run_reference, run_reference_backward
 from .base import Capabilities, Peer
 
@@ -14,6 +14,7 @@ class ReferencePeer(Peer):
     name = "reference"
     capabilities = Capabilities(
         dtypes=("float16", "float32"),
+        bias_modes=BIAS_MODE_NAMES,
         notes=(("dtype", "the engine's float64 is held against the float64 truth (the plain cells of reference/spec) "
                           "by compat_tests/test_spec.py"),),
     )

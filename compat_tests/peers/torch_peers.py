@@ -26,8 +26,11 @@ from .base import Capabilities, Peer
 _CAPABILITIES = Capabilities(
     modes=("relu", "tanh", "lstm", "gru"),
     skip_input=False,
+    bias_modes=("double", "none"),
     notes=(
         ("mode", "PyTorch has only the cuDNN (reset-after) GRU, no textbook GRU"),
+        ("bias_mode", "PyTorch's modules have both biases of every gate (bias=True) or none (bias=False), "
+                      "never one set"),
         ("skip_input", "PyTorch has no skip_input mode"),
     ),
 )
@@ -147,6 +150,7 @@ def _module(cfg: RNNConfig, dtype):
     name, extra = _MODULES[cfg.mode]
     if cfg.num_proj:
         extra = {**extra, "proj_size": cfg.num_proj}
-    return getattr(torch.nn, name)(cfg.input_size, cfg.num_units, num_layers=cfg.num_layers, bias=True,
+    return getattr(torch.nn, name)(cfg.input_size, cfg.num_units, num_layers=cfg.num_layers,
+                                   bias=cfg.bias_mode != "none",
                                    batch_first=not cfg.time_major, bidirectional=cfg.num_dirs == 2,
                                    dtype=dtype, **extra)

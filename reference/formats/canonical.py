@@ -39,13 +39,15 @@ def check_model(model: object) -> None:
                         f"({type(model).__name__})")
 
 
-def check_double_bias(model, fmt: str) -> None:
-    """Refuse, naming ``bias_mode``, a model of another bias mode than the double bias for a format (``fmt``)
-    whose reader and writer here hold the double bias only (``reference.formats.tf`` holds every mode)."""
+def check_bias_mode(model, fmt: str, held: tuple[str, ...] = ("double",)) -> None:
+    """Refuse, naming ``bias_mode``, a model of a bias mode that a format (``fmt``) cannot hold: ``held``, the
+    modes its reader and writer here hold (``reference.formats.tf`` holds every mode)."""
     mode = getattr(model, "bias_mode", "double")
-    if mode != "double":
-        raise ValueError(f"bias_mode must be 'double' for {fmt}, which is read and written here with both biases "
-                         f"of every gate only; {model!r} has bias_mode {mode!r}")
+    if mode not in held:
+        kinds = {"double": "both biases of every gate", "none": "no bias", "single_inp": "the input biases only",
+                 "single_rec": "the recurrent biases only"}
+        raise ValueError(f"bias_mode must be {' or '.join(map(repr, held))} for {fmt}, which holds "
+                         f"{' or '.join(kinds[m] for m in held)}; {model!r} has bias_mode {mode!r}")
 
 
 def check_mapping(name: str, value: object, holds: str) -> None:

@@ -5,8 +5,9 @@ stack of (``Bidirectional``) layers lists them: forward layer, then backward lay
 Keras stores ``kernel [in, G*H]`` and ``recurrent_kernel [H, G*H]`` (transposed), orders GRU gates
 **z, r, h** (cuDNN: r, z, h) and LSTM gates i, f, c, o (as cuDNN). ``GRU(reset_after=True)`` keeps both
 bias sets as ``bias [2, 3H]`` (row 0 input, row 1 recurrent); ``LSTM``, ``SimpleRNN`` and the textbook
-``GRU`` have one summed bias, restored as two halves. A layer with ``use_bias=False`` has no bias weight and
-reads as zero biases. Keras has no LSTM projection and no skip_input.
+``GRU`` have one summed bias, restored as two halves. A layer with ``use_bias=False`` has no bias weight:
+``bias_mode="none"`` (its weights are ``[kernel, recurrent_kernel]``; read into a model with biases, zero
+biases). Keras has no single bias modes, no LSTM projection and no skip_input.
 
 tf.keras 2's GPU-only ``CuDNNLSTM`` and ``CuDNNGRU`` layers (``CUDNN_LAYERS``) hand their weights to cuDNN as
 they are: ``kernel [in, G*H]`` and ``recurrent_kernel [H, G*H]`` in Keras's gate order, each gate's block
@@ -21,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_double_bias, check_fits, check_layers, check_model,
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_fits, check_layers, check_model,
                         check_tensor, flatten, zeros)
 from .tf import halves
 
@@ -36,9 +37,12 @@ LAYERS = {mode: cls + (f"({', '.join(f'{k}={v!r}' for k, v in options.items())})
           for mode, (cls, options) in KERAS_LAYERS.items()}
 
 
+HELD = ("double", "none")  # use_bias=True, use_bias=False
+
+
 def _supported(model) -> None:
     check_model(model)
-    check_double_bias(model, "Keras's weights")
+    check_bias_mode(model, "Keras's weights", HELD)
     if model.num_proj:
         raise ValueError("Keras LSTM has no projection")
     if model.input_mode == "skip_input":
@@ -46,16 +50,18 @@ def _supported(model) -> None:
 
 
 def to_keras(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[list[np.ndarray]]:
-    """``[kernel, recurrent_kernel, bias]`` per pseudo-layer."""
+    """``[kernel, recurrent_kernel, bias]`` per pseudo-layer (``[kernel, recurrent_kernel]`` under
+    ``bias_mode="none"``: a layer with ``use_bias=False``)."""
     _supported(model)
     order = ORDER[model.rnn_mode]
     layers = []
     for t in by_pseudo_layer(model, weights, biases):
         kernel = np.concatenate([t.W[g] for g in order]).T
         recurrent = np.concatenate([t.R[g] for g in order]).T
-        b_in, b_rec = np.concatenate([t.b_W[g] for g in order]), np.concatenate([t.b_R[g] for g in order])
-        bias = np.stack([b_in, b_rec]) if model.rnn_mode == "gru" else b_in + b_rec
-        layers.append([np.ascontiguousarray(kernel), np.ascontiguousarray(recurrent), bias])
+        layers.append([np.ascontiguousarray(kernel), np.ascontiguousarray(recurrent)])
+        if t.b_W is not None:
+            b_in, b_rec = np.concatenate([t.b_W[g] for g in order]), np.concatenate([t.b_R[g] for g in order])
+            layers[-1].append(np.stack([b_in, b_rec]) if model.rnn_mode == "gru" else b_in + b_rec)
     return layers
 
 
@@ -78,22 +84,28 @@ def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False,
                          f"{len(cudnn_layout)}")
     if any(cudnn_layout) and model.rnn_mode not in CUDNN_LAYERS.values():
         raise ValueError(f"{model!r}: only {' and '.join(CUDNN_LAYERS)} weights come in cuDNN's layout")
+    if any(cudnn_layout) and model.bias_mode == "none":
+        raise ValueError(f"{model!r}: {' and '.join(CUDNN_LAYERS)} layers always have biases, not bias_mode 'none'")
+    biased = model.bias_mode != "none"
     order, H = ORDER[model.rnn_mode], model.num_units
     groups = []
     for pl, (got, want, cudnn) in enumerate(zip(layers, expected, cudnn_layout)):
         what = f"{_cudnn_class(model.rnn_mode)} of {model!r}" if cudnn else f"{LAYERS[model.rnn_mode]} of {model!r}"
         if cudnn:  # always with both bias sets, one after the other
             want = [want[0], want[1], np.zeros(2 * want[0].shape[1], model.dtype)]
-        elif len(got) == 2:  # use_bias=False: the same layer with zero biases
+        elif biased and len(got) == 2:  # use_bias=False in a model with biases: zero biases, the same function
             got = [*got, np.zeros(want[2].shape, model.dtype)]
-        if len(got) != 3:
-            raise ValueError(f"layer {pl}: expecting [kernel, recurrent_kernel, bias]" +
-                             (f" (a {what} always has a bias)" if cudnn else
-                              " (or, without bias, [kernel, recurrent_kernel])") + f", got {len(got)} weights")
+        if len(got) != len(want):
+            expecting = ("[kernel, recurrent_kernel, bias]" + (f" (a {what} always has a bias)" if cudnn else
+                                                                " (or, without bias, [kernel, recurrent_kernel])")
+                         if biased else "[kernel, recurrent_kernel] (use_bias=False: bias_mode 'none')")
+            raise ValueError(f"layer {pl}: expecting {expecting}, got {len(got)} weights")
         for name, a, b in zip(("kernel", "recurrent_kernel", "bias"), got, want):
             check_tensor(f"layer {pl} {name}", a, model.dtype, b.shape, what)
-        kernel, recurrent, bias = got
-        if cudnn:
+        kernel, recurrent, bias = got if biased else (*got, None)
+        if not biased:
+            b_in = b_rec = None
+        elif cudnn:
             b_in, b_rec = bias[: bias.shape[0] // 2], bias[bias.shape[0] // 2 :]
         elif model.rnn_mode == "gru":  # both bias sets, as rows
             b_in, b_rec = bias
@@ -106,8 +118,9 @@ def from_keras(model, layers: list[list[np.ndarray]], gradients: bool = False,
                 W[g], R[g] = kernel[:, block].reshape(H, -1).copy(), recurrent[:, block].copy()
             else:
                 W[g], R[g] = kernel[:, block].T.copy(), recurrent[:, block].T.copy()
-            bW[g], bR[g] = b_in[block].copy(), b_rec[block].copy()
-        groups.append(PseudoLayerTensors(W=W, R=R, b_W=bW, b_R=bR, P=None))
+            if biased:
+                bW[g], bR[g] = b_in[block].copy(), b_rec[block].copy()
+        groups.append(PseudoLayerTensors(W=W, R=R, b_W=bW if biased else None, b_R=bR if biased else None, P=None))
     return flatten(model, groups)
 
 

@@ -197,6 +197,15 @@ def tf1_cells_note(names) -> str:
             f"use peepholes, a cell clip or a projection; cudnn_compatible_lstm_cell is that cell with forget_bias=0")
 
 
+def has_biases(tensors: dict, scope: str | None = None) -> bool:
+    """Whether any cell's tensor under ``scope`` (``None``: none) is a bias (``.../bias``); ``tensors``: by name."""
+    for name in tensors:
+        m = _CELL.match(name)
+        if m and m["scope"] == scope and m["cell"] in CELL_NAMES.values() and m["tensor"].endswith("bias"):
+            return True
+    return False
+
+
 def config_from_tf(tensors: dict[str, tuple[str, tuple[int, ...]]], rnn_mode: str | None = None,
                    scope: str | None = None) -> dict:
     """The model config that TF checkpoint names and shapes tell (``tensors``: name -> (dtype name, shape)),

@@ -5,16 +5,20 @@ GRU r, z, n; LSTM i, f, g, o), ``weight_hh_l{k}`` the recurrent ones, ``bias_ih`
 sets, ``weight_hr_l{k}`` the LSTM projection. A single cell (``nn.RNNCell``, ``nn.LSTMCell``, ``nn.GRUCell``)
 names a one-layer module's tensors without the suffix: ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``.
 PyTorch has no textbook GRU and no skip_input. A
-``state_dict`` without any bias (``bias=False``) is the same network with zero biases, and reads as that;
-one that lacks only some biases is refused.
+module built with ``bias=False`` has no bias tensor: cuDNN's ``CUDNN_RNN_NO_BIAS``, ``bias_mode="none"``
+(:func:`config_from_state_dict` tells it from the names); a state_dict that lacks only some biases is
+refused, and PyTorch has no single bias modes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_double_bias, check_fits, check_mapping, check_model,
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_fits, check_mapping, check_model,
                         check_tensor, flatten, matrix_shape, zeros)
+
+
+HELD = ("double", "none")  # bias=True, bias=False
 
 
 def _suffix(model, pl: int) -> str:
@@ -24,7 +28,7 @@ def _suffix(model, pl: int) -> str:
 
 def _supported(model) -> None:
     check_model(model)
-    check_double_bias(model, "PyTorch's state_dict")
+    check_bias_mode(model, "PyTorch's state_dict", HELD)
     if model.rnn_mode == "classic_gru":
         raise ValueError("PyTorch has no textbook GRU (its nn.GRU is the cuDNN variant)")
     if model.input_mode == "skip_input":
@@ -44,8 +48,9 @@ def to_state_dict(model, weights: list[np.ndarray], biases: list[np.ndarray],
         s = _suffix(model, pl)
         out[f"weight_ih{s}"] = np.concatenate(t.W)
         out[f"weight_hh{s}"] = np.concatenate(t.R)
-        out[f"bias_ih{s}"] = np.concatenate(t.b_W)
-        out[f"bias_hh{s}"] = np.concatenate(t.b_R)
+        if t.b_W is not None:  # bias_mode "none": bias=False
+            out[f"bias_ih{s}"] = np.concatenate(t.b_W)
+            out[f"bias_hh{s}"] = np.concatenate(t.b_R)
         if t.P is not None:
             out[f"weight_hr{s}"] = t.P
     return out
@@ -85,11 +90,12 @@ def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     state = layer_names(state)
     check_fits(model, sum(np.size(v) for v in state.values()), "the state_dict's tensors")
     expected = {k: v.shape for k, v in to_state_dict(model, *zeros(model)).items()}
-    if not any(name.startswith("bias_") for name in state):  # bias=False: zero biases, the same function
-        state = {**state, **{k: np.zeros(shape, model.dtype) for k, shape in expected.items() if k.startswith("bias_")}}
     for name, shape in expected.items():
         if name not in state:
-            raise ValueError(f"state_dict lacks {name!r} (expected shape {list(shape)}) for {model!r}")
+            lacks_every_bias = name.startswith("bias_") and not any(n.startswith("bias_") for n in state)
+            raise ValueError(f"state_dict lacks {name!r} (expected shape {list(shape)}) for {model!r}"
+                             + (": it has no bias at all, a module built with bias=False, bias_mode 'none'"
+                                if lacks_every_bias else ""))
         check_tensor(repr(name), state[name], model.dtype, shape, repr(model))
     extra = sorted(set(state) - set(expected))
     if extra:
@@ -98,7 +104,7 @@ def from_state_dict(model, state: dict[str, np.ndarray]) -> tuple[list, list]:
     groups = []
     for pl in range(model.num_layers * model.num_dirs):
         s = _suffix(model, pl)
-        blocks = {n: [state[f"{n}{s}"][g * H:(g + 1) * H].copy() for g in range(G)]
+        blocks = {n: [state[f"{n}{s}"][g * H:(g + 1) * H].copy() for g in range(G)] if f"{n}{s}" in expected else None
                   for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
         groups.append(PseudoLayerTensors(W=blocks["weight_ih"], R=blocks["weight_hh"], b_W=blocks["bias_ih"],
                                          b_R=blocks["bias_hh"],
@@ -165,4 +171,5 @@ def config_from_state_dict(state: dict[str, np.ndarray], rnn_mode: str | None = 
     return {"rnn_mode": mode, "num_layers": layers, "num_units": H, "input_size": w_ih.shape[1],
             "input_mode": "linear_input",
             "direction": "bidirectional" if "weight_ih_l0_reverse" in state else "unidirectional",
-            "num_proj": proj, "dtype": w_ih.dtype.name}
+            "num_proj": proj, "dtype": w_ih.dtype.name,
+            **({} if any(k.startswith("bias_") for k in state) else {"bias_mode": "none"})}
