@@ -344,9 +344,10 @@ def test_the_peers_declare_what_their_frameworks_have_with_the_reason():
     for name in ("torch-cpu", "onnxruntime", "keras"):
         caps = PEERS[name].capabilities
         assert caps.bias_modes == ("double", "none"), name
-        assert "never one" in caps.unsupported(RNNConfig("gru", bias_mode="single_rec", dtype="float32")) or \
-            "or the node has no B" in caps.unsupported(RNNConfig("gru", bias_mode="single_rec", dtype="float32"))
-        assert any(k.startswith("bias_mode single_inp, single_rec") for k in peer_summary(PEERS[name])["lacks"])
+        why = dict(caps.notes)["bias_mode"]
+        assert "both biases of every gate" in why and "no B" in why or "never one" in why, (name, why)
+        assert caps.unsupported(RNNConfig("gru", bias_mode="single_rec", dtype="float32")) == why
+        assert peer_summary(PEERS[name])["lacks"]["bias_mode single_inp, single_rec"] == why
         with pytest.raises(ValueError, match="names no bias mode the capabilities"):
             rnn_configs(caps, bias_modes_=("single_inp",)).example()
     assert PEERS["reference"].capabilities.bias_modes == BIAS_MODE_NAMES
