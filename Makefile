@@ -17,9 +17,12 @@ $(VENV)/.report: pyproject.toml $(VENV)/.test
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,report]'
 	touch $@
 
-# The suite on CPU with the bounded, derandomized Hypothesis profile; both cores.
+# The suite on CPU with the bounded, derandomized Hypothesis profile; both cores, one process each. One BLAS and
+# OpenMP thread a process: two workers each spinning a pool as wide as the machine would share its two cores
+# four ways (OpenBLAS's threads busy-wait), and no test judges speed (benchmarks/ choose their own threads).
+SUITE_THREADS := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -n 2 --hypothesis-profile=ci
+	$(SUITE_THREADS) $(BIN)/python -m pytest -n 2 --hypothesis-profile=ci
 
 # cuDNN's host side on a CPU, no GPU needed: the ctypes declarations against cuDNN's headers, the descriptors
 # the backend builds, statuses and error strings. Installs the nvidia-cudnn-cu13 wheel (0.5 GB) without its
@@ -29,7 +32,7 @@ $(VENV)/.cudnn-host: $(VENV)/.test
 	touch $@
 
 test-cudnn-host: $(VENV)/.cudnn-host
-	$(BIN)/python -m pytest -n 2 --hypothesis-profile=ci \
+	$(SUITE_THREADS) $(BIN)/python -m pytest -n 2 --hypothesis-profile=ci \
 		compat_tests/test_cudnn_headers.py compat_tests/test_cudnn_backend.py
 
 # The main job: every available backend against the float64 reference on the embedded default grid;

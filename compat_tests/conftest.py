@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from compat_tests.gpu_ladder import LADDERED_PEERS
 from compat_tests.peers import BUILT_IN, GPU_PEERS, PEERS, load_plugins, plugins
@@ -33,8 +33,10 @@ settings.register_profile("thorough", max_examples=2000, **_common)
 # A GPU window (scripts/gpu_run.sh): every rung of the ladder draws from a narrow space of its own.
 settings.register_profile("gpu", max_examples=40, derandomize=True, **_common)
 # gpu_run.sh's dry runs on a CPU (test_gpu_run.py, GPU_RUN_PROFILE): the script's plumbing, every GPU test once
-# more on the fake; the properties themselves run in the CPU suite.
-settings.register_profile("gpu-dry", max_examples=8, derandomize=True, **_common)
+# more on the fake; the properties themselves run in the CPU suite. No shrinking: a planted fault's first
+# failing example names its rung as well as the smallest would, at a fraction of the time.
+settings.register_profile("gpu-dry", max_examples=8, derandomize=True,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate), **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
