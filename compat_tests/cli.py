@@ -168,7 +168,8 @@ def _rendered(out: Path) -> int:
 
 # Capabilities a peer may lack, each with the feature name its notes use for the reason.
 FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("lengths", "sequence lengths"),
-            ("batch_major", "batch-major"), ("bidirectional", "bidirectional"), ("backward", "gradients"))
+            ("batch_major", "batch-major"), ("bidirectional", "bidirectional"), ("backward", "gradients"),
+            ("padding_fill", "padding_fill"))
 
 
 def peer_summary(peer) -> dict:
@@ -440,10 +441,12 @@ def cmd_infer(args: argparse.Namespace) -> int:
     if x.dtype != model.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's model is {model.dtype}")
     given = {"input_data": f"INPUT {args.input}", "sequence_lengths": f"--lengths {args.lengths}",
-             "input_h": f"--state {args.state}", "input_c": f"--state {args.state}"}
+             "input_h": f"--state {args.state}", "input_c": f"--state {args.state}",
+             "padding_fill": f"--padding-fill {args.padding_fill}"}
     try:
         result = model.forward(x, h0, model.canonical_to_params(source.weights, source.biases), input_c=c0,
-                               is_training=False, sequence_lengths=lengths, time_major=not args.batch_major)
+                               is_training=False, sequence_lengths=lengths, time_major=not args.batch_major,
+                               padding_fill=args.padding_fill)
     except (ValueError, TypeError) as exc:  # the model names its arguments: say which of ours each is
         argument = given.get(str(exc).split(" ", 1)[0])
         if argument is None:
@@ -468,7 +471,8 @@ def _infer_chain(args: argparse.Namespace, out: Path) -> int:
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
     if x.dtype != chain.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's models are {chain.dtype}")
-    result = chain.forward(x, sequence_lengths=lengths, time_major=not args.batch_major)
+    result = chain.forward(x, sequence_lengths=lengths, time_major=not args.batch_major,
+                           padding_fill=args.padding_fill)
     arrays = {"output": result.output, **{f"output_h_{k}": h for k, h in enumerate(result.output_h)},
               **{f"output_c_{k}": c for k, c in enumerate(result.output_c or [])}}
     return _write_results(args, out, chain, x, result.output, arrays)
@@ -657,6 +661,8 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--out", help=".npz (output, output_h, output_c and their layout) or .npy (output only)")
     infer.add_argument("--force", action="store_true", help="replace --out where it exists")
     infer.add_argument("--lengths", help=".npy of sequence lengths [B]")
+    infer.add_argument("--padding-fill", type=float, default=0.0, metavar="VALUE",
+                       help="the output past each length (cuDNN's paddingFill; default 0; nan, inf, -inf too)")
     infer.add_argument("--batch-major", action="store_true",
                        help="INPUT is [B, T, input_size], and the output [B, T, D*H] and the states (--out's and "
                             "--state's) [B, L*D, H], as TensorFlow's time_major=False")

@@ -77,13 +77,39 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     quantity against the float64 truth; ``dropout`` and ``masks`` (the keep-masks the peer's training pass
     drew, in ``cfg``'s layout) make it the truth of that training pass."""
     case = case if case is not None else make_case(cfg)
+    plain = cfg.with_(padding_fill=0.0)  # the numbers judged; the peer's fill is checked exactly (unfilled)
     evaluate = partial(ground_truth_backward if backward else ground_truth, dropout=dropout, masks=masks)
-    truth = evaluate(cfg, case)
+    truth = evaluate(plain, case)
     with np.errstate(all="ignore"):
-        actual = peer.backward(cfg, case) if backward else peer.forward(cfg, case)
-    overflows = backward and _overflows(ground_truth(cfg, case, dropout=dropout, masks=masks), np.dtype(cfg.dtype))
-    return judge_results(peer, cfg, actual, truth, sensitivity(cfg, case, truth, evaluate=evaluate), backward,
+        actual = peer.backward(cfg, case) if backward else unfilled(peer, cfg, peer.forward(cfg, case))
+    overflows = backward and _overflows(ground_truth(plain, case, dropout=dropout, masks=masks), np.dtype(cfg.dtype))
+    return judge_results(peer, cfg, actual, truth, sensitivity(plain, case, truth, evaluate=evaluate), backward,
                          overflows)
+
+
+def unfilled(peer, cfg: RNNConfig, outputs: Outputs | None) -> Outputs | None:
+    """``outputs`` with zeros past each length where ``cfg.padding_fill`` is another value, once every such
+    element is seen to hold that value exactly (NaN a NaN): the fill is a constant the caller chose, so
+    nothing about it is rounding, and zeros leave the judged numbers as they are under the default padding.
+    An ``AssertionError`` naming the peer, the config and the first element that differs otherwise."""
+    if outputs is None or cfg.lengths is None or cfg.to_dict().get("padding_fill") is None:
+        return outputs
+    y = outputs.output
+    steps = y if cfg.time_major else np.swapaxes(y, 0, 1)
+    padded = np.arange(cfg.seq_len)[:, None] >= np.asarray(cfg.lengths)[None, :]  # [T, B]
+    fill = np.dtype(cfg.dtype).type(cfg.padding_fill)
+    held = steps[padded]
+    wrong = ~((held == fill) | (np.isnan(held) & np.isnan(fill)))
+    if wrong.any():
+        t, b = np.argwhere(padded)[np.argwhere(wrong)[0][0]]
+        name = peer if isinstance(peer, str) else peer.name
+        raise AssertionError(f"{name} wrote {float(held[wrong][0])!r} at step {t} of sequence {b} (length "
+                             f"{cfg.lengths[b]}), past its length, where padding_fill {cfg.padding_fill!r} belongs "
+                             f"({int(wrong.sum())} such elements), on {cfg.short()}\n"
+                             f"  reproduce: {reproduce_command(name, cfg)}")
+    clean = steps.copy()
+    clean[padded] = 0
+    return outputs._replace(output=clean if cfg.time_major else np.swapaxes(clean, 0, 1))
 
 
 @dataclass(frozen=True)

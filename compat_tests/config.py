@@ -29,7 +29,9 @@ INPUT_MODES = ("linear_input", "skip_input")  # resolved: a config never says "a
 BIAS_MODE_NAMES = tuple(BIAS_MODES)  # double (the default), single_inp, single_rec, none
 # Fields added after configs were first written down (reports, captures, commands): a config at their default
 # is written without them (``to_dict``), so its JSON, and the ids made from it, stay as they were.
-LATER_FIELDS = {"bias_mode": "double"}
+LATER_FIELDS = {"bias_mode": "double", "padding_fill": 0.0}
+# JSON has no NaN or infinities: a padding_fill that is one is written as its name
+NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def _integer(name: str, value: object, minimum: int) -> int:
@@ -38,6 +40,11 @@ def _integer(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return int(value)
+
+
+def _is_zero(fill: float) -> bool:
+    """``fill`` is the default padding, +0.0 (-0.0 is another fill: its bits differ)."""
+    return fill == 0.0 and math.copysign(1.0, fill) > 0
 
 
 def json_loads(text: str | bytes, what: str = "the JSON text") -> object:
@@ -50,7 +57,8 @@ def json_loads(text: str | bytes, what: str = "the JSON text") -> object:
 @dataclass(frozen=True)
 class RNNConfig:
     """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long; ``bias_mode`` is the
-    model's (``reference.layout.BIAS_MODES``)."""
+    model's (``reference.layout.BIAS_MODES``); ``padding_fill`` the output past each length (cuDNN's
+    ``paddingFill``: with ``lengths`` only; NaN and the infinities also as ``"nan"``, ``"inf"``, ``"-inf"``)."""
 
     mode: str
     num_layers: int = 1
@@ -68,6 +76,7 @@ class RNNConfig:
     initial_state: bool = True
     seed: int = 0
     bias_mode: str = "double"
+    padding_fill: float = 0.0
 
     def __post_init__(self) -> None:
         """Every field checked (and normalised to plain Python values, so the JSON round trip is exact):
@@ -105,6 +114,14 @@ class RNNConfig:
             if len(self.lengths) != self.batch or max(self.lengths) > self.seq_len:
                 raise ValueError(f"lengths must have batch={self.batch} entries, each in 1..seq_len = "
                                  f"1..{self.seq_len}, got {self.lengths}")
+        fill = NONFINITE.get(self.padding_fill, self.padding_fill) if isinstance(self.padding_fill, str) \
+            else self.padding_fill
+        if isinstance(fill, str):
+            raise ValueError(f"padding_fill must be a number or one of {tuple(NONFINITE)}, got {fill!r}")
+        self._set("padding_fill", float(reference.checks.padding_fill(fill, np.dtype(self.dtype))))
+        if self.lengths is None and not _is_zero(self.padding_fill):
+            raise ValueError(f"padding_fill is written past each sequence's length: give lengths too, or leave "
+                             f"it 0.0 (got {self.padding_fill!r} without lengths)")
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -137,7 +154,14 @@ class RNNConfig:
     def to_dict(self) -> dict:
         """The config's fields as JSON values, without the :data:`LATER_FIELDS` at their defaults (so a
         config that uses none of them is written as before they were added)."""
-        return {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or LATER_FIELDS[k] != v}
+        out = {k: v for k, v in asdict(self).items()
+               if k != "padding_fill" and (k not in LATER_FIELDS or LATER_FIELDS[k] != v)}
+        if not _is_zero(self.padding_fill):
+            out["padding_fill"] = self.padding_fill
+        if not math.isfinite(self.padding_fill):
+            out["padding_fill"] = next(name for name, v in NONFINITE.items() if v == self.padding_fill
+                                       or (math.isnan(v) and math.isnan(self.padding_fill)))
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -175,6 +199,8 @@ class RNNConfig:
             parts.append(f"bias={self.bias_mode}")
         if self.lengths is not None:
             parts.append("len=" + "/".join(map(str, self.lengths)))
+        if not _is_zero(self.padding_fill):
+            parts.append(f"fill={self.padding_fill:g}")
         if not self.time_major:
             parts.append("batch-major")
         return " ".join(parts)

@@ -195,6 +195,8 @@ FAULTS = {
                         "recurrent biases it packed are not read",
     "bias_mode_ignored": "cuDNN builds every RNN with CUDNN_RNN_DOUBLE_BIAS whatever biasMode the backend asked "
                          "for (the other bias modes' rung alone uses another)",
+    "padding_fill_ignored": "cuDNN writes zeros past each length whatever paddingFill the output descriptor holds "
+                            "(the padding_fill rung alone sets another)",
 }
 WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
@@ -268,6 +270,8 @@ class FakeCudnn:
                                    seq_length_array, padding_fill) -> None:
         dtype = _DTYPES[data_type]
         fill = None if not _value(padding_fill) else float(read(_value(padding_fill), 1, dtype)[0])
+        if fill is not None and "padding_fill_ignored" in self.faults:
+            fill = 0.0
         self.data[_value(rnn_data_desc)] = DataDesc(dtype, layout, max_seq_length, batch_size, vector_size,
                                                     list(seq_length_array)[:batch_size], fill)
 

@@ -72,6 +72,7 @@ class Rung:
     seconds: float = 120.0
     values: dict[str, tuple[str, ...]] = field(default_factory=dict)  # check -> the values it runs with
     bias_modes: tuple[str, ...] = ("double",)  # the bias modes its configs draw from
+    padding_fills: tuple[float, ...] = (0.0,)  # the paddingFill values its configs with lengths draw from
 
 
 def _rung(name: str, adds: str, *features: str, **more) -> Rung:
@@ -97,6 +98,8 @@ RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00
     _rung("skip_input", "skip_input: layer 0 without input matrices", "skip_input"),
     Rung("bias_modes", "biasMode single_inp, single_rec and none: where the single biases lie, each mode's function",
          bias_modes=("single_inp", "single_rec", "none"), offers=frozenset({"layers", "bidirectional"})),
+    _rung("padding_fill", "paddingFill -1, 1000 and NaN past each length (forward), and the gradients beside it",
+          "ragged", checks=NUMBERS, padding_fills=(-1.0, 1000.0, float("nan"))),
     Rung("combined", "every established feature at once, float32 and float64", dtypes=("float32", "float64"),
          offers=ALL),
     Rung("tf32", "default math (TF32 tensor cores) judged by the cudnn-tf32 budget", peer="cudnn-tf32",

@@ -18,7 +18,7 @@ def forward_case(model, cfg: RNNConfig, case: Case, is_training: bool, params=No
     if params is None:
         params = model.canonical_to_params(case.weights, case.biases)
     return model.forward(case.x, case.h0, params, input_c=case.c0, is_training=is_training,
-                         sequence_lengths=case.lengths, time_major=cfg.time_major)
+                         sequence_lengths=case.lengths, time_major=cfg.time_major, padding_fill=cfg.padding_fill)
 
 
 def misaligned(xp, a):
@@ -53,7 +53,8 @@ def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) 
     engine under test): what every peer is measured against. ``masks``: the dropout keep-masks of a
     training pass with ``dropout`` (in ``cfg``'s layout), as a model's ``reserve.dropout_masks`` holds them."""
     net, case, options = _spec_call(cfg, case, dropout, masks)
-    return Outputs(*spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0, **options))
+    return Outputs(*spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0, **options,
+                                 padding_fill=cfg.padding_fill))
 
 
 def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None) -> GradOutputs:

@@ -66,8 +66,8 @@ def _offers(capabilities: Capabilities, feature: str) -> bool:
     return getattr(capabilities, {"ragged": "lengths"}.get(feature, feature))
 
 
-# What the strategies draw from when no peer's capabilities narrow it: every feature, every bias mode.
-EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES)
+# What the strategies draw from when no peer's capabilities narrow it: every feature, every bias mode, any fill.
+EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES, padding_fill=True)
 
 
 @st.composite
@@ -84,12 +84,15 @@ def rnn_configs(
     max_batch: int = MAX_BATCH,
     require: frozenset[str] = frozenset(),
     bias_modes_: tuple[str, ...] = ("double",),
+    padding_fills_: tuple[float, ...] = (0.0,),
 ) -> RNNConfig:
     """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``).
 
     ``bias_modes_``: the bias modes drawn from (``config.BIAS_MODE_NAMES``), those of them the capabilities have
     (``Capabilities.bias_modes``; none of them there is an error); only ``"double"`` by default, which every
-    other test runs, and then nothing is drawn for it.
+    other test runs, and then nothing is drawn for it. ``padding_fills_``: the ``padding_fill`` values drawn
+    from where the config has lengths and the capabilities have ``padding_fill`` (zeros otherwise); only 0.0
+    by default, likewise.
 
     ``require`` names :data:`FEATURES` every drawn config has (each must be among the capabilities):
     ``layers`` (two or more), ``bidirectional``, ``ragged`` (some sequence shorter than ``seq_len``),
@@ -124,6 +127,11 @@ def rnn_configs(
         lengths = draw(ragged_lengths(seq_len, batch), label="lengths")
     elif capabilities.lengths:
         lengths = draw(lengths_for(seq_len, batch), label="lengths")
+    fill = 0.0
+    if lengths is not None and capabilities.padding_fill and len(padding_fills_) > 1:
+        fill = draw(st.sampled_from(padding_fills_), label="padding_fill")
+    elif lengths is not None and capabilities.padding_fill:
+        fill = padding_fills_[0]
     time_major = not choose("batch_major", capabilities.batch_major, "batch_major")
     bidirectional = choose("bidirectional", capabilities.bidirectional, "bidirectional")
     return RNNConfig(
@@ -135,6 +143,7 @@ def rnn_configs(
         initial_state=draw(st.booleans(), label="initial_state"),
         seed=draw(seeds(), label="seed"),
         bias_mode=draw(st.sampled_from(bias_modes_), label="bias_mode") if len(bias_modes_) > 1 else bias_modes_[0],
+        padding_fill=fill,
     )
 
 
@@ -155,11 +164,12 @@ def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfi
     the rung's dtypes and bias modes, only the features it offers, every feature it requires."""
     offers = rung.offers
     limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, bias_modes=capabilities.bias_modes,
+                           padding_fill=capabilities.padding_fill,
                            skip_input="skip_input" in offers,
                            projection="projection" in offers, lengths="ragged" in offers,
                            batch_major="batch_major" in offers, bidirectional="bidirectional" in offers,
                            max_layers=None if "layers" in offers else 1)
-    return rnn_configs(limited, require=rung.require, bias_modes_=rung.bias_modes)
+    return rnn_configs(limited, require=rung.require, bias_modes_=rung.bias_modes, padding_fills_=rung.padding_fills)
 
 
 def examples(dev: int) -> int:

@@ -38,11 +38,20 @@ def draw_config(data, rung) -> RNNConfig:
     return data.draw(rung_configs(rung, PEERS[rung.peer].capabilities), label="config")
 
 
-def judged(request, comparison) -> None:
-    """Assert a comparison passed; if not, record its one-line reproduce command for the ladder's table."""
+def judged(request, peer: str, cfg: RNNConfig, backward: bool = False) -> None:
+    """Compare ``peer`` on ``cfg`` and assert it passed; if not (a verdict failed, or the peer broke the
+    comparison's contract: a result of the wrong shape, a padding fill not written), record the one-line
+    reproduce command for the ladder's table."""
+    def record() -> None:
+        request.node.user_properties.append(("reproduce", gpu_ladder.from_tree(reproduce_command(peer, cfg, backward))))
+
+    try:
+        comparison = compare_peer(PEERS[peer], cfg, backward=backward)
+    except AssertionError:
+        record()
+        raise
     if not comparison.passed:
-        request.node.user_properties.append(("reproduce", gpu_ladder.from_tree(
-            reproduce_command(comparison.peer, comparison.cfg, comparison.backward))))
+        record()
     assert comparison.passed, comparison.explain()
 
 
@@ -135,13 +144,13 @@ def test_layout(rung, value, data, seed, closing):
 @rungs("forward")
 @given(data=st.data())
 def test_forward(rung, value, data, request):
-    judged(request, compare_peer(PEERS[rung.peer], draw_config(data, rung)))
+    judged(request, rung.peer, draw_config(data, rung))
 
 
 @rungs("backward")
 @given(data=st.data())
 def test_backward(rung, value, data, request):
-    judged(request, compare_peer(PEERS[rung.peer], draw_config(data, rung), backward=True))
+    judged(request, rung.peer, draw_config(data, rung), backward=True)
 
 
 FLOAT16_EXACT_SHARE = 0.99

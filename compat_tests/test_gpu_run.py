@@ -156,14 +156,15 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
 
 # One planted fault a rung (compat_tests.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
 PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
-           "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes"}
+           "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes",
+           "padding_fill_ignored": "padding_fill"}
 FAULTY_SECONDS = 300
 
 
 def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_path):
-    """Under six planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
-    that hangs, a CUDA error that sticks, the published sample's recurrent biases not read, biasMode not
-    reaching cuDNN), the whole ladder (``--rungs`` naming every rung: the steps after the ladder are
+    """Under seven planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
+    that hangs, a CUDA error that sticks, the published sample's recurrent biases not read, biasMode and
+    paddingFill not reaching cuDNN), the whole ladder (``--rungs`` naming every rung: the steps after the ladder are
     ``test_without_the_backend_...``'s, which sees them run after a failed ladder) fails each fault's own rung
     (rung 00 alone for the published sample's) and passes every other rung, within GPU_RUN_SECONDS, and the
     capture's own check fails too. Then the second command for the same window (``--rerun-failed``) runs the
@@ -189,7 +190,7 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert "from cuDNN's published M40 value" in outcome["published"]["first_failure"]
     assert outcome["published"]["reproduce"] == gpu_ladder.pytest_command(gpu_ladder.node_ids(gpu_ladder.RUNGS[0])[0])
     assert "sticky_error" in outcome["dropout"]["first_failure"]
-    for name in ("skip_input", "float16"):  # the failing example's command, runnable from the working tree
+    for name in ("skip_input", "float16", "padding_fill"):  # the failing example's command, run from the tree
         assert outcome[name]["reproduce"].startswith("PYTHONPATH=. python3 -m compat_tests.cli check --peer cudnn ")
     summary = (out / "summary.txt").read_text()
     assert "gpu_run.sh: versions: ok" in summary and "gpu_run.sh: ladder: FAILED" in summary, summary
@@ -204,20 +205,20 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
     first = into / "fake-cudnn9.19.0"
     assert gpu_ladder.failed_rungs(first / "rerun-1" / "ladder.json") == [
-        "published", "float16", "skip_input", "bias_modes", "dropout", "algorithms"]
+        "published", "float16", "skip_input", "bias_modes", "padding_fill", "dropout", "algorithms"]
     again = tmp_path / "again"
     run = gpu_run(again, 120, "--rerun-failed", GPU_RUNS=str(into), FAKE_CUDA_FAULTS="skip_input_bias",
                   LADDER_RISKY_SECONDS="10")
     summary = (again / "summary.txt").read_text()
     assert run.returncode == 1 and \
-        "re-run of the rungs published,float16,skip_input,bias_modes,dropout,algorithms" in summary, summary
+        "re-run of the rungs published,float16,skip_input,bias_modes,padding_fill,dropout,algorithms" in summary, summary
     assert "gpu_run.sh: capture: FAILED" in summary  # its check sees the skip_input fault still planted
     assert "gpu_run.sh: host-tests" not in summary and "gpu_run.sh: report" not in summary
     with tarfile.open(again / "gpu_run.tar.gz") as tar:
         ladder = json.load(tar.extractfile("./ladder.json"))
     assert {r["name"]: r["outcome"] for r in ladder["rungs"]} == {
-        "published": "passed", "float16": "passed", "skip_input": "failed", "bias_modes": "passed", "dropout": "passed",
-        "algorithms": "passed"}
+        "published": "passed", "float16": "passed", "skip_input": "failed", "bias_modes": "passed",
+        "padding_fill": "passed", "dropout": "passed", "algorithms": "passed"}
     assert subprocess.run(unpack[:2] + [str(again), "--into", str(into)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300).returncode == 0
     assert (first / "rerun-2" / "ladder.json").is_file() and (first / "rerun-2" / "rerun.txt").is_file()

@@ -7,8 +7,8 @@ hard-coded offset. The config's validation, the results, the reserve's fields an
 arguments are the reference's contract (``reference.contract``), so bad arguments fail the same way, before
 anything touches the GPU.
 
-Semantics kept equal to the reference where cuDNN leaves them open: outputs past a sequence's length are
-zero (``paddingFill`` 0); the input at padded steps is zeroed in forward's private copy (it feeds the weight
+Semantics kept equal to the reference where cuDNN leaves them open: outputs past a sequence's length hold
+``padding_fill`` (the output descriptor's ``paddingFill``; zero by default); the input at padded steps is zeroed in forward's private copy (it feeds the weight
 gradient's sums, where NaN padding would poison them) and ``output_backprop`` there before ``BackwardData``;
 the input gradient at padded steps is zeroed after it (cuDNN documents none of these); backward reads the
 inputs, states and parameters forward read, whatever the caller did to its arrays in between; and a
@@ -41,7 +41,8 @@ MATH_TYPES = tuple(_lib.MATH_TYPE)
 # DOUBLE only DEFAULT; FLOAT with FMA is true FP32 (DEFAULT would allow TF32 on Ampere and later).
 DEFAULT_MATH_TYPE = {"float16": "tensor_op", "float32": "fma", "float64": "default"}
 ALGOS = tuple(_lib.ALGO)
-_FILL = {"float16": ctypes.c_uint16(0), "float32": ctypes.c_float(0.0), "float64": ctypes.c_double(0.0)}
+# paddingFill is read "as the same data type as that of the RNN data tensor": its bits in a host scalar of that size
+_FILL = {"float16": ctypes.c_uint16, "float32": ctypes.c_uint32, "float64": ctypes.c_uint64}
 # cudaMalloc's alignment; cuDNN computes region addresses from the weight space's base pointer and does not
 # document what it needs, so a caller's view that starts elsewhere is copied (or accumulated via a copy).
 DEVICE_ALIGNMENT = 256
@@ -287,16 +288,17 @@ class _CudnnModel:
         unchanged whatever the caller does to its array afterwards), or ``None`` (cuDNN's NULL: zeros)."""
         return None if state is None else _cupy().array(state, order="C")
 
-    def _data_desc(self, layout: int, T: int, B: int, width: int, lengths: np.ndarray, fill: bool):
-        return RNNDataDescriptor(self._lib).set(self._data_type, layout, T, B, width, lengths,
-                                                _FILL[self._dtype_name] if fill else None)
+    def _data_desc(self, layout: int, T: int, B: int, width: int, lengths: np.ndarray, fill: np.generic | None):
+        """An RNN data descriptor; ``fill`` (a scalar of the model's dtype) its ``paddingFill``, or ``None``."""
+        bits = None if fill is None else _FILL[self._dtype_name](int(np.asarray(fill).view(f"u{fill.itemsize}")))
+        return RNNDataDescriptor(self._lib).set(self._data_type, layout, T, B, width, lengths, bits)
 
     def forward(self, input_data, input_h, params, input_c=None, is_training: bool = True,
-                sequence_lengths=None, time_major: bool = True) -> ForwardResult:
+                sequence_lengths=None, time_major: bool = True, *, padding_fill: float = 0.0) -> ForwardResult:
         """``cudnnRNNForward``: the reference's ``forward`` contract, on the GPU."""
         cp = _cupy()
         args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
-                                          time_major)
+                                          time_major, padding_fill)
         x, T, B, time_major, is_training = args.input, args.T, args.B, args.time_major, args.is_training
         LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
         hx, cx = self._private(args.input_h), self._private(args.input_c)
@@ -315,8 +317,8 @@ class _CudnnModel:
         if valid is not None:  # select, never multiply: the caller's padding may hold NaN
             x = cp.where(valid, x, 0).astype(self.dtype)
         layout = _lib.SEQ_MAJOR_UNPACKED if time_major else _lib.BATCH_MAJOR_UNPACKED
-        x_desc = self._data_desc(layout, T, B, self.input_size, host_lengths, fill=False)
-        y_desc = self._data_desc(layout, T, B, self.num_dirs * Hr, host_lengths, fill=True)
+        x_desc = self._data_desc(layout, T, B, self.input_size, host_lengths, fill=None)
+        y_desc = self._data_desc(layout, T, B, self.num_dirs * Hr, host_lengths, fill=args.padding_fill)
         h_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, Hr))
         c_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, H))
         y = cp.empty(x.shape[:2] + (self.num_dirs * Hr,), dtype=self.dtype)

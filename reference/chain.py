@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checkpoint
+from . import checkpoint, checks
 from .formats import tf
 
 
@@ -54,10 +54,12 @@ class Chain:
         return self.models[0].dtype
 
     def forward(self, x: np.ndarray, initial_h: list | None = None, initial_c: list | None = None,
-                sequence_lengths=None, time_major: bool = True) -> ChainResult:
+                sequence_lengths=None, time_major: bool = True, *, padding_fill: float = 0.0) -> ChainResult:
         """Each layer on the one before's output, from its own initial states (``initial_h[k]``, ``initial_c[k]``
-        in that layer's shape; ``None``: zeros); inference."""
+        in that layer's shape; ``None``: zeros); inference. ``padding_fill``: the last layer's output past each
+        length (the layers before pad with zeros, which no layer reads)."""
         n = len(self.layers)
+        checks.padding_fill(padding_fill, self.dtype)  # before the first layer runs
         for name, given in (("initial_h", initial_h), ("initial_c", initial_c)):
             if given is not None and len(given) != n:
                 raise ValueError(f"{name} must hold one state per layer, {n}, got {len(given)}")
@@ -67,7 +69,8 @@ class Chain:
             result = model.forward(y, None if initial_h is None else initial_h[k],
                                    model.canonical_to_params(layer.weights, layer.biases),
                                    input_c=None if initial_c is None else initial_c[k], is_training=False,
-                                   sequence_lengths=sequence_lengths, time_major=time_major)
+                                   sequence_lengths=sequence_lengths, time_major=time_major,
+                                   padding_fill=padding_fill if k == n - 1 else 0.0)
             y = result.output
             hs.append(result.output_h)
             cs.append(result.output_c)

@@ -98,3 +98,20 @@ def sequence_lengths(value: object, batch: int, max_time: int) -> np.ndarray:
     lengths = elements.astype(np.int64)  # a copy of the caller's: a forward result keeps it for backward
     lengths.flags.writeable = False
     return lengths
+
+
+def padding_fill(value: object, dtype: np.dtype) -> np.generic:
+    """cuDNN's ``paddingFill``: a real number (int or float, not a bool; NaN and infinities are values too) as
+    a scalar of ``dtype``, which it must fit: a finite value that would round to an infinity is refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"padding_fill must be a real number (int or float), got {shown(value)} "
+                        f"({type(value).__name__})")
+    try:
+        with np.errstate(over="ignore"):
+            fill, wide = np.dtype(dtype).type(value), np.float64(value)
+    except OverflowError:  # a Python int beyond float64
+        fill, wide = np.dtype(dtype).type(np.inf), np.float64(0.0)
+    if np.isinf(fill) and np.isfinite(wide):
+        raise ValueError(f"padding_fill must fit the model's dtype {np.dtype(dtype)} (at most "
+                         f"{np.finfo(dtype).max:g} in magnitude), got {shown(value)}")
+    return fill

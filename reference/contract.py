@@ -222,14 +222,17 @@ class ForwardArguments(NamedTuple):
     B: int
     time_major: bool
     is_training: bool
+    padding_fill: np.generic = np.float64(0.0)  # in the model's dtype
 
 
 def forward_arguments(config: ModelConfig, array: ArrayCheck, input_data: object, input_h: object,
-                      input_c: object, is_training: object, time_major: object) -> ForwardArguments:
+                      input_c: object, is_training: object, time_major: object,
+                      padding_fill: object = 0.0) -> ForwardArguments:
     """The checks of ``forward``'s arguments that both backends make, in this order (each backend then
     checks ``params`` and ``sequence_lengths``)."""
     time_major = checks.flag("time_major", time_major)
     is_training = checks.flag("is_training", is_training)
+    fill = checks.padding_fill(padding_fill, config.dtype)
     seq_doc = "[T, B, input_size]" if time_major else "[B, T, input_size]"
     x = array("input_data", input_data, 3, seq_doc)
     T, B = x.shape[:2] if time_major else x.shape[1::-1]
@@ -237,7 +240,7 @@ def forward_arguments(config: ModelConfig, array: ArrayCheck, input_data: object
         raise ValueError(f"input_data must have shape {seq_doc} with T >= 1, B >= 1, "
                          f"input_size = {config.input_size}, got {x.shape}")
     h0, c0 = _states(config, array, "input_h", input_h, "input_c", input_c, B, time_major)
-    return ForwardArguments(x, h0, c0, T, B, time_major, is_training)
+    return ForwardArguments(x, h0, c0, T, B, time_major, is_training, fill)
 
 
 def backward_arguments(config: ModelConfig, array: ArrayCheck, T: int, B: int, tm: bool, output_backprop: object,
@@ -289,9 +292,12 @@ class NoCellStateCall:
         is_training: bool = False,
         sequence_lengths: Sequence[int] | np.ndarray | None = None,
         time_major: bool = True,
+        *,
+        padding_fill: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(output [T, B, D*H], output_h [L*D, B, H])``; see ``forward``."""
-        result = self.forward(input_data, input_h, params, None, is_training, sequence_lengths, time_major)
+        result = self.forward(input_data, input_h, params, None, is_training, sequence_lengths, time_major,
+                              padding_fill=padding_fill)
         return result.output, result.output_h
 
 
@@ -307,7 +313,10 @@ class LSTMCall:
         is_training: bool = False,
         sequence_lengths: Sequence[int] | np.ndarray | None = None,
         time_major: bool = True,
+        *,
+        padding_fill: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])``; see ``forward``."""
-        result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major)
+        result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major,
+                              padding_fill=padding_fill)
         return result.output, result.output_h, result.output_c

@@ -204,17 +204,20 @@ class _CudnnRNN:
         is_training: bool = True,
         sequence_lengths: Sequence[int] | np.ndarray | None = None,
         time_major: bool = True,
+        *,
+        padding_fill: float = 0.0,
     ) -> ForwardResult:
         """Run the network (TensorFlow ``CudnnRNNV3`` semantics).
 
         ``input_data [T, B, input_size]``, ``input_h [L*D, B, Hr]`` and ``input_c [L*D, B, H]`` (LSTM only;
         ``None`` = zeros), ``params [params_size()]``, ``sequence_lengths [B]`` each in ``1..T`` (steps past a
-        length output zeros; final states are taken at each sequence's last valid step). With
-        ``time_major=False`` the first two axes of ``input_data``, ``input_h``, ``input_c`` and of the results
-        are swapped. Dropout applies between layers when ``is_training``.
+        length output ``padding_fill``, cuDNN's ``paddingFill``, zero by default, in the model's dtype, which
+        it must fit; final states are taken at each sequence's last valid step). With ``time_major=False``
+        the first two axes of ``input_data``, ``input_h``, ``input_c`` and of the results are swapped.
+        Dropout applies between layers when ``is_training``.
         """
         args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
-                                          time_major)
+                                          time_major, padding_fill)
         params = self._check_params(params)
         return self._forward_layers(args, self._pseudo_layers(params, copy=args.is_training), sequence_lengths)
 
@@ -255,6 +258,10 @@ class _CudnnRNN:
         output = out(y)
         if is_training and np.may_share_memory(output, y):  # y is the trace's: the caller may change its output
             output = output.copy()
+        if lengths is not None:  # the padded steps hold zeros: the fill, where it is another value
+            steps = output if time_major else output.transpose(1, 0, 2)
+            for b, n in enumerate(lengths):
+                steps[n:, b] = args.padding_fill
         return ForwardResult(output, out(h_n), None if c_n is None else out(c_n), reserve)
 
     # ---- backward ---------------------------------------------------------------------------------

@@ -297,20 +297,21 @@ class BoundRNN:
     # ---- whole sequences --------------------------------------------------------------------------
 
     def forward(self, input_data: Array, input_h: Array | None = None, input_c: Array | None = None,
-                sequence_lengths: Sequence[int] | Array | None = None, time_major: bool = True) -> ForwardResult:
+                sequence_lengths: Sequence[int] | Array | None = None, time_major: bool = True, *,
+                padding_fill: float = 0.0) -> ForwardResult:
         """The model's ``forward(input_data, input_h, params, input_c, is_training=False, sequence_lengths,
-        time_major)`` with the bound parameters: the same checks, code and results."""
+        time_major, padding_fill=...)`` with the bound parameters: the same checks, code and results."""
         model = self.model
         args = contract.forward_arguments(model._config, model._array, input_data, input_h, input_c, False,
-                                          time_major)
+                                          time_major, padding_fill)
         return model._forward_layers(args, self._layers, sequence_lengths)
 
     def __call__(self, input_data: Array, input_h: Array | None = None, input_c: Array | None = None, *,
                  sequence_lengths: Sequence[int] | Array | None = None,
-                 time_major: bool = True) -> tuple[Array, ...]:
+                 time_major: bool = True, padding_fill: float = 0.0) -> tuple[Array, ...]:
         """``(output, output_h)``, or ``(output, output_h, output_c)`` for the LSTM: the model's ``__call__``
         (``is_training=False``) with the bound parameters. ``input_c`` is the LSTM's (``None`` otherwise)."""
-        result = self.forward(input_data, input_h, input_c, sequence_lengths, time_major)
+        result = self.forward(input_data, input_h, input_c, sequence_lengths, time_major, padding_fill=padding_fill)
         return result[:3] if self._has_cell else result[:2]
 
     # ---- one step ---------------------------------------------------------------------------------

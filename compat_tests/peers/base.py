@@ -29,6 +29,9 @@ class Capabilities:
     # cuDNN's cudnnRNNBiasMode_t by name (config.BIAS_MODE_NAMES); by default the double bias only, which every
     # peer written before the other modes takes (the canonical lists of a single mode are half as long)
     bias_modes: tuple[str, ...] = ("double",)
+    # cuDNN's paddingFill: outputs past each length hold a value of the caller's; without it only zeros (every
+    # peer written before it pads with zeros)
+    padding_fill: bool = False
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
     def __post_init__(self) -> None:
@@ -36,7 +39,8 @@ class Capabilities:
             if not getattr(self, field) or not set(getattr(self, field)) <= set(allowed):
                 raise ValueError(f"Capabilities.{field} must be a non-empty subset of {allowed}, "
                                  f"got {getattr(self, field)}")
-        for name in ("skip_input", "projection", "lengths", "batch_major", "bidirectional", "backward"):
+        for name in ("skip_input", "projection", "lengths", "batch_major", "bidirectional", "backward",
+                     "padding_fill"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Capabilities.{name} must be a bool, got {getattr(self, name)!r}")
         if self.max_layers is not None and (isinstance(self.max_layers, bool) or not isinstance(self.max_layers, int)
@@ -59,6 +63,8 @@ class Capabilities:
             return why.get("projection", "LSTM projection not supported")
         if cfg.lengths is not None and not self.lengths:
             return why.get("lengths", "sequence lengths not supported")
+        if "padding_fill" in cfg.to_dict() and not self.padding_fill:
+            return why.get("padding_fill", f"padding_fill {cfg.padding_fill!r} not supported (only zeros)")
         if not cfg.time_major and not self.batch_major:
             return why.get("batch_major", "batch-major layout not supported")
         if cfg.num_dirs == 2 and not self.bidirectional:

@@ -24,7 +24,8 @@ class CudnnPeer(Peer):
             notes += (("projection", "cuDNN runs a recurrent projection with the standard algorithm only"),
                       ("dtype", "cuDNN runs float64 with the standard and persist_dynamic algorithms only"))
         self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes,
-                                         projection=algo == "standard", bias_modes=BIAS_MODE_NAMES)
+                                         projection=algo == "standard", bias_modes=BIAS_MODE_NAMES,
+                                         padding_fill=True)
 
     def available(self) -> tuple[bool, str]:
         import cudnn_backend

@@ -79,6 +79,8 @@ class KerasPeer(Peer):
                           "reset-after GRU's) or none (use_bias=False), never one set"),
             ("skip_input", "Keras has no skip_input mode"),
             ("projection", "Keras LSTM has no projection"),
+            ("padding_fill", "a masked Keras RNN outputs zeros at masked steps (zero_output_for_mask); no "
+                             "layer option sets another value"),
         ),
     )
 

@@ -28,6 +28,8 @@ class OnnxRuntimeCPU(Peer):
             ("dtype", "onnxruntime's GRU/LSTM/RNN CPU kernels reject double"),
             ("skip_input", "ONNX recurrent ops have no skip_input mode"),
             ("projection", "ONNX LSTM has no projection"),
+            ("padding_fill", "ONNX's recurrent ops define Y past each sequence_lens entry as zeros; no "
+                             "attribute sets another value"),
         ),
     )
 

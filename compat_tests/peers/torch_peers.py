@@ -27,6 +27,7 @@ _CAPABILITIES = Capabilities(
     modes=("relu", "tanh", "lstm", "gru"),
     skip_input=False,
     bias_modes=("double", "none"),
+    padding_fill=True,  # pad_packed_sequence(padding_value=...)
     notes=(
         ("mode", "PyTorch has only the cuDNN (reset-after) GRU, no textbook GRU"),
         ("bias_mode", "PyTorch's modules have both biases of every gate (bias=True) or none (bias=False), "
@@ -131,6 +132,7 @@ class _Run:
                     self.x, torch.from_numpy(case.lengths), batch_first=batch_first, enforce_sorted=False)
                 y, states = self.module(packed, hx)
                 self.y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=batch_first,
+                                                                   padding_value=cfg.padding_fill,
                                                                    total_length=cfg.seq_len)
         self.h, self.c = states if cfg.has_cell_state else (states, None)
 

@@ -10,9 +10,10 @@ state them, over the cells of ``rnn.py``, ``lstm.py`` and ``gru.py``.
   equations (``cell.py``).
 - Each layer's directions read the previous layer's output ``[forward | backward]``; the backward direction
   runs each sequence reversed within its own length.
-- ``lengths``: a step past a sequence's length outputs zeros and leaves its states as they were, so the
-  final states are those of its last valid step; such a step is not computed, so it takes and gives no
-  gradient.
+- ``lengths``: a step past a sequence's length outputs ``padding_fill`` (cuDNN's ``paddingFill``; zero by
+  default) and leaves its states as they were, so the final states are those of its last valid step; such a
+  step is not computed, so it takes and gives no gradient. Only the network's output holds the fill: a
+  layer's padded steps are never read by the next.
 - Dropout between layers: layer ``l``'s output (``l < num_layers - 1``) times ``masks[l] / (1 - dropout)``
   (times 0 where ``dropout == 1``), the masks given by the caller.
 - Precision (``reference.precision``): float16 data computes in float32; the cells round to float16 where
@@ -359,17 +360,21 @@ def caller_layout(a: Array | None, time_major: bool, storage: np.dtype) -> Array
 
 def forward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array, h0: Array | None = None,
             c0: Array | None = None, *, lengths=None, dropout: float = 0.0, masks: Sequence[Array] = (),
-            time_major: bool = True) -> Outputs:
+            time_major: bool = True, padding_fill: float = 0.0) -> Outputs:
     """The network's outputs.
 
     ``weights``, ``biases``: canonical lists (``net.canonical_entries()``) of ``x``'s dtype; ``x [T, B, in]``;
     ``h0 [L*D, B, Hr]``, ``c0 [L*D, B, H]`` (LSTM only), ``None`` for zeros; ``lengths [B]`` each in
     ``1..T`` (``None``: all ``T``); ``masks``: the ``L-1`` boolean keep-masks ``[T, B, D*Hr]`` of a training
-    pass with ``dropout`` (ignored where ``dropout == 0``). ``time_major=False`` swaps the first two axes of
-    every sequence, state and mask."""
+    pass with ``dropout`` (ignored where ``dropout == 0``); ``padding_fill``: the output past each length, in
+    ``x``'s dtype (``checks.padding_fill``). ``time_major=False`` swaps the first two axes of every sequence,
+    state and mask."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
+    fill = checks.padding_fill(padding_fill, call.storage)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         y, h_n, c_n, _ = _run(net, call)
+    for b, n in enumerate(call.lengths):
+        y[n:, b] = fill
     return Outputs(*(caller_layout(a, time_major, call.storage) for a in (y, h_n, c_n)))
 
 
