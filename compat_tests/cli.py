@@ -353,20 +353,42 @@ def initial_state(path: str, model, batch_major: bool = False, batch: int | None
     States are ``[L*D, B, H]`` (``[B, L*D, H]`` with ``--batch-major``); the model checks their shapes, and a
     file that says its layout (``infer --out`` does) must be in this run's, since at ``B = L*D`` the shapes
     cannot tell."""
+    # every state of this model and input holds at most L*D * B * H float64 values (the output is not read at all)
+    most = model.num_layers * model.num_dirs * (batch or 1) * model.num_units * 8
+    arrays = _state_arrays(path, {k for keys in STATE_KEYS.values() for k in keys}, most, batch_major, batch,
+                           "input_h and input_c (or output_h and output_c from infer --out)")
+    return _layer_state(path, arrays, model, "")
+
+
+def chain_initial_states(path: str, chain, batch_major: bool = False, batch: int | None = None):
+    """``(initial_h, initial_c)``, a state per layer, for a chain of one-layer models (``reference.chain``) from
+    the ``.npz`` at ``path``: ``input_h_0``, ``input_h_1``, ... (and the LSTM layers' ``input_c_K``), or the
+    ``output_h_K``/``output_c_K`` an earlier ``infer --out`` of the chain wrote; each layer's as
+    :func:`initial_state` reads one model's (``initial_c`` ``None`` for a chain without cell states)."""
+    n = len(chain.models)
+    keys = {f"{k}_{layer}" for keys in STATE_KEYS.values() for k in keys for layer in range(n)}
+    most = max(m.num_dirs * (batch or 1) * m.num_units * 8 for m in chain.models)
+    arrays = _state_arrays(path, keys, most, batch_major, batch,
+                           f"input_h_K and input_c_K for K in 0..{n - 1} (or output_h_K and output_c_K from infer "
+                           f"--out), one state per layer of the chain")
+    states = [_layer_state(path, arrays, model, f"_{k}") for k, model in enumerate(chain.models)]
+    cells = [c for _, c in states]
+    return [h for h, _ in states], None if all(c is None for c in cells) else cells
+
+
+def _state_arrays(path: str, keys: set[str], most: int, batch_major: bool, batch: int | None,
+                  expected: str) -> dict:
+    """The arrays of the ``--state`` file named ``keys`` (an ``output`` beside them is not read), each
+    declaring at most ``most`` bytes before it is read, and the file's layout, if it says one, this run's."""
     from reference import checkpoint
-    from reference.modes import MODES
 
     with _reading("--state", path):
         declared = checkpoint.declared_arrays(path)  # headers only: nothing inflated before it is checked
     if declared is None:
-        raise ValueError(f"--state {path} must be an .npz holding input_h (and input_c for the LSTM), "
-                         f"not a single array")
-    unknown = sorted(set(declared) - {"output", LAYOUT_KEY} - {k for keys in STATE_KEYS.values() for k in keys})
+        raise ValueError(f"--state {path} must be an .npz holding {expected}, not a single array")
+    unknown = sorted(set(declared) - {"output", LAYOUT_KEY} - keys)
     if unknown:
-        raise ValueError(f"--state {path} holds {unknown}; expected input_h and input_c (or output_h and "
-                         f"output_c from infer --out)")
-    # every state of this model and input holds at most L*D * B * H float64 values (the output is not read at all)
-    most = model.num_layers * model.num_dirs * (batch or 1) * model.num_units * 8
+        raise ValueError(f"--state {path} holds {unknown}; expected {expected}")
 
     def check(name: str, array) -> None:
         limit = 256 if name == LAYOUT_KEY else most  # the layout: a short string
@@ -381,23 +403,32 @@ def initial_state(path: str, model, batch_major: bool = False, batch: int | None
     if layout is not None and (layout.shape != () or str(layout) != _layout(batch_major)):
         raise ValueError(f"--state {path} holds states in the layout {str(layout)!r}, this run's is "
                          f"{_layout(batch_major)!r}: run with{'out' if batch_major else ''} --batch-major")
+    return arrays
+
+
+def _layer_state(path: str, arrays: dict, model, suffix: str):
+    """``(h, c)`` of ``model`` among ``arrays`` under the names of :data:`STATE_KEYS` with ``suffix``."""
+    from reference.modes import MODES
+
     state = {}
     for role, keys in STATE_KEYS.items():
-        present = [k for k in keys if k in arrays]
+        present = [k + suffix for k in keys if k + suffix in arrays]
         if len(present) > 1:
             raise ValueError(f"--state {path} holds both {present[0]} and {present[1]}: keep one")
         state[role] = arrays[present[0]] if present else None
     has_cell_state = MODES[model.rnn_mode].has_cell_state
+    h, c = "input_h" + suffix, "input_c" + suffix
     if state["h"] is None:
-        raise ValueError(f"--state {path} holds no input_h (or output_h)")
+        raise ValueError(f"--state {path} holds no {h} (or output_h{suffix})")
     if has_cell_state and state["c"] is None:
-        raise ValueError(f"--state {path} holds no input_c (or output_c): the LSTM's cell state is needed too")
+        raise ValueError(f"--state {path} holds no {c} (or output_c{suffix}): the LSTM's cell state is needed too")
     if not has_cell_state and state["c"] is not None:
-        raise ValueError(f"--state {path} holds a cell state, but a {model.rnn_mode} model has none")
-    if model.num_dirs == 2 and {"output_h", "output_c"} & set(declared):
+        raise ValueError(f"--state {path} holds a cell state{f' for layer {suffix[1:]}' if suffix else ''}, but a "
+                         f"{model.rnn_mode} model has none")
+    if model.num_dirs == 2 and {"output_h" + suffix, "output_c" + suffix} & set(arrays):
         raise ValueError(f"--state {path} holds the final states of an earlier run, which cannot seed a "
                          f"bidirectional model's next chunk (its backward direction ended at that chunk's "
-                         f"first step); name initial states input_h (and input_c)")
+                         f"first step); name initial states {h}{f' (and {c})' if has_cell_state else ''}")
     return state["h"], state["c"]
 
 
@@ -459,20 +490,26 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 def _infer_chain(args: argparse.Namespace, out: Path) -> int:
     """``infer`` of a TF-named stack whose layers differ in size, as a chain of one-layer models (see
-    ``reference.chain``): ``output`` and each layer's final states, ``output_h_0``, ``output_h_1``, ..."""
+    ``reference.chain``): ``output`` and each layer's final states, ``output_h_0``, ``output_h_1``, ...;
+    ``--state`` holds a state per layer (:func:`chain_initial_states`)."""
     from .interop import convert
 
-    if args.state is not None:
-        raise ValueError(f"--state {args.state}: the layers of {args.checkpoint} differ in size, and run as a chain "
-                         f"of one-layer models from zero states (--state is not read for a chain)")
     with _reading("CHECKPOINT", args.checkpoint):
         chain = convert.read_chain(args.source, args.checkpoint, _overrides(args))
     x = _array(args.input, "INPUT")
     lengths = None if args.lengths is None else _array(args.lengths, "--lengths")
     if x.dtype != chain.dtype:
         raise ValueError(f"{args.input} holds {x.dtype}, the checkpoint's models are {chain.dtype}")
-    result = chain.forward(x, sequence_lengths=lengths, time_major=not args.batch_major,
-                           padding_fill=args.padding_fill)
+    batch = x.shape[0 if args.batch_major else 1] if x.ndim == 3 else max(1, x.size)
+    h0, c0 = (None, None) if args.state is None else chain_initial_states(args.state, chain, args.batch_major,
+                                                                            batch)
+    try:
+        result = chain.forward(x, h0, c0, sequence_lengths=lengths, time_major=not args.batch_major,
+                               padding_fill=args.padding_fill)
+    except (ValueError, TypeError) as exc:  # a layer's state of the wrong shape or dtype: the file is --state's
+        if args.state is None or not str(exc).startswith(("initial_h", "initial_c")):
+            raise
+        raise type(exc)(f"--state {args.state}: {exc}") from None
     arrays = {"output": result.output, **{f"output_h_{k}": h for k, h in enumerate(result.output_h)},
               **{f"output_c_{k}": c for k, c in enumerate(result.output_c or [])}}
     return _write_results(args, out, chain, x, result.output, arrays)

@@ -8,6 +8,7 @@ GRUCell(3)``, saved by ``tf.compat.v1.train.Saver`` and run by ``tf.compat.v1.nn
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -67,11 +68,41 @@ def test_infer_runs_the_stack_as_a_chain_with_states_per_layer(tmp_path, capsys)
                      str(tmp_path / "first.npz")]) == 0
     with np.load(tmp_path / "first.npz", allow_pickle=False) as y:
         np.testing.assert_allclose(y["output_h"][0], want["output_h_0"], atol=ATOL)
-    np.savez(tmp_path / "state.npz", input_h=np.zeros((1, 2, 6), np.float32))
-    assert cli.main(["infer", str(PREFIX), str(tmp_path / "x.npy"), "--state", str(tmp_path / "state.npz"),
-                     "--out", str(tmp_path / "z.npz")]) == 2
-    assert "run as a chain of one-layer models from zero states" in capsys.readouterr().err
-    assert not (tmp_path / "z.npz").exists()
+
+
+def test_infer_runs_a_chain_in_chunks_from_each_layers_state(tmp_path, capsys):
+    """``--state`` of a chain: a state per layer (``input_h_0``, ``input_h_1``, ...; or an earlier ``--out``'s
+    ``output_h_K``): the sequence run in two chunks, the second from the first's final states, is the sequence
+    run at once; a file without a layer's state, or with one of the wrong shape, is refused naming it, before
+    any output is written."""
+    want = expected()
+    x = want["x"]
+    np.save(tmp_path / "x1.npy", x[:2])
+    np.save(tmp_path / "x2.npy", x[2:])
+    infer = ["infer", str(PREFIX)]
+    sizes = PROVENANCE["sizes"]
+    B = x.shape[1]
+    np.savez(tmp_path / "s0.npz", **{f"input_h_{k}": np.zeros((1, B, h), np.float32) for k, h in enumerate(sizes)})
+    assert cli.main(infer + [str(tmp_path / "x1.npy"), "--state", str(tmp_path / "s0.npz"), "--out",
+                             str(tmp_path / "y1.npz")]) == 0
+    assert cli.main(infer + [str(tmp_path / "x2.npy"), "--state", str(tmp_path / "y1.npz"), "--out",
+                             str(tmp_path / "y2.npz")]) == 0
+    whole = load_chain(PREFIX).forward(x)
+    with np.load(tmp_path / "y1.npz", allow_pickle=False) as y1, np.load(tmp_path / "y2.npz", allow_pickle=False) as y2:
+        np.testing.assert_allclose(np.concatenate([y1["output"], y2["output"]]), whole.output, atol=ATOL)
+        for k in range(len(sizes)):
+            np.testing.assert_allclose(y2[f"output_h_{k}"], whole.output_h[k], atol=ATOL)
+    states = [({"input_h_0": np.zeros((1, B, 6), np.float32)}, r"holds no input_h_1 \(or output_h_1\)"),
+              ({f"input_h_{k}": np.zeros((1, B, 6), np.float32) for k in range(3)},
+               r"initial_h\[1\] must have shape \[D, B, H\] = \(1, 2, 4\), got \(1, 2, 6\)"),
+              ({"input_h": np.zeros((1, B, 6), np.float32)}, r"holds \['input_h'\]; expected input_h_K")]
+    for i, (arrays, match) in enumerate(states):
+        np.savez(tmp_path / f"bad{i}.npz", **arrays)
+        assert cli.main(infer + [str(tmp_path / "x1.npy"), "--state", str(tmp_path / f"bad{i}.npz"), "--out",
+                                 str(tmp_path / f"z{i}.npz")]) == 2
+        err = capsys.readouterr().err
+        assert f"--state {tmp_path / f'bad{i}.npz'}" in err and re.search(match, err), (match, err)
+        assert not (tmp_path / f"z{i}.npz").exists()
 
 
 def test_a_layer_number_applies_to_tf_named_files_only(tmp_path):

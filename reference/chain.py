@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint, checks
+from .modes import MODES
 from .formats import tf
 
 
@@ -63,6 +64,20 @@ class Chain:
         for name, given in (("initial_h", initial_h), ("initial_c", initial_c)):
             if given is not None and len(given) != n:
                 raise ValueError(f"{name} must hold one state per layer, {n}, got {len(given)}")
+        if np.ndim(x) == 3:  # every layer's states checked before the first layer runs (x: by the first layer)
+            B = np.shape(x)[1 if time_major else 0]
+            for k, model in enumerate(self.models):
+                for name, given, width in (("initial_h", initial_h, model.state_width),
+                                           ("initial_c", initial_c, model.num_units)):
+                    if given is None or given[k] is None:
+                        continue
+                    label = f"{name}[{k}]"
+                    if name == "initial_c" and not MODES[model.rnn_mode].has_cell_state:
+                        checks.no_cell_state(label, given[k], model.rnn_mode)
+                    doc = "[D, B, H]" if time_major else "[B, D, H]"
+                    checks.array(label, given[k], model.dtype, 3, doc)
+                    D = model.num_dirs
+                    checks.shape(label, given[k], (D, B, width) if time_major else (B, D, width), doc)
         y, hs, cs = x, [], []
         for k, layer in enumerate(self.layers):
             model = layer.model
