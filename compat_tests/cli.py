@@ -222,6 +222,37 @@ def cmd_peers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    import datetime
+    import json
+
+    from .report import diff as differ
+    from reference.formats.files import replacing
+
+    band = differ.NOISE_BAND if args.band is None else args.band
+    a, b = differ.load_run(args.run_a), differ.load_run(args.run_b)
+    result = differ.diff(a, b, band)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"diff-{stamp}"
+    present = [name for name in differ.FILES if (out / name).exists()]
+    if present and not args.force:
+        raise ValueError(f"--out {out} holds {', '.join(present)} already: name another folder, or --force")
+    out.mkdir(parents=True, exist_ok=True)
+    name_a, name_b = f"A ({args.run_a})", f"B ({args.run_b})"
+    documents = {"diff.json": json.dumps({"a": str(args.run_a), "b": str(args.run_b), **result}, indent=1,
+                                         sort_keys=True) + "\n",
+                 "diff.md": differ.markdown(result, name_a, name_b),
+                 "index.html": differ.page(result, name_a, name_b, differ.figure(result))}
+    for name, text in documents.items():
+        with replacing(out / name) as partial:
+            partial.write_text(text)
+    print(f"{len(result['regressed'])} regressed, {len(result['fixed'])} fixed, {len(result['moved'])} moved beyond "
+          f"{band:g} conditioned eps, {result['identical']} identical, {result['within_band']} within the band; "
+          f"{len(result['only_a'])} only in A, {len(result['only_b'])} only in B\ndiff: {out / 'diff.md'}, "
+          f"{out / 'index.html'}, {out / 'diff.json'}")
+    return 1 if result["regressed"] else 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     return _rendered(Path(args.dir))
 
@@ -656,6 +687,16 @@ def build_parser() -> argparse.ArgumentParser:
                                                                    "with matplotlib.")
     render.add_argument("dir", help="the folder of a report run (--out of rnn-compat report)")
 
+    diff = _command(sub, "diff", "what changed between two report runs, unit by unit",
+                    "Verdicts that changed (exit status 1 where a unit passed in RUN_A and fails in RUN_B), errors "
+                    "that moved beyond --band conditioned eps, identical units, units only one run holds, and the "
+                    "two environments; diff.md, index.html (one figure) and diff.json in --out.")
+    diff.add_argument("run_a", help="the earlier run's folder (rnn-compat report --out)")
+    diff.add_argument("run_b", help="the later run's folder")
+    diff.add_argument("--band", type=float, help="the noise band in conditioned eps (default 1)")
+    diff.add_argument("--out", help="folder for the diff (default: reports/_scratch/diff-TIMESTAMP)")
+    diff.add_argument("--force", action="store_true", help="replace an earlier diff in --out")
+
     check = _command(sub, "check", "re-run one comparison (the command a failure prints)",
                      "The peer's forward pass (or gradients) on one config against the float64 truth, every "
                      "quantity judged by the tolerance policy. A config without a dtype runs in float32.")
@@ -749,7 +790,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         if args.command == "test":
             return cmd_test(args, extra)
         commands = {"report": cmd_report, "render": cmd_render, "check": cmd_check, "convert": cmd_convert,
-                    "infer": cmd_infer, "peers": cmd_peers}
+                    "infer": cmd_infer, "peers": cmd_peers, "diff": cmd_diff}
         return commands[args.command](args)
     except (ValueError, TypeError, OSError, MissingDependency) as exc:  # named in the message
         print(f"rnn-compat {args.command}: {exc}", file=sys.stderr)

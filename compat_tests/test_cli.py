@@ -206,7 +206,7 @@ def test_the_command_line_explains_itself(capsys):
     top = capsys.readouterr().out
     assert "cuDNN-style recurrent networks" in top and "exit status:" in top
     commands = cli.build_parser().commands
-    assert set(commands) == {"report", "render", "check", "convert", "infer", "peers", "test"}
+    assert set(commands) == {"report", "render", "diff", "check", "convert", "infer", "peers", "test"}
     for command, parser in commands.items():
         assert re.search(rf"^    {command}\s+\w", top, re.M), command
         assert parser.description and len(parser.description) > 20, command
