@@ -310,7 +310,7 @@ def _overrides(args: argparse.Namespace) -> dict:
             "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
             "num_proj": args.num_proj, "dtype": args.dtype, "bias_mode": args.bias_mode, "scope": args.scope,
             "module": args.module, "recurrent_activation": args.recurrent_activation, "names": args.names,
-            "layers": args.layers, "layer": args.layer}
+            "layers": args.layers, "layer": args.layer, "node": args.node}
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -619,6 +619,9 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
                          help="TF-named stacks whose layers differ in size (a MultiRNNCell of 512, 256, 128 units): "
                               "read layer N alone, as a one-layer model (infer runs the whole stack as a chain of "
                               "one-layer models without it)")
+    options.add_argument("--node", metavar="NAME",
+                         help="ONNX files: read the recurrent node of this name alone, as a one-layer model, "
+                              "wherever it lies (inside an If branch or a Loop or Scan body too)")
     options.add_argument("--layers", metavar="NAME,NAME",
                          help="Keras weights files that hold other layers too (an Embedding, a Dense head): the "
                               "recurrent layers of the stack, in its order, by name (lstm_1,lstm_2) or by index in "

@@ -137,6 +137,10 @@ def _read(fmt: str, path: str | Path, overrides: dict, names: dict | None = None
                          f"layers may say otherwise, not to {fmt}")
     if overrides.get("layer") is not None and fmt not in TF_NAMED:
         raise ValueError(f"a layer number applies to TF-named files (checkpoint, tf), not to {fmt}")
+    if overrides.get("node") is not None and fmt != "onnx":
+        raise ValueError(f"a node name applies to ONNX files (onnx), not to {fmt}")
+    if fmt != "onnx":
+        overrides.pop("node", None)
     if overrides.get("layers") is not None and not keras_own:
         raise ValueError(f"a choice of layers applies to Keras weights files (.h5, .weights.h5), not to {fmt}")
     if not keras_own:

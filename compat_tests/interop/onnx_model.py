@@ -123,13 +123,13 @@ def import_model(source, options: dict | None = None) -> tuple[object, list[np.n
         return _import_proto(proto, options or {})
 
 
-def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+def _initializers(graph) -> dict[str, np.ndarray]:
+    """A graph's initializers as arrays; one whose data lies in another file, or cannot be read, is refused."""
     import onnx
     from onnx import numpy_helper
 
-    meta = {p.key: p.value for p in proto.metadata_props}
     inits = {}
-    for t in proto.graph.initializer:
+    for t in graph.initializer:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             raise ValueError(f"initializer {t.name!r} keeps its data in another file; save the model with its "
                              f"weights inside (onnx.save(..., save_as_external_data=False))")
@@ -137,6 +137,16 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
             inits[t.name] = numpy_helper.to_array(t)
         except (KeyError, ValueError, TypeError) as exc:  # an unknown data_type, data of the wrong length
             raise ValueError(f"initializer {t.name!r} cannot be read: {type(exc).__name__}: {exc}") from None
+    return inits
+
+
+def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+    options = dict(options)
+    wanted = options.pop("node", None)
+    if wanted is not None:
+        return _import_node(proto, wanted, options)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    inits = _initializers(proto.graph)
     nodes = [n for n in proto.graph.node if n.op_type in RECURRENT_OPS and n.domain in DEFAULT_DOMAIN]
     if not nodes:
         _refuse_hidden(proto.graph)
@@ -177,6 +187,66 @@ FOREIGN_RECURRENT = {
 CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
+MAX_DEPTH = 16  # subgraphs within subgraphs looked into (a graph is a file's word)
+
+
+def recurrent_nodes(graph, where: str = "the main graph", scopes: tuple = (), depth: int = 0):
+    """``(node, where, scopes)`` of every recurrent node (ONNX's own GRU, LSTM, RNN) of ``graph`` and of the
+    control-flow subgraphs within it, in file order: ``where`` says where it lies (``the main graph``, or ``the
+    then_branch of If node 'pick'`` and so on, outermost first), ``scopes`` the graphs it sees, outermost first
+    (its own last)."""
+    scopes = scopes + (graph,)
+    for node in graph.node:
+        if node.op_type in RECURRENT_OPS and node.domain in DEFAULT_DOMAIN:
+            yield node, where, scopes
+        if depth < MAX_DEPTH:
+            for attr, sub in _subgraphs(node):
+                inner = f"the {attr} of {node.op_type} node {node_name(node)}"
+                yield from recurrent_nodes(sub, inner if where == "the main graph" else f"{inner} in {where}",
+                                           scopes, depth + 1)
+
+
+def listed(proto) -> str:
+    """Every recurrent node of the file with where it lies, for a message."""
+    found = [f"{n.op_type} {node_name(n)} ({where})" for n, where, _ in recurrent_nodes(proto.graph)]
+    return "; ".join(found) if found else "none"
+
+
+class _Scope:
+    """The graphs a subgraph's node sees, as one graph for :func:`_folded`: every scope's nodes and inputs
+    (a subgraph reads names of the graphs around it)."""
+
+    def __init__(self, scopes: tuple) -> None:
+        self.node = [n for g in scopes for n in g.node]
+        self.input = [i for g in scopes for i in g.input]
+
+
+def _import_node(proto, wanted: str, options: dict) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+    """One recurrent node, named ``wanted``, wherever it lies (a control-flow subgraph's too), as a one-layer
+    model: its ``W``, ``R`` and ``B`` from the initializers and constants of the graphs it sees (folded as
+    for the main graph's nodes); its config from the node (``options`` may add what it cannot tell)."""
+    if not isinstance(wanted, str) or not wanted:
+        raise ValueError(f"node must name a recurrent node, got {wanted!r}")
+    found = [(n, where, scopes) for n, where, scopes in recurrent_nodes(proto.graph) if n.name == wanted]
+    if not found:
+        raise ValueError(f"no recurrent node is named {wanted!r}; the file's recurrent nodes: {listed(proto)}")
+    if len(found) > 1:
+        raise ValueError(f"{len(found)} recurrent nodes are named {wanted!r} ("
+                         + "; ".join(where for _, where, _ in found) + "): the name does not pick one")
+    node, where, scopes = found[0]
+    inits: dict[str, np.ndarray] = {}
+    for graph in scopes:  # an inner graph's names hide the outer ones'
+        inits.update(_initializers(graph))
+    inits.update(_folded(_Scope(scopes), inits, [name for name in list(node.input)[1:4] if name],
+                         list(proto.opset_import)))
+    layer = _node_weights(node, inits)
+    config = checkpoint.with_options(_config_from_nodes(_node_kind(node, layer), [layer]), options,
+                                     f"node {node_name(node)} ({where}) tells its config", untold=("input_mode",))
+    model = checkpoint.model_from_config(config, holds=2)
+    weights, biases = onnx_weights.from_onnx(model, _with_biases(model, [layer]))
+    return model, weights, biases
+
+
 def _subgraphs(node):
     """``(attribute name, graph)`` of every subgraph a node holds (an If's branches, a Loop's or Scan's body)."""
     import onnx
@@ -189,7 +259,14 @@ def _subgraphs(node):
                 yield f"{attr.name}[{k}]", g
 
 
-def _refuse_hidden(graph, depth: int = 0) -> None:
+class _Whole:
+    """A graph as the file's model, for :func:`listed` (whose messages start at the main graph)."""
+
+    def __init__(self, graph) -> None:
+        self.graph = graph
+
+
+def _refuse_hidden(graph, depth: int = 0, root=None) -> None:
     """Refuse, naming it, a graph whose recurrent nodes are not GRU/LSTM/RNN nodes of its own: one inside a
     control-flow subgraph (If, Loop, Scan), or of another domain (``com.microsoft``'s DynamicQuantizeLSTM)."""
     for node in graph.node:
@@ -204,9 +281,11 @@ def _refuse_hidden(graph, depth: int = 0) -> None:
                                  f"inside the {where} subgraph of {node.op_type} node {node_name(node)}: it runs on "
                                  f"what that {'branch' if node.op_type == 'If' else 'body'} is given, when and as "
                                  f"often as the graph decides at run time, which is not one cuDNN model; export the "
-                                 f"recurrent part without control flow")
+                                 f"recurrent part without control flow, or read one node as a one-layer model "
+                                 f"with --node NAME (options key node) among the file's recurrent nodes: "
+                                 f"{listed(_Whole(root or graph))}")
             if depth < 16:
-                _refuse_hidden(sub, depth + 1)
+                _refuse_hidden(sub, depth + 1, root or graph)
 
 
 # Ops folded, from the file's constants alone, into a W, R or B that is not an initializer (as exporters write
