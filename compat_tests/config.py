@@ -29,7 +29,7 @@ INPUT_MODES = ("linear_input", "skip_input")  # resolved: a config never says "a
 BIAS_MODE_NAMES = tuple(BIAS_MODES)  # double (the default), single_inp, single_rec, none
 # Fields added after configs were first written down (reports, captures, commands): a config at their default
 # is written without them (``to_dict``), so its JSON, and the ids made from it, stay as they were.
-LATER_FIELDS = {"bias_mode": "double", "padding_fill": 0.0}
+LATER_FIELDS = {"bias_mode": "double", "padding_fill": 0.0, "cell_clip": None}
 # JSON has no NaN or infinities: a padding_fill that is one is written as its name
 NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -58,7 +58,8 @@ def json_loads(text: str | bytes, what: str = "the JSON text") -> object:
 class RNNConfig:
     """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long; ``bias_mode`` is the
     model's (``reference.layout.BIAS_MODES``); ``padding_fill`` the output past each length (cuDNN's
-    ``paddingFill``: with ``lengths`` only; NaN and the infinities also as ``"nan"``, ``"inf"``, ``"-inf"``)."""
+    ``paddingFill``: with ``lengths`` only; NaN and the infinities also as ``"nan"``, ``"inf"``, ``"-inf"``);
+    ``cell_clip`` the LSTM's ``(lclip, rclip)`` (``reference.checks.cell_clip``; an infinity also by name)."""
 
     mode: str
     num_layers: int = 1
@@ -77,6 +78,7 @@ class RNNConfig:
     seed: int = 0
     bias_mode: str = "double"
     padding_fill: float = 0.0
+    cell_clip: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         """Every field checked (and normalised to plain Python values, so the JSON round trip is exact):
@@ -119,6 +121,13 @@ class RNNConfig:
         if isinstance(fill, str):
             raise ValueError(f"padding_fill must be a number or one of {tuple(NONFINITE)}, got {fill!r}")
         self._set("padding_fill", float(reference.checks.padding_fill(fill, np.dtype(self.dtype))))
+        if self.cell_clip is not None:
+            if self.mode != "lstm":
+                raise ValueError(f"cell_clip is an LSTM's (its cell state clipped), got one for mode {self.mode!r}")
+            clip = self.cell_clip
+            if isinstance(clip, (list, tuple)):
+                clip = tuple(NONFINITE.get(v, v) if isinstance(v, str) and v != "nan" else v for v in clip)
+            self._set("cell_clip", reference.checks.cell_clip(clip))
         if self.lengths is None and not _is_zero(self.padding_fill):
             raise ValueError(f"padding_fill is written past each sequence's length: give lengths too, or leave "
                              f"it 0.0 (got {self.padding_fill!r} without lengths)")
@@ -145,6 +154,8 @@ class RNNConfig:
               **options) -> reference.model._CudnnRNN:
         """The reference model of this config (in ``dtype``, default the config's), or with ``models`` (e.g.
         ``cudnn_backend.MODELS``) and that backend's ``options`` another backend's."""
+        if self.cell_clip is not None:
+            options = {**options, "cell_clip": self.cell_clip}
         return reference.make_model(self.mode, self.num_layers, self.num_units, self.input_size, self.input_mode,
                                     self.direction, np.dtype(dtype or self.dtype), dropout, seed, self.num_proj,
                                     models=models, bias_mode=self.bias_mode, **options)
@@ -156,6 +167,8 @@ class RNNConfig:
         config that uses none of them is written as before they were added)."""
         out = {k: v for k, v in asdict(self).items()
                if k != "padding_fill" and (k not in LATER_FIELDS or LATER_FIELDS[k] != v)}
+        if self.cell_clip is not None:  # (an infinity by name, as JSON has none)
+            out["cell_clip"] = [v if math.isfinite(v) else ("inf" if v > 0 else "-inf") for v in self.cell_clip]
         if not _is_zero(self.padding_fill):
             out["padding_fill"] = self.padding_fill
         if not math.isfinite(self.padding_fill):
@@ -201,6 +214,8 @@ class RNNConfig:
             parts.append("len=" + "/".join(map(str, self.lengths)))
         if not _is_zero(self.padding_fill):
             parts.append(f"fill={self.padding_fill:g}")
+        if self.cell_clip is not None:
+            parts.append(f"clip={self.cell_clip[0]:g}/{self.cell_clip[1]:g}")
         if not self.time_major:
             parts.append("batch-major")
         return " ".join(parts)

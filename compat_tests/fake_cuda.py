@@ -13,7 +13,8 @@ The compute calls then do what cuDNN's documentation says they do, with the refe
 writes ``y`` (``paddingFill`` past each length, NaN without one), ``hy``, ``cy``;
 ``cudnnRNNBackwardData_v8`` finds the forward pass by its reserve space and writes ``dx`` (NaN past each
 length: cuDNN documents nothing there), ``dhx``, ``dcx``; ``cudnnRNNBackwardWeights_v8`` adds
-the weight gradient into ``dw``. So a backend that moves data wrongly (a layout, a transpose, a buffer)
+the weight gradient into ``dw``; ``cudnnRNNSetClip_v9`` makes the descriptor's model again with that cell
+clip. So a backend that moves data wrongly (a layout, a transpose, a buffer)
 disagrees with the reference through this fake, while the arithmetic itself is never tested here.
 
 :func:`install` puts both in place for a whole process: ``pytest --fake-cuda -m gpu`` dry-runs the GPU suite's
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import itertools
 import types
 from dataclasses import dataclass, field
@@ -197,6 +199,8 @@ FAULTS = {
                          "for (the other bias modes' rung alone uses another)",
     "padding_fill_ignored": "cuDNN writes zeros past each length whatever paddingFill the output descriptor holds "
                             "(the padding_fill rung alone sets another)",
+    "cell_clip_ignored": "cuDNN leaves the LSTM's cell state unclipped whatever cudnnRNNSetClip_v9 set (the "
+                         "cell_clip rung alone sets a clip)",
 }
 WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
@@ -226,6 +230,8 @@ class FakeCudnn:
         self.data: dict[int, DataDesc] = {}
         self.rnns: dict[int, object] = {}  # descriptor -> the reference model of its settings
         self.rnn_settings: dict[int, dict[str, int]] = {}
+        self.rnn_makers: dict = {}  # descriptor -> how its model is made (cudnnRNNSetClip_v9 makes it again)
+        self.clips: dict = {}  # descriptor -> (clip mode, lclip, rclip) as set
         self.dropouts: dict[int, tuple[float, int]] = {}  # descriptor -> (rate, seed)
         # the latest calls only: a long run (test_gpu's 2,000-call growth check) must not grow the fake
         self.calls: collections.deque[str] = collections.deque(maxlen=1000)
@@ -291,12 +297,26 @@ class FakeCudnn:
         self.rnn_settings[_value(rnn_desc)] = dict(algo=algo, bias_mode=bias_mode, math_prec=math_prec,
                                                    math_type=math_type, aux_flags=aux_flags)
         rate, seed = self.dropouts[_value(dropout_desc)]
-        self.rnns[_value(rnn_desc)] = reference.make_model(
-            _MODES[cell_mode], num_layers, hidden_size, input_size, "skip_input" if input_mode else "linear_input",
-            "bidirectional" if dir_mode else "unidirectional", _DTYPES[data_type], rate, seed,
-            proj_size if proj_size != hidden_size else None,
+        make = functools.partial(
+            reference.make_model, _MODES[cell_mode], num_layers, hidden_size, input_size,
+            "skip_input" if input_mode else "linear_input", "bidirectional" if dir_mode else "unidirectional",
+            _DTYPES[data_type], rate, seed, proj_size if proj_size != hidden_size else None,
             bias_mode="double" if "bias_mode_ignored" in self.faults else
             next(name for name, m in BIAS_MODES.items() if m.cudnn == bias_mode))
+        self.rnn_makers[_value(rnn_desc)], self.clips[_value(rnn_desc)] = make, (0, 0.0, 0.0)
+        self.rnns[_value(rnn_desc)] = make()
+
+    def _cudnnRNNSetClip_v9(self, rnn_desc, clip_mode, lclip, rclip) -> None:
+        self.clips[_value(rnn_desc)] = (int(clip_mode), float(lclip), float(rclip))
+        clipped = clip_mode == _lib.CLIP_MINMAX and "cell_clip_ignored" not in self.faults
+        self.rnns[_value(rnn_desc)] = self.rnn_makers[_value(rnn_desc)](
+            **({"cell_clip": (lclip, rclip)} if clipped else {}))
+
+    def _cudnnRNNGetClip_v9(self, rnn_desc, clip_mode, lclip, rclip) -> None:
+        mode, low, high = self.clips[_value(rnn_desc)]
+        _set_out(clip_mode, mode)
+        _set_out(lclip, low)
+        _set_out(rclip, high)
 
     def _cudnnGetRNNWeightSpaceSize(self, handle, rnn_desc, weight_space_size) -> None:
         model = self.rnns[_value(rnn_desc)]

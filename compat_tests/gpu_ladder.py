@@ -73,6 +73,8 @@ class Rung:
     values: dict[str, tuple[str, ...]] = field(default_factory=dict)  # check -> the values it runs with
     bias_modes: tuple[str, ...] = ("double",)  # the bias modes its configs draw from
     padding_fills: tuple[float, ...] = (0.0,)  # the paddingFill values its configs with lengths draw from
+    cell_clips: tuple[tuple[float, float] | None, ...] = (None,)  # the LSTM cell clips its configs draw from
+    modes: tuple[str, ...] | None = None  # the cell modes its configs draw from (None: the peer's)
 
 
 def _rung(name: str, adds: str, *features: str, **more) -> Rung:
@@ -100,6 +102,10 @@ RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00
          bias_modes=("single_inp", "single_rec", "none"), offers=frozenset({"layers", "bidirectional"})),
     _rung("padding_fill", "paddingFill -1, 1000 and NaN past each length (forward), and the gradients beside it",
           "ragged", checks=NUMBERS, padding_fills=(-1.0, 1000.0, float("nan"))),
+    Rung("cell_clip", "LSTM cell clipping (cudnnRNNSetClip_v9, MINMAX) at [-0.25, 0.25] and [-1, 0.5]: the "
+         "clipped state carried, returned and read by tanh, the gradient through the clip",
+         checks=NUMBERS, modes=("lstm",), cell_clips=((-0.25, 0.25), (-1.0, 0.5)),
+         offers=frozenset({"layers", "bidirectional"})),
     Rung("combined", "every established feature at once, float32 and float64", dtypes=("float32", "float64"),
          offers=ALL),
     Rung("tf32", "default math (TF32 tensor cores) judged by the cudnn-tf32 budget", peer="cudnn-tf32",

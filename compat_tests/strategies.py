@@ -67,7 +67,7 @@ def _offers(capabilities: Capabilities, feature: str) -> bool:
 
 
 # What the strategies draw from when no peer's capabilities narrow it: every feature, every bias mode, any fill.
-EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES, padding_fill=True)
+EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES, padding_fill=True, cell_clip=True)
 
 
 @st.composite
@@ -85,6 +85,7 @@ def rnn_configs(
     require: frozenset[str] = frozenset(),
     bias_modes_: tuple[str, ...] = ("double",),
     padding_fills_: tuple[float, ...] = (0.0,),
+    cell_clips_: tuple[tuple[float, float] | None, ...] = (None,),
 ) -> RNNConfig:
     """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``).
 
@@ -92,7 +93,8 @@ def rnn_configs(
     (``Capabilities.bias_modes``; none of them there is an error); only ``"double"`` by default, which every
     other test runs, and then nothing is drawn for it. ``padding_fills_``: the ``padding_fill`` values drawn
     from where the config has lengths and the capabilities have ``padding_fill`` (zeros otherwise); only 0.0
-    by default, likewise.
+    by default, likewise. ``cell_clips_``: the LSTM's ``cell_clip`` drawn from where the mode is ``lstm`` and
+    the capabilities have ``cell_clip`` (unclipped otherwise); only ``None`` by default.
 
     ``require`` names :data:`FEATURES` every drawn config has (each must be among the capabilities):
     ``layers`` (two or more), ``bidirectional``, ``ragged`` (some sequence shorter than ``seq_len``),
@@ -127,6 +129,11 @@ def rnn_configs(
         lengths = draw(ragged_lengths(seq_len, batch), label="lengths")
     elif capabilities.lengths:
         lengths = draw(lengths_for(seq_len, batch), label="lengths")
+    clip = None
+    if mode == "lstm" and capabilities.cell_clip and len(cell_clips_) > 1:
+        clip = draw(st.sampled_from(cell_clips_), label="cell_clip")
+    elif mode == "lstm" and capabilities.cell_clip:
+        clip = cell_clips_[0]
     fill = 0.0
     if lengths is not None and capabilities.padding_fill and len(padding_fills_) > 1:
         fill = draw(st.sampled_from(padding_fills_), label="padding_fill")
@@ -144,6 +151,7 @@ def rnn_configs(
         seed=draw(seeds(), label="seed"),
         bias_mode=draw(st.sampled_from(bias_modes_), label="bias_mode") if len(bias_modes_) > 1 else bias_modes_[0],
         padding_fill=fill,
+        cell_clip=clip,
     )
 
 
@@ -164,12 +172,13 @@ def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfi
     the rung's dtypes and bias modes, only the features it offers, every feature it requires."""
     offers = rung.offers
     limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, bias_modes=capabilities.bias_modes,
-                           padding_fill=capabilities.padding_fill,
+                           padding_fill=capabilities.padding_fill, cell_clip=capabilities.cell_clip,
                            skip_input="skip_input" in offers,
                            projection="projection" in offers, lengths="ragged" in offers,
                            batch_major="batch_major" in offers, bidirectional="bidirectional" in offers,
                            max_layers=None if "layers" in offers else 1)
-    return rnn_configs(limited, require=rung.require, bias_modes_=rung.bias_modes, padding_fills_=rung.padding_fills)
+    return rnn_configs(limited, modes_=rung.modes, require=rung.require, bias_modes_=rung.bias_modes,
+                       padding_fills_=rung.padding_fills, cell_clips_=rung.cell_clips)
 
 
 def examples(dev: int) -> int:

@@ -15,7 +15,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
-from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_size_t, c_uint32, c_ulonglong, c_void_p
+from ctypes import POINTER, c_char_p, c_double, c_float, c_int, c_int32, c_size_t, c_uint32, c_ulonglong, c_void_p
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +33,7 @@ INPUT_MODE = {"linear_input": 0, "skip_input": 1}  # cudnnRNNInputMode_t
 MATH_TYPE = {"default": 0, "tensor_op": 1, "fma": 3}  # cudnnMathType_t (2 = ALLOW_CONVERSION: not offered)
 ALGO = {"standard": 0, "persist_static": 1, "persist_dynamic": 2, "persist_static_small_h": 3}
 DOUBLE_BIAS = 2  # cudnnRNNBiasMode_t CUDNN_RNN_DOUBLE_BIAS: b_W and b_R per gate, as TF and PyTorch
+CLIP_NONE, CLIP_MINMAX = 0, 1  # cudnnRNNClipMode_t
 FWD_INFERENCE, FWD_TRAINING = 0, 1  # cudnnForwardMode_t
 SEQ_MAJOR_UNPACKED, BATCH_MAJOR_UNPACKED = 0, 2  # cudnnRNNDataLayout_t
 PADDED_IO_ENABLED = 1  # auxFlags
@@ -80,6 +81,8 @@ SIGNATURES: dict[str, tuple[list, object]] = {
     "cudnnGetRNNDescriptor_v8": ([P, PI, PI, PI, PI, PI, PI, PI, PI, POINTER(I32), POINTER(I32), POINTER(I32),
                                   POINTER(I32), PP, POINTER(U32)], None),
     "cudnnBuildRNNDynamic": ([P, P, I], None),
+    "cudnnRNNSetClip_v9": ([P, I, c_double, c_double], None),
+    "cudnnRNNGetClip_v9": ([P, PI, POINTER(c_double), POINTER(c_double)], None),
     "cudnnCreateRNNDataDescriptor": ([PP], None),
     "cudnnDestroyRNNDataDescriptor": ([P], None),
     "cudnnSetRNNDataDescriptor": ([P, I, I, I, I, I, PI, P], None),

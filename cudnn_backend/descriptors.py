@@ -10,6 +10,7 @@ import ctypes
 import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
 
+from . import _lib
 from ._lib import Library, ints
 
 
@@ -108,6 +109,17 @@ class RNNDescriptor(Owned):
         self.lib.call("cudnnSetRNNDescriptor_v8", self.ptr, *(fields[name] for name in self.FIELDS), dropout.ptr,
                       aux_flags)
         return self
+
+    def set_clip(self, lclip: float, rclip: float) -> "RNNDescriptor":
+        """``cudnnRNNSetClip_v9``: the LSTM's cell state clipped to ``[lclip, rclip]`` (``CUDNN_RNN_CLIP_MINMAX``)."""
+        self.lib.call("cudnnRNNSetClip_v9", self.ptr, _lib.CLIP_MINMAX, float(lclip), float(rclip))
+        return self
+
+    def get_clip(self) -> tuple[int, float, float]:
+        """``cudnnRNNGetClip_v9``: ``(clip mode, lclip, rclip)`` as cuDNN holds them."""
+        mode, lclip, rclip = c_int(), ctypes.c_double(), ctypes.c_double()
+        self.lib.call("cudnnRNNGetClip_v9", self.ptr, byref(mode), byref(lclip), byref(rclip))
+        return mode.value, lclip.value, rclip.value
 
     def get(self) -> dict[str, int]:
         """What cuDNN holds, by :meth:`set`'s argument names (``dropout``: the descriptor's address)."""

@@ -8,8 +8,9 @@ arguments are the reference's contract (``reference.contract``), so bad argument
 anything touches the GPU.
 
 Semantics kept equal to the reference where cuDNN leaves them open: outputs past a sequence's length hold
-``padding_fill`` (the output descriptor's ``paddingFill``; zero by default); the input at padded steps is zeroed in forward's private copy (it feeds the weight
-gradient's sums, where NaN padding would poison them) and ``output_backprop`` there before ``BackwardData``;
+``padding_fill`` (the output descriptor's ``paddingFill``; zero by default); the input at padded steps is
+zeroed in forward's private copy (it feeds the weight gradient's sums, where NaN padding would poison them)
+and ``output_backprop`` there before ``BackwardData``;
 the input gradient at padded steps is zeroed after it (cuDNN documents none of these); backward reads the
 inputs, states and parameters forward read, whatever the caller did to its arrays in between; and a
 ``ForwardResult`` can be backpropagated once (``BackwardData`` writes into the reserve space). Forward and
@@ -144,9 +145,9 @@ class _CudnnModel:
     def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
                  num_proj: int | None = None, *, math_type: str | None = None, algo: str = "standard",
-                 bias_mode: str = "double") -> None:
+                 bias_mode: str = "double", cell_clip: tuple[float, float] | None = None) -> None:
         config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode, direction,
-                                       dtype, dropout, seed, num_proj, bias_mode)
+                                       dtype, dropout, seed, num_proj, bias_mode, cell_clip)
         self.math_type, self.algo = check_options(config, math_type, algo)
         vars(self).update(config.attributes(), gates=config.gates, state_width=config.state_width)
         self._config = config
@@ -170,6 +171,8 @@ class _CudnnModel:
         self._built_batch: int | None = None  # persist_dynamic: the batch size of the compiled plan
         self._rnn = RNNDescriptor(self._lib).set(**descriptor_fields(config, self.algo, self.math_type),
                                                  dropout=self._dropout_desc)
+        if config.cell_clip is not None:
+            self._rnn.set_clip(*config.cell_clip)
         size = c_size_t()
         self._lib.call("cudnnGetRNNWeightSpaceSize", self._handle.ptr, self._rnn.ptr, byref(size))
         self._weight_bytes = size.value

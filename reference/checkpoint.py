@@ -52,7 +52,7 @@ class Checkpoint:
 
 CONFIG_FIELDS = ("rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction", "num_proj", "dtype")
 # Fields a config carries only where they are not their defaults (so files of models without them are as before).
-OPTIONAL_FIELDS = {"bias_mode": "double"}
+OPTIONAL_FIELDS = {"bias_mode": "double", "cell_clip": None}
 
 
 def model_config(model) -> dict:
@@ -61,7 +61,8 @@ def model_config(model) -> dict:
     fields = {name: getattr(model, name) for name in CONFIG_FIELDS}
     optional = {name: getattr(model, name, default) for name, default in OPTIONAL_FIELDS.items()}
     return {"format": FORMAT, "version": VERSION, **fields, "dtype": model.dtype.name,
-            **{name: value for name, value in optional.items() if value != OPTIONAL_FIELDS[name]}}
+            **{name: list(value) if isinstance(value, tuple) else value for name, value in optional.items()
+               if value != OPTIONAL_FIELDS[name]}}
 
 
 CONFIG_DEFAULTS = {"format": FORMAT, "version": VERSION, "input_mode": "linear_input", "direction": "unidirectional",
@@ -112,7 +113,8 @@ def model_from_config(config: dict, holds: int | None = None):
                          f"({holds})")
     return make_model(config["rnn_mode"], config["num_layers"], config["num_units"], config["input_size"],
                       config["input_mode"], config["direction"], config["dtype"], num_proj=config["num_proj"],
-                      **{name: config.get(name, default) for name, default in OPTIONAL_FIELDS.items()})
+                      **{name: config[name] for name, default in OPTIONAL_FIELDS.items()
+                         if config.get(name, default) != default})
 
 
 def save(path: str | Path, model, weights: list[np.ndarray], biases: list[np.ndarray],

@@ -115,3 +115,20 @@ def padding_fill(value: object, dtype: np.dtype) -> np.generic:
         raise ValueError(f"padding_fill must fit the model's dtype {np.dtype(dtype)} (at most "
                          f"{np.finfo(dtype).max:g} in magnitude), got {shown(value)}")
     return fill
+
+
+def cell_clip(value: object) -> tuple[float, float]:
+    """cudnnRNNSetClip_v9's ``(lclip, rclip)``: two real numbers (not bools; an infinity leaves that side
+    open), neither NaN, ``lclip <= rclip`` (cuDNN's ``CUDNN_STATUS_BAD_PARAM`` otherwise), as floats."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"cell_clip must be None or a pair (lclip, rclip) of numbers, got {shown(value)}")
+    for v in value:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"cell_clip must be a pair (lclip, rclip) of real numbers, got {shown(value)}")
+    try:
+        lclip, rclip = float(value[0]), float(value[1])
+    except OverflowError:  # a Python int beyond float64
+        raise ValueError(f"cell_clip's bounds must be float64 numbers, got {shown(value)}") from None
+    if np.isnan(lclip) or np.isnan(rclip) or lclip > rclip:
+        raise ValueError(f"cell_clip must be (lclip, rclip) with lclip <= rclip, neither NaN, got {shown(value)}")
+    return lclip, rclip

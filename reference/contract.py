@@ -67,6 +67,7 @@ class ModelConfig:
     seed: int
     num_proj: int | None
     bias_mode: str = "double"
+    cell_clip: tuple[float, float] | None = None  # the LSTM's (lclip, rclip): cudnnRNNSetClip_v9's MINMAX
 
     @property
     def num_dirs(self) -> int:
@@ -96,25 +97,28 @@ class ModelConfig:
         """A model's public attributes of its config, by name (``rnn_mode`` is its class's)."""
         return {name: getattr(self, name) for name in ("num_layers", "num_units", "input_size", "input_mode",
                                                         "direction", "num_dirs", "dtype", "dropout", "seed",
-                                                        "num_proj", "bias_mode")}
+                                                        "num_proj", "bias_mode", "cell_clip")}
 
     def arguments(self) -> str:
         """The constructor arguments as a model's ``repr`` shows them (``num_proj`` and ``bias_mode`` where not
         their defaults)."""
         proj = f", num_proj={self.num_proj}" if self.num_proj is not None else ""
         bias = f", bias_mode={self.bias_mode!r}" if self.bias_mode != "double" else ""
+        clip = f", cell_clip={self.cell_clip!r}" if self.cell_clip is not None else ""
         return (f"num_layers={self.num_layers}, num_units={self.num_units}, input_size={self.input_size}, "
                 f"input_mode={self.input_mode!r}, direction={self.direction!r}, dtype={self.dtype.name}, "
-                f"dropout={self.dropout}, seed={self.seed}{proj}{bias}")
+                f"dropout={self.dropout}, seed={self.seed}{proj}{bias}{clip}")
 
 
 def model_config(rnn_mode: str, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
                  direction: str = "unidirectional", dtype: object = np.float32, dropout: float = 0.0, seed: int = 0,
-                 num_proj: int | None = None, bias_mode: str = "double") -> ModelConfig:
+                 num_proj: int | None = None, bias_mode: str = "double",
+                 cell_clip: tuple[float, float] | None = None) -> ModelConfig:
     """Every backend's constructor checks, in argument order: the config, or a ``TypeError``/``ValueError``
     naming the argument. ``input_mode="auto_select"`` resolves by TensorFlow's rule; ``num_proj`` is the
     LSTM's: the other modes refuse one (a ``TypeError``, as for an argument their constructors lack);
-    ``bias_mode`` is one of ``reference.layout.BIAS_MODES`` (cuDNN's ``cudnnRNNBiasMode_t``)."""
+    ``bias_mode`` is one of ``reference.layout.BIAS_MODES`` (cuDNN's ``cudnnRNNBiasMode_t``); ``cell_clip`` the
+    LSTM's ``(lclip, rclip)`` (``checks.cell_clip``)."""
     checks.one_of("rnn_mode", rnn_mode, tuple(MODE_SHAPES))
     num_layers = checks.int_at_least("num_layers", num_layers, 1)
     num_units = checks.int_at_least("num_units", num_units, 1)
@@ -141,8 +145,11 @@ def model_config(rnn_mode: str, num_layers: int, num_units: int, input_size: int
             raise ValueError(f"num_proj must be in 1..num_units-1 = 1..{num_units - 1} "
                              f"(cuDNN takes projSize == hiddenSize as 'no projection'), got {num_proj}")
     checks.one_of("bias_mode", bias_mode, tuple(BIAS_MODES))
+    if cell_clip is not None and rnn_mode != "lstm":
+        raise TypeError(f"cell_clip is an LSTM's (its cell state clipped: rnn_mode 'lstm'); rnn_mode {rnn_mode!r} "
+                        f"takes none, got {checks.shown(cell_clip)}")
     return ModelConfig(rnn_mode, num_layers, num_units, input_size, input_mode, direction, dtype, float(dropout),
-                       seed, num_proj, bias_mode)
+                       seed, num_proj, bias_mode, None if cell_clip is None else checks.cell_clip(cell_clip))
 
 
 # ---- results ----------------------------------------------------------------------------------------

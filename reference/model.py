@@ -26,7 +26,7 @@ from .contract import (  # the shared contract, also importable from here as bef
     training_reserve,
 )
 from .layout import Region
-from .modes import MODES, CellMode
+from .modes import MODES, CellMode, clipped_lstm
 from .precision import compute_dtype
 from .backward import backprop_layers
 from .formats.canonical import check_canonical
@@ -69,6 +69,10 @@ class _CudnnRNN:
     only) or ``"none"``. An absent bias is absent from the equations (``reference.spec``), from the canonical
     lists and from the opaque buffer (``reference.layout.bias_slots``); for the cuDNN GRU the single modes
     are different functions, since ``b_Rh`` sits inside ``r * (R_h h + b_Rh)``.
+
+    ``cell_clip`` (keyword only, the LSTM's): ``(lclip, rclip)``, cuDNN's ``cudnnRNNSetClip_v9`` with
+    ``CUDNN_RNN_CLIP_MINMAX``: each new cell state is clipped to ``[lclip, rclip]`` before ``tanh`` reads it,
+    and the clipped state is carried and returned (``reference.spec.lstm``).
     """
 
     rnn_mode: ClassVar[str]
@@ -86,11 +90,12 @@ class _CudnnRNN:
         num_proj: int | None = None,
         *,
         bias_mode: str = "double",
+        cell_clip: tuple[float, float] | None = None,
     ) -> None:
         self._config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode,
-                                             direction, dtype, dropout, seed, num_proj, bias_mode)
+                                             direction, dtype, dropout, seed, num_proj, bias_mode, cell_clip)
         vars(self).update(self._config.attributes())
-        self._mode: CellMode = MODES[self.rnn_mode]
+        self._mode: CellMode = MODES[self.rnn_mode] if self.cell_clip is None else clipped_lstm(*self.cell_clip)
         self._spec = self._config.layout_spec()
         regions = layout.canonical_layout(self._spec)
         self._weight_regions = [r for r in regions if r.kind == "weight"]
@@ -394,12 +399,15 @@ def make_model(rnn_mode: str, num_layers: int, num_units: int, input_size: int, 
     same arguments plus its keyword ``options``), with every mode's constructor called alike: ``num_proj``
     goes only to the modes whose row in ``MODES`` supports a projection (the LSTM); for any other mode it
     must be ``None``. ``bias_mode`` goes to the constructor where it is not the default ``"double"`` (so a
-    backend without bias modes still makes double-bias models, and refuses the others)."""
+    backend without bias modes still makes double-bias models, and refuses the others), ``cell_clip`` (in
+    ``options``) where it is not ``None``."""
     table = MODELS if models is None else models
     checks.one_of("rnn_mode", rnn_mode, tuple(table))
     extra = {"num_proj": num_proj} if MODES[rnn_mode].supports_projection else {}
     if bias_mode != "double":
         options = {**options, "bias_mode": bias_mode}
+    if "cell_clip" in options and options["cell_clip"] is None:  # (the default: a backend without clips takes it)
+        options = {k: v for k, v in options.items() if k != "cell_clip"}
     if num_proj is not None and "num_proj" not in extra:
         raise ValueError(f"num_proj must be None for rnn_mode={rnn_mode!r} (a projection needs rnn_mode "
                          f"{' or '.join(repr(m) for m in table if MODES[m].supports_projection)}), "

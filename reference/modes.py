@@ -36,7 +36,8 @@ and returns ``[T, B, width]`` tensors, so the weight gradient is one GEMM over a
 Equations (column vectors; ``σ`` logistic sigmoid), from the cuDNN ``cudnnRNNMode_t`` documentation:
 
 - relu / tanh: ``h' = act(xw + R h + b_R)``
-- lstm (gates i, f, c, o): ``c' = σ(f)*c + σ(i)*tanh(g_c)``, ``h' = σ(o)*tanh(c')``
+- lstm (gates i, f, c, o): ``c' = σ(f)*c + σ(i)*tanh(g_c)``, ``h' = σ(o)*tanh(c')``; with a cell clip
+  (:func:`clipped_lstm`) ``c'`` is clipped to ``[lclip, rclip]`` first
 - gru (cuDNN, gates r, z, h): ``r = σ(xw_r + R_r h + b_Rr)``, ``z = σ(...)``,
   ``n = tanh(xw_h + r*(R_h h + b_Rh))``, ``h' = (1-z)*n + z*h``
 - classic_gru (textbook, same weights): ``n = tanh(xw_h + R_h (r*h) + b_Rh)``
@@ -170,9 +171,9 @@ def _relu_backward(g: Array, h: Array, out: Array) -> None:
     np.copyto(out, np.where(h > 0, g, 0.0))  # the subgradient 0 at 0, as PyTorch's threshold_backward
 
 
-def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
+def _lstm_step(gate: Callable[[Array, Array], Array], clip: tuple[float, float] | None = None) -> StepFn:
     """The LSTM step; ``gate`` the sigmoid of its i, f and o pre-activations (:func:`sigmoid_of_negated` for
-    the negated step)."""
+    the negated step); ``clip``: the new cell state clipped to ``[lclip, rclip]`` before ``tanh`` reads it."""
 
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         H = c.shape[0]
@@ -186,6 +187,8 @@ def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
         np.multiply(f, c, c_out)
         tanh_c = np.multiply(i, g, ws.tmp if acts is None else acts[4 * H :])
         np.add(c_out, tanh_c, c_out)
+        if clip is not None:
+            np.clip(c_out, clip[0], clip[1], out=c_out)  # NaN stays NaN
         np.tanh(c_out, tanh_c)
         np.multiply(o, tanh_c, h_out)
         round_in_place(h_out, ws.state_round)  # None before a projection (recurrence.fused_step rounds P m)
@@ -194,7 +197,7 @@ def _lstm_step(gate: Callable[[Array, Array], Array]) -> StepFn:
     return step
 
 
-def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
+def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec, clip: tuple[float, float] | None = None):
     H = c_prev.shape[0]
     one = _one(acts)
     i, f, o, gg, tanh_c = acts[:H], acts[H : 2 * H], acts[2 * H : 3 * H], acts[3 * H : 4 * H], acts[4 * H :]
@@ -206,6 +209,9 @@ def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
     np.multiply(dc, g, dc)
     if gc is not None:
         np.add(dc, gc, dc)
+    if clip is not None:  # through the clip where the unclipped state was within [lclip, rclip] (its ends too)
+        unclipped = np.add(np.multiply(f, c_prev), np.multiply(i, gg))  # the forward's own sums, bit for bit
+        np.multiply(dc, (unclipped >= clip[0]) & (unclipped <= clip[1]), dc)
     np.multiply(dc, gg, di)  # i gets dc * g, f gets dc * c_prev
     np.multiply(dc, c_prev, df)
     sig = acts[: 3 * H]  # i, f, o: sigmoid' = s * (1 - s), one block for the three gates
@@ -351,6 +357,17 @@ class CellMode:
     @property
     def saved_width(self) -> int:
         return len(self.saved)
+
+
+def clipped_lstm(lclip: float, rclip: float) -> CellMode:
+    """The LSTM's row with its cell state clipped to ``[lclip, rclip]`` (cuDNN's ``cudnnRNNSetClip_v9``)."""
+    from dataclasses import replace
+    from functools import partial
+
+    clip = (lclip, rclip)
+    lstm = MODES["lstm"]
+    return replace(lstm, step=_lstm_step(sigmoid, clip), step_backward=partial(_lstm_step_backward, clip=clip),
+                   negated_step=_lstm_step(sigmoid_of_negated, clip))
 
 
 MODES: dict[str, CellMode] = {

@@ -30,7 +30,7 @@ import numpy as np
 
 from reference import checkpoint
 from reference.formats import keras, tf, tf_bundle, torch, torch_archive, torch_save
-from reference.formats.canonical import check_fits, zeros
+from reference.formats.canonical import check_cell_clip, check_fits, zeros
 
 from . import keras_file
 
@@ -302,6 +302,7 @@ def write(fmt: str, path: str | Path, model, weights, biases, scope: str | None 
             raise ValueError(f"an ONNX file must end in .onnx, got {Path(path).name!r}")
         save(path, model, weights, biases)
     elif fmt == "tf":
+        check_cell_clip(model, "a TensorFlow bundle (its variables only)")
         tf_bundle.write(_bundle_prefix(path), tf.to_tf(model, weights, biases, scope))
     else:
         raise ValueError(f"unknown format {fmt!r}, expecting one of {', '.join(FORMATS)}")

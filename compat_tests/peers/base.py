@@ -32,6 +32,8 @@ class Capabilities:
     # cuDNN's paddingFill: outputs past each length hold a value of the caller's; without it only zeros (every
     # peer written before it pads with zeros)
     padding_fill: bool = False
+    # the LSTM's cell clipping (cudnnRNNSetClip_v9); without it, unclipped cell states only
+    cell_clip: bool = False
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
     def __post_init__(self) -> None:
@@ -40,7 +42,7 @@ class Capabilities:
                 raise ValueError(f"Capabilities.{field} must be a non-empty subset of {allowed}, "
                                  f"got {getattr(self, field)}")
         for name in ("skip_input", "projection", "lengths", "batch_major", "bidirectional", "backward",
-                     "padding_fill"):
+                     "padding_fill", "cell_clip"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Capabilities.{name} must be a bool, got {getattr(self, name)!r}")
         if self.max_layers is not None and (isinstance(self.max_layers, bool) or not isinstance(self.max_layers, int)
@@ -63,6 +65,8 @@ class Capabilities:
             return why.get("projection", "LSTM projection not supported")
         if cfg.lengths is not None and not self.lengths:
             return why.get("lengths", "sequence lengths not supported")
+        if cfg.cell_clip is not None and not self.cell_clip:
+            return why.get("cell_clip", f"cell_clip {cfg.cell_clip} not supported (an unclipped LSTM only)")
         if "padding_fill" in cfg.to_dict() and not self.padding_fill:
             return why.get("padding_fill", f"padding_fill {cfg.padding_fill!r} not supported (only zeros)")
         if not cfg.time_major and not self.batch_major:

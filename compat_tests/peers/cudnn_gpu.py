@@ -25,7 +25,7 @@ class CudnnPeer(Peer):
                       ("dtype", "cuDNN runs float64 with the standard and persist_dynamic algorithms only"))
         self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes,
                                          projection=algo == "standard", bias_modes=BIAS_MODE_NAMES,
-                                         padding_fill=True)
+                                         padding_fill=True, cell_clip=True)
 
     def available(self) -> tuple[bool, str]:
         import cudnn_backend

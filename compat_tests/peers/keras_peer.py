@@ -81,6 +81,7 @@ class KerasPeer(Peer):
             ("projection", "Keras LSTM has no projection"),
             ("padding_fill", "a masked Keras RNN outputs zeros at masked steps (zero_output_for_mask); no "
                              "layer option sets another value"),
+            ("cell_clip", "Keras's LSTM has no cell clipping (TensorFlow 1's LSTMCell(cell_clip=...) had)"),
         ),
     )
 

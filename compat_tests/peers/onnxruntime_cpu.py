@@ -30,6 +30,8 @@ class OnnxRuntimeCPU(Peer):
             ("projection", "ONNX LSTM has no projection"),
             ("padding_fill", "ONNX's recurrent ops define Y past each sequence_lens entry as zeros; no "
                              "attribute sets another value"),
+            ("cell_clip", "ONNX's LSTM clip attribute clips the gates' pre-activations, not the cell state: "
+                          "another function, never mapped onto cuDNN's cell clip"),
         ),
     )
 

@@ -16,6 +16,7 @@ class ReferencePeer(Peer):
         dtypes=("float16", "float32"),
         bias_modes=BIAS_MODE_NAMES,
         padding_fill=True,
+        cell_clip=True,
         notes=(("dtype", "the engine's float64 is held against the float64 truth (the plain cells of reference/spec) "
                           "by compat_tests/test_spec.py"),),
     )

@@ -33,6 +33,7 @@ _CAPABILITIES = Capabilities(
         ("bias_mode", "PyTorch's modules have both biases of every gate (bias=True) or none (bias=False), "
                       "never one set"),
         ("skip_input", "PyTorch has no skip_input mode"),
+        ("cell_clip", "PyTorch's nn.LSTM has no cell clipping (its cuDNN path never calls cudnnRNNSetClip)"),
     ),
 )
 

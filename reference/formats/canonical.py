@@ -50,6 +50,14 @@ def check_bias_mode(model, fmt: str, held: tuple[str, ...] = ("double",)) -> Non
                          f"{' or '.join(kinds[m] for m in held)}; {model!r} has bias_mode {mode!r}")
 
 
+def check_cell_clip(model, fmt: str) -> None:
+    """Refuse, naming ``cell_clip``, a model with a clipped cell state for a format (``fmt``) that cannot say so:
+    written there, its weights would run unclipped."""
+    if getattr(model, "cell_clip", None) is not None:
+        raise ValueError(f"cell_clip {model.cell_clip} cannot be held by {fmt}, whose model has no cell clip: its "
+                         f"weights would run unclipped; write our checkpoint format, which carries it")
+
+
 def check_mapping(name: str, value: object, holds: str) -> None:
     """``value`` is a mapping (``holds`` says of what), else a ``TypeError`` naming it."""
     if not isinstance(value, Mapping):

@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_fits, check_layers, check_model,
-                        check_tensor, flatten, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_cell_clip, check_fits, check_layers,
+                        check_model, check_tensor, flatten, zeros)
 from .tf import halves
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
@@ -43,6 +43,7 @@ HELD = ("double", "none")  # use_bias=True, use_bias=False
 def _supported(model) -> None:
     check_model(model)
     check_bias_mode(model, "Keras's weights", HELD)
+    check_cell_clip(model, "Keras's weights")
     if model.num_proj:
         raise ValueError("Keras LSTM has no projection")
     if model.input_mode == "skip_input":

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_fits, check_layers, check_model,
-                        check_tensor, flatten, input_matrices, skipped_input_matrices, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_cell_clip, check_fits, check_layers,
+                        check_model, check_tensor, flatten, input_matrices, skipped_input_matrices, zeros)
 
 ORDER = {"relu": (0,), "tanh": (0,), "lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "classic_gru": (1, 0, 2)}
 OPS = {"relu": "RNN", "tanh": "RNN", "lstm": "LSTM", "gru": "GRU", "classic_gru": "GRU"}
@@ -34,6 +34,7 @@ def to_onnx(model, weights: list[np.ndarray], biases: list[np.ndarray]) -> list[
     """``{"W", "R", "B"}`` per layer (``{"W", "R"}`` under ``bias_mode="none"``)."""
     check_model(model)
     check_bias_mode(model, "ONNX's W, R and B", HELD)
+    check_cell_clip(model, "ONNX's W, R and B")
     if model.num_proj:
         raise ValueError("ONNX LSTM has no projection")
     order, D = ORDER[model.rnn_mode], model.num_dirs
@@ -55,6 +56,7 @@ def from_onnx(model, layers: list[dict[str, np.ndarray]]) -> tuple[list, list]:
     """The canonical lists of ``model`` from per-layer ``W``/``R``/``B``; errors name the tensor."""
     check_model(model)
     check_bias_mode(model, "ONNX's W, R and B", HELD)
+    check_cell_clip(model, "ONNX's W, R and B")
     check_layers("layers", layers, Mapping, "dict of ONNX W, R and B")
     check_fits(model, sum(np.size(a) for layer in layers for a in layer.values()), "the ONNX W, R and B")
     expected = to_onnx(model, *zeros(model))

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_fits, check_mapping, check_model,
-                        check_tensor, flatten, matrix_shape, zeros)
+from .canonical import (PseudoLayerTensors, by_pseudo_layer, check_bias_mode, check_cell_clip, check_fits,
+                        check_mapping, check_model, check_tensor, flatten, matrix_shape, zeros)
 
 
 HELD = ("double", "none")  # bias=True, bias=False
@@ -29,6 +29,7 @@ def _suffix(model, pl: int) -> str:
 def _supported(model) -> None:
     check_model(model)
     check_bias_mode(model, "PyTorch's state_dict", HELD)
+    check_cell_clip(model, "PyTorch's state_dict")
     if model.rnn_mode == "classic_gru":
         raise ValueError("PyTorch has no textbook GRU (its nn.GRU is the cuDNN variant)")
     if model.input_mode == "skip_input":

@@ -71,6 +71,7 @@ class Network:
     num_proj: int | None = None
     skip_input: bool = False
     bias_mode: str = "double"
+    cell_clip: tuple[float, float] | None = None  # the LSTM's (lclip, rclip), lstm.py
 
     def __post_init__(self) -> None:
         checks.one_of("mode", self.mode, tuple(CELLS))
@@ -83,17 +84,27 @@ class Network:
             raise ValueError(f"num_proj must be None, or in 1..num_units-1 for mode 'lstm', got {self.num_proj!r}")
         if self.skip_input and self.input_size != self.num_units:
             raise ValueError(f"skip_input needs input_size == num_units, got {self.input_size} and {self.num_units}")
+        if self.cell_clip is not None:
+            if self.mode != "lstm":
+                raise ValueError(f"cell_clip is an LSTM's, got one for mode {self.mode!r}")
+            object.__setattr__(self, "cell_clip", checks.cell_clip(self.cell_clip))
 
     @classmethod
     def of(cls, model) -> "Network":
         """The network of a model of this project (``reference.CudnnLSTM(...)``, the cuDNN backend's, ...); a
-        model without a ``bias_mode`` has the double bias."""
+        model without a ``bias_mode`` has the double bias, one without a ``cell_clip`` no clip."""
         return cls(model.rnn_mode, model.num_layers, model.num_units, model.input_size, model.num_dirs,
-                   model.num_proj, model.input_mode == "skip_input", getattr(model, "bias_mode", "double"))
+                   model.num_proj, model.input_mode == "skip_input", getattr(model, "bias_mode", "double"),
+                   getattr(model, "cell_clip", None))
 
     @property
     def cell(self) -> Cell:
-        return CELLS[self.mode]
+        """The mode's cell (an LSTM's with its clip, where it has one)."""
+        cell = CELLS[self.mode]
+        if self.cell_clip is None:
+            return cell
+        return cell._replace(step=partial(cell.step, clip=self.cell_clip),
+                             step_backward=partial(cell.step_backward, clip=self.cell_clip))
 
     @property
     def state_width(self) -> int:
