@@ -133,6 +133,14 @@ def _overflows(outputs: Outputs, dtype: np.dtype) -> bool:
     return any(a is not None and not (np.abs(a) <= limit).all() for a in outputs)
 
 
+def assert_peer_agrees(peer: Peer, cfg: RNNConfig) -> None:
+    """``peer``'s forward pass on ``cfg``, and its gradients where it has them, each pass against the float64
+    truth by the policy (the failing comparison explained)."""
+    for backward in (False, True) if peer.capabilities.backward else (False,):
+        comparison = compare_peer(peer, cfg, backward=backward)
+        assert comparison.passed, comparison.explain()
+
+
 def assert_agree_within_policy(cfg: RNNConfig, case: Case, actual: Outputs, expected: Outputs,
                                peer: str = "reference") -> None:
     """Two forward results of ``cfg`` that may differ only by rounding (another evaluation order, another

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import cudnn_backend
 from compat_tests import cli, fake_cuda
-from compat_tests.compare import Recorded, compare_peer, unfilled
+from compat_tests.compare import Recorded, assert_peer_agrees, compare_peer, unfilled
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.peers import PEERS
 from compat_tests.run import forward_case, ground_truth
@@ -226,11 +226,7 @@ def test_every_peer_with_the_fill_agrees_under_it(peer, data):
         pytest.skip(f"{peer.name} pads with zeros only: {dict(peer.capabilities.notes).get('padding_fill')}")
     cfg = data.draw(rnn_configs(peer.capabilities, require=RAGGED, padding_fills_=FILLS), label="config")
     assert "padding_fill" in cfg.to_dict() or cfg.padding_fill == 0.0
-    comparison = compare_peer(peer, cfg)
-    assert comparison.passed, comparison.explain()
-    if peer.capabilities.backward:
-        comparison = compare_peer(peer, cfg, backward=True)
-        assert comparison.passed, comparison.explain()
+    assert_peer_agrees(peer, cfg)
 
 
 def test_the_peers_without_the_fill_say_why():
