@@ -59,7 +59,8 @@ def test_planted_changes_are_reported_exactly_and_a_regression_exits_1(run_a, tm
     assert "1 regressed, 0 fixed, 1 moved beyond 1 conditioned eps, 1 identical, 1 within the band; 1 only in A, " \
            "0 only in B" in capsys.readouterr().out
     d = json.loads((tmp_path / "d" / "diff.json").read_text())
-    assert [e["id"] for e in d["regressed"]] == [regressed["id"]] and d["regressed"][0]["verdict"] == ["passed", "failed"]
+    assert [e["id"] for e in d["regressed"]] == [regressed["id"]]
+    assert d["regressed"][0]["verdict"] == ["passed", "failed"]
     assert [e["id"] for e in d["moved"]] == [moved["id"]]
     assert list(d["moved"][0]["errors"]) == ["forward.output"]
     x, y = d["moved"][0]["errors"]["forward.output"]
@@ -72,7 +73,8 @@ def test_planted_changes_are_reported_exactly_and_a_regression_exits_1(run_a, tm
 
     assert cli.main(["diff", str(b), str(run_a), "--out", str(tmp_path / "back")]) == 0  # the reverse: a fix
     back = json.loads((tmp_path / "back" / "diff.json").read_text())
-    assert [e["id"] for e in back["fixed"]] == [regressed["id"]] and [e["id"] for e in back["only_b"]] == [dropped["id"]]
+    assert [e["id"] for e in back["fixed"]] == [regressed["id"]]
+    assert [e["id"] for e in back["only_b"]] == [dropped["id"]]
 
 
 def test_bad_arguments_are_refused_naming_them(run_a, tmp_path, capsys):

@@ -54,7 +54,8 @@ def test_the_whole_model_is_refused_naming_every_recurrent_node_and_where_it_lie
     for part in ("lies inside the else_branch subgraph of If node pick", "--node NAME",  # (attributes by name)
                  "LSTM fast (the then_branch of If node pick)", "LSTM slow (the else_branch of If node pick)"):
         assert part in message, message
-    with pytest.raises(ValueError, match=r"no recurrent node is named 'nope'; the file's recurrent nodes: LSTM slow \(the else_branch"):
+    with pytest.raises(ValueError, match=r"no recurrent node is named 'nope'; the file's recurrent nodes: LSTM "
+                                         r"slow \(the else_branch"):
         import_model(proto, {"node": "nope"})
 
 
