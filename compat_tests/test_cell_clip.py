@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import cudnn_backend
 from compat_tests import fake_cuda
-from compat_tests.compare import assert_agree_within_policy, assert_peer_agrees, compare_peer
+from compat_tests.compare import Recorded, assert_agree_within_policy, assert_peer_agrees, compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig, make_case
 from compat_tests.peers import PEERS
 from compat_tests.peers.base import Capabilities
@@ -86,18 +86,8 @@ def test_the_clip_changes_the_function_where_it_engages_and_the_engine_follows()
     assert not failures(engine_against_spec(cfg, case))
     model = unclipped.model()
     wrong = forward_case(model, unclipped, case, is_training=False)
-    comparison = compare_peer(_Recorded(Outputs(wrong.output, wrong.output_h, wrong.output_c)), cfg, case)
+    comparison = compare_peer(Recorded("unclipped", Outputs(wrong.output, wrong.output_h, wrong.output_c)), cfg, case)
     assert not comparison.passed
-
-
-class _Recorded:
-    name = "unclipped"
-
-    def __init__(self, outputs: Outputs) -> None:
-        self.outputs = outputs
-
-    def forward(self, cfg, case):
-        return self.outputs
 
 
 STREAMABLE = Capabilities(bidirectional=False, lengths=False, batch_major=False, cell_clip=True)
