@@ -92,7 +92,7 @@ def unfilled(peer, cfg: RNNConfig, outputs: Outputs | None) -> Outputs | None:
     element is seen to hold that value exactly (NaN a NaN): the fill is a constant the caller chose, so
     nothing about it is rounding, and zeros leave the judged numbers as they are under the default padding.
     An ``AssertionError`` naming the peer, the config and the first element that differs otherwise."""
-    if outputs is None or cfg.lengths is None or cfg.to_dict().get("padding_fill") is None:
+    if outputs is None or cfg.lengths is None or not cfg.fills_padding:
         return outputs
     y = outputs.output
     steps = y if cfg.time_major else np.swapaxes(y, 0, 1)

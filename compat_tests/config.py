@@ -30,8 +30,18 @@ BIAS_MODE_NAMES = tuple(BIAS_MODES)  # double (the default), single_inp, single_
 # Fields added after configs were first written down (reports, captures, commands): a config at their default
 # is written without them (``to_dict``), so its JSON, and the ids made from it, stay as they were.
 LATER_FIELDS = {"bias_mode": "double", "padding_fill": 0.0, "cell_clip": None}
-# JSON has no NaN or infinities: a padding_fill that is one is written as its name
+# JSON has no NaN or infinities: a padding_fill or cell_clip bound that is one is written as its name
 NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _from_json_number(value: object) -> object:
+    """A number as JSON carries it: a name of :data:`NONFINITE` as its value, anything else as it is."""
+    return NONFINITE.get(value, value) if isinstance(value, str) else value
+
+
+def _json_number(value: float) -> float | str:
+    """``value`` for JSON: itself where finite, else its name in :data:`NONFINITE`."""
+    return value if math.isfinite(value) else "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
 
 
 def _integer(name: str, value: object, minimum: int) -> int:
@@ -40,11 +50,6 @@ def _integer(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return int(value)
-
-
-def _is_zero(fill: float) -> bool:
-    """``fill`` is the default padding, +0.0 (-0.0 is another fill: its bits differ)."""
-    return fill == 0.0 and math.copysign(1.0, fill) > 0
 
 
 def json_loads(text: str | bytes, what: str = "the JSON text") -> object:
@@ -116,8 +121,7 @@ class RNNConfig:
             if len(self.lengths) != self.batch or max(self.lengths) > self.seq_len:
                 raise ValueError(f"lengths must have batch={self.batch} entries, each in 1..seq_len = "
                                  f"1..{self.seq_len}, got {self.lengths}")
-        fill = NONFINITE.get(self.padding_fill, self.padding_fill) if isinstance(self.padding_fill, str) \
-            else self.padding_fill
+        fill = _from_json_number(self.padding_fill)
         if isinstance(fill, str):
             raise ValueError(f"padding_fill must be a number or one of {tuple(NONFINITE)}, got {fill!r}")
         self._set("padding_fill", float(reference.checks.padding_fill(fill, np.dtype(self.dtype))))
@@ -126,11 +130,16 @@ class RNNConfig:
                 raise ValueError(f"cell_clip is an LSTM's (its cell state clipped), got one for mode {self.mode!r}")
             clip = self.cell_clip
             if isinstance(clip, (list, tuple)):
-                clip = tuple(NONFINITE.get(v, v) if isinstance(v, str) and v != "nan" else v for v in clip)
+                clip = tuple(_from_json_number(v) for v in clip)
             self._set("cell_clip", reference.checks.cell_clip(clip))
-        if self.lengths is None and not _is_zero(self.padding_fill):
+        if self.lengths is None and self.fills_padding:
             raise ValueError(f"padding_fill is written past each sequence's length: give lengths too, or leave "
                              f"it 0.0 (got {self.padding_fill!r} without lengths)")
+
+    @property
+    def fills_padding(self) -> bool:
+        """Whether ``padding_fill`` is other than the default +0.0 (-0.0 is another fill: its bits differ)."""
+        return not (self.padding_fill == 0.0 and math.copysign(1.0, self.padding_fill) > 0)
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -167,13 +176,10 @@ class RNNConfig:
         config that uses none of them is written as before they were added)."""
         out = {k: v for k, v in asdict(self).items()
                if k != "padding_fill" and (k not in LATER_FIELDS or LATER_FIELDS[k] != v)}
-        if self.cell_clip is not None:  # (an infinity by name, as JSON has none)
-            out["cell_clip"] = [v if math.isfinite(v) else ("inf" if v > 0 else "-inf") for v in self.cell_clip]
-        if not _is_zero(self.padding_fill):
-            out["padding_fill"] = self.padding_fill
-        if not math.isfinite(self.padding_fill):
-            out["padding_fill"] = next(name for name, v in NONFINITE.items() if v == self.padding_fill
-                                       or (math.isnan(v) and math.isnan(self.padding_fill)))
+        if self.cell_clip is not None:
+            out["cell_clip"] = [_json_number(v) for v in self.cell_clip]
+        if self.fills_padding:
+            out["padding_fill"] = _json_number(self.padding_fill)
         return out
 
     def to_json(self) -> str:
@@ -212,7 +218,7 @@ class RNNConfig:
             parts.append(f"bias={self.bias_mode}")
         if self.lengths is not None:
             parts.append("len=" + "/".join(map(str, self.lengths)))
-        if not _is_zero(self.padding_fill):
+        if self.fills_padding:
             parts.append(f"fill={self.padding_fill:g}")
         if self.cell_clip is not None:
             parts.append(f"clip={self.cell_clip[0]:g}/{self.cell_clip[1]:g}")

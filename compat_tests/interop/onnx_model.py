@@ -206,9 +206,9 @@ def recurrent_nodes(graph, where: str = "the main graph", scopes: tuple = (), de
                                            scopes, depth + 1)
 
 
-def listed(proto) -> str:
-    """Every recurrent node of the file with where it lies, for a message."""
-    found = [f"{n.op_type} {node_name(n)} ({where})" for n, where, _ in recurrent_nodes(proto.graph)]
+def listed(graph) -> str:
+    """Every recurrent node of a file's main ``graph`` with where it lies, for a message."""
+    found = [f"{n.op_type} {node_name(n)} ({where})" for n, where, _ in recurrent_nodes(graph)]
     return "; ".join(found) if found else "none"
 
 
@@ -229,7 +229,7 @@ def _import_node(proto, wanted: str, options: dict) -> tuple[object, list[np.nda
         raise ValueError(f"node must name a recurrent node, got {wanted!r}")
     found = [(n, where, scopes) for n, where, scopes in recurrent_nodes(proto.graph) if n.name == wanted]
     if not found:
-        raise ValueError(f"no recurrent node is named {wanted!r}; the file's recurrent nodes: {listed(proto)}")
+        raise ValueError(f"no recurrent node is named {wanted!r}; the file's recurrent nodes: {listed(proto.graph)}")
     if len(found) > 1:
         raise ValueError(f"{len(found)} recurrent nodes are named {wanted!r} ("
                          + "; ".join(where for _, where, _ in found) + "): the name does not pick one")
@@ -259,13 +259,6 @@ def _subgraphs(node):
                 yield f"{attr.name}[{k}]", g
 
 
-class _Whole:
-    """A graph as the file's model, for :func:`listed` (whose messages start at the main graph)."""
-
-    def __init__(self, graph) -> None:
-        self.graph = graph
-
-
 def _refuse_hidden(graph, depth: int = 0, root=None) -> None:
     """Refuse, naming it, a graph whose recurrent nodes are not GRU/LSTM/RNN nodes of its own: one inside a
     control-flow subgraph (If, Loop, Scan), or of another domain (``com.microsoft``'s DynamicQuantizeLSTM)."""
@@ -283,7 +276,7 @@ def _refuse_hidden(graph, depth: int = 0, root=None) -> None:
                                  f"often as the graph decides at run time, which is not one cuDNN model; export the "
                                  f"recurrent part without control flow, or read one node as a one-layer model "
                                  f"with --node NAME (options key node) among the file's recurrent nodes: "
-                                 f"{listed(_Whole(root or graph))}")
+                                 f"{listed(root or graph)}")
             if depth < 16:
                 _refuse_hidden(sub, depth + 1, root or graph)
 

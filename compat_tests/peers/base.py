@@ -67,7 +67,7 @@ class Capabilities:
             return why.get("lengths", "sequence lengths not supported")
         if cfg.cell_clip is not None and not self.cell_clip:
             return why.get("cell_clip", f"cell_clip {cfg.cell_clip} not supported (an unclipped LSTM only)")
-        if "padding_fill" in cfg.to_dict() and not self.padding_fill:
+        if cfg.fills_padding and not self.padding_fill:
             return why.get("padding_fill", f"padding_fill {cfg.padding_fill!r} not supported (only zeros)")
         if not cfg.time_major and not self.batch_major:
             return why.get("batch_major", "batch-major layout not supported")

@@ -108,8 +108,9 @@ def diff(a: dict, b: dict, band: float = NOISE_BAND) -> dict:
     env_a, env_b = a.get("environment") or {}, b.get("environment") or {}
     out["environment"] = [{"key": k, "a": env_a.get(k), "b": env_b.get(k), "differs": env_a.get(k) != env_b.get(k)}
                           for k in sorted(env_a.keys() | env_b.keys())]
+    changed = {e["id"] for key in ("regressed", "fixed", "moved") for e in out[key]}
     out["points"] = [{"backend": ra[i].get("backend"), "a": _worst_share(ra[i]), "b": _worst_share(rb[i]),
-                      "changed": any(i == e["id"] for key in ("regressed", "fixed", "moved") for e in out[key])}
+                      "changed": i in changed}
                      for i in sorted(ra.keys() & rb.keys()) if ra[i].get("study") == "compat"]
     return out
 
