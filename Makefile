@@ -20,7 +20,10 @@ $(VENV)/.report: pyproject.toml $(VENV)/.test
 # The suite on CPU with the bounded, derandomized Hypothesis profile; both cores, one process each. One BLAS and
 # OpenMP thread a process: two workers each spinning a pool as wide as the machine would share its two cores
 # four ways (OpenBLAS's threads busy-wait), and no test judges speed (benchmarks/ choose their own threads).
-SUITE_THREADS := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# Bytecode is written even where the machine sets PYTHONDONTWRITEBYTECODE: the suite starts hundreds of Python
+# processes (report workers, CLI runs, the GPU dry runs' pytest), and each would otherwise compile every module
+# it imports, pytest's assertion rewriting of the test modules and of Hypothesis included, from source again.
+SUITE_THREADS := env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: $(VENV)/.test
 	$(SUITE_THREADS) $(BIN)/python -m pytest -n 2 --hypothesis-profile=ci
 
