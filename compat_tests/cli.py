@@ -169,7 +169,7 @@ def _rendered(out: Path) -> int:
 # Capabilities a peer may lack, each with the feature name its notes use for the reason.
 FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("lengths", "sequence lengths"),
             ("batch_major", "batch-major"), ("bidirectional", "bidirectional"), ("backward", "gradients"),
-            ("padding_fill", "padding_fill"), ("cell_clip", "cell_clip"))
+            ("padding_fill", "padding_fill"), ("cell_clip", "cell_clip"), ("packed", "packed sequences"))
 
 
 def peer_summary(peer) -> dict:

@@ -29,7 +29,7 @@ INPUT_MODES = ("linear_input", "skip_input")  # resolved: a config never says "a
 BIAS_MODE_NAMES = tuple(BIAS_MODES)  # double (the default), single_inp, single_rec, none
 # Fields added after configs were first written down (reports, captures, commands): a config at their default
 # is written without them (``to_dict``), so its JSON, and the ids made from it, stay as they were.
-LATER_FIELDS = {"bias_mode": "double", "padding_fill": 0.0, "cell_clip": None}
+LATER_FIELDS = {"bias_mode": "double", "padding_fill": 0.0, "cell_clip": None, "packed": False}
 # JSON has no NaN or infinities: a padding_fill or cell_clip bound that is one is written as its name
 NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -64,7 +64,10 @@ class RNNConfig:
     """A network and its inputs. ``lengths=None``: every sequence is ``seq_len`` long; ``bias_mode`` is the
     model's (``reference.layout.BIAS_MODES``); ``padding_fill`` the output past each length (cuDNN's
     ``paddingFill``: with ``lengths`` only; NaN and the infinities also as ``"nan"``, ``"inf"``, ``"-inf"``);
-    ``cell_clip`` the LSTM's ``(lclip, rclip)`` (``reference.checks.cell_clip``; an infinity also by name)."""
+    ``cell_clip`` the LSTM's ``(lclip, rclip)`` (``reference.checks.cell_clip``; an infinity also by name);
+    ``packed``: the sequences go in and come out packed (``reference.PackedSequence``, cuDNN's
+    ``SEQ_MAJOR_PACKED``): time-major, lengths non-increasing, no fill. The case's arrays stay padded; running
+    a packed config packs them at the call and unpacks the results (zeros past each length)."""
 
     mode: str
     num_layers: int = 1
@@ -84,6 +87,7 @@ class RNNConfig:
     bias_mode: str = "double"
     padding_fill: float = 0.0
     cell_clip: tuple[float, float] | None = None
+    packed: bool = False
 
     def __post_init__(self) -> None:
         """Every field checked (and normalised to plain Python values, so the JSON round trip is exact):
@@ -96,7 +100,7 @@ class RNNConfig:
         for name in ("num_layers", "num_units", "input_size", "seq_len", "batch"):
             self._set(name, _integer(name, getattr(self, name), minimum=1))
         self._set("seed", _integer("seed", self.seed, minimum=0))
-        for name in ("time_major", "initial_state"):
+        for name in ("time_major", "initial_state", "packed"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
             self._set(name, bool(getattr(self, name)))
@@ -135,6 +139,13 @@ class RNNConfig:
         if self.lengths is None and self.fills_padding:
             raise ValueError(f"padding_fill is written past each sequence's length: give lengths too, or leave "
                              f"it 0.0 (got {self.padding_fill!r} without lengths)")
+        if self.packed:
+            if not self.time_major or self.fills_padding:
+                raise ValueError("packed needs time_major and no padding_fill (cuDNN's packed layout is "
+                                 "sequence-major and has no padding)")
+            if self.lengths is not None and list(self.lengths) != sorted(self.lengths, reverse=True):
+                raise ValueError(f"packed needs lengths sorted by decreasing length (as cuDNN's packed layout "
+                                 f"holds them), got {self.lengths}")
 
     @property
     def fills_padding(self) -> bool:
@@ -224,6 +235,8 @@ class RNNConfig:
             parts.append(f"clip={self.cell_clip[0]:g}/{self.cell_clip[1]:g}")
         if not self.time_major:
             parts.append("batch-major")
+        if self.packed:
+            parts.append("packed")
         return " ".join(parts)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 import reference
 from cudnn_backend import _lib
+from reference import packing
 from reference.layout import BIAS_MODES
 
 _DTYPES = {v: np.dtype(k) for k, v in _lib.DATA_TYPE.items()}
@@ -201,6 +202,8 @@ FAULTS = {
                             "(the padding_fill rung alone sets another)",
     "cell_clip_ignored": "cuDNN leaves the LSTM's cell state unclipped whatever cudnnRNNSetClip_v9 set (the "
                          "cell_clip rung alone sets a clip)",
+    "packed_by_sequence": "cuDNN reads a SEQ_MAJOR_PACKED buffer sequence after sequence instead of step after "
+                          "step (the packed rung alone uses that layout)",
 }
 WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
@@ -345,8 +348,7 @@ class FakeCudnn:
         model = self.rnns[_value(rnn_desc)]
         xd, yd = self.data[_value(x_desc)], self.data[_value(y_desc)]
         hd, cd = self.tensors[_value(h_desc)][0], self.tensors[_value(c_desc)][0]
-        sizes = {"x": xd.max_seq * xd.batch * xd.vector, "dx": xd.max_seq * xd.batch * xd.vector,
-                 "y": yd.max_seq * yd.batch * yd.vector, "dy": yd.max_seq * yd.batch * yd.vector,
+        sizes = {"x": _elements(xd), "dx": _elements(xd), "y": _elements(yd), "dy": _elements(yd),
                  "w": model.params_size(), "dw": model.params_size()}
         sizes |= {k: int(np.prod(hd)) for k in ("hx", "hy", "dhy", "dhx")}
         sizes |= {k: int(np.prod(cd)) for k in ("cx", "cy", "dcy", "dcx")}
@@ -374,7 +376,8 @@ class FakeCudnn:
             import time
 
             time.sleep(3600)
-        fwd = model.forward(_time_major(snap["x"], xd), states["hx"], self._planted(model, snap["w"]),
+        fwd = model.forward(_time_major(snap["x"], xd, self.faults), states["hx"],
+                            self._planted(model, snap["w"]),
                             input_c=states["cx"], is_training=training, sequence_lengths=snap["seq_lengths"],
                             time_major=True)
         if "float16_rounding" in self.faults and model.dtype == np.float16:
@@ -414,8 +417,8 @@ class FakeCudnn:
         fwd, xd, _ = self._trained[call.ptrs["reserve"]]
         d_states = {k: None if snap[k] is None else snap[k].reshape(self.tensors[_value(d)][0])
                     for k, d in (("dhy", h_desc), ("dcy", c_desc))}
-        grads = model.backward(fwd, _time_major(snap["dy"], self.data[_value(y_desc)]), d_states["dhy"],
-                               d_states["dcy"])
+        grads = model.backward(fwd, _time_major(snap["dy"], self.data[_value(y_desc)], self.faults),
+                               d_states["dhy"], d_states["dcy"])
         write(call.ptrs["dx"], _caller_layout(_pad(grads.input, xd.lengths, None), xd))
         write(call.ptrs["dhx"], grads.input_h)
         if grads.input_c is not None:
@@ -440,17 +443,37 @@ def _pad(sequence: np.ndarray, lengths: list[int], fill: float | None) -> np.nda
     return out
 
 
-def _time_major(flat: np.ndarray, desc: DataDesc) -> np.ndarray:
-    """A sequence read from a data descriptor's memory, as ``[T, B, vector]``."""
+def _elements(desc: DataDesc) -> int:
+    """How many elements a data descriptor's memory holds: every step of every sequence, padded or packed."""
+    if desc.layout == _lib.SEQ_MAJOR_PACKED:
+        return sum(desc.lengths) * desc.vector
+    return desc.max_seq * desc.batch * desc.vector
+
+
+def _time_major(flat: np.ndarray, desc: DataDesc, faults: frozenset[str] = frozenset()) -> np.ndarray:
+    """A sequence read from a data descriptor's memory, as ``[T, B, vector]`` (zeros past each length of a
+    packed one). Planted fault ``packed_by_sequence``: packed memory read sequence after sequence."""
     if desc.layout == _lib.SEQ_MAJOR_UNPACKED:
         return flat.reshape(desc.max_seq, desc.batch, desc.vector)
     if desc.layout == _lib.BATCH_MAJOR_UNPACKED:
         return flat.reshape(desc.batch, desc.max_seq, desc.vector).transpose(1, 0, 2)
-    raise NotImplementedError(f"the fake reads unpacked layouts only, got layout {desc.layout}")
+    if desc.layout == _lib.SEQ_MAJOR_PACKED:
+        data = flat.reshape(-1, desc.vector)
+        if "packed_by_sequence" in faults:
+            out = np.zeros((desc.max_seq, desc.batch, desc.vector), dtype=flat.dtype)
+            start = 0
+            for b, n in enumerate(desc.lengths):
+                out[:n, b] = data[start : start + n]
+                start += n
+            return out
+        return reference.unpack(reference.PackedSequence(data, packing.batch_sizes_of(desc.lengths)))[0]
+    raise NotImplementedError(f"the fake reads cuDNN's three data layouts, got layout {desc.layout}")
 
 
 def _caller_layout(sequence: np.ndarray, desc: DataDesc) -> np.ndarray:
     """A ``[T, B, vector]`` sequence in a data descriptor's memory layout."""
+    if desc.layout == _lib.SEQ_MAJOR_PACKED:
+        return reference.pack(sequence, desc.lengths).data
     return sequence if desc.layout == _lib.SEQ_MAJOR_UNPACKED else sequence.transpose(1, 0, 2)
 
 

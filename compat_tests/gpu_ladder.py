@@ -75,6 +75,7 @@ class Rung:
     padding_fills: tuple[float, ...] = (0.0,)  # the paddingFill values its configs with lengths draw from
     cell_clips: tuple[tuple[float, float] | None, ...] = (None,)  # the LSTM cell clips its configs draw from
     modes: tuple[str, ...] | None = None  # the cell modes its configs draw from (None: the peer's)
+    packed: tuple[bool, ...] = (False,)  # whether its configs' sequences are packed (SEQ_MAJOR_PACKED)
 
 
 def _rung(name: str, adds: str, *features: str, **more) -> Rung:
@@ -106,6 +107,9 @@ RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00
          "clipped state carried, returned and read by tanh, the gradient through the clip",
          checks=NUMBERS, modes=("lstm",), cell_clips=((-0.25, 0.25), (-1.0, 0.5)),
          offers=frozenset({"layers", "bidirectional"})),
+    Rung("packed", "SEQ_MAJOR_PACKED data (PyTorch's PackedSequence), sorted lengths, some short: the packed "
+         "order read and written, forward and backward", checks=NUMBERS, packed=(True,),
+         offers=frozenset({"layers", "bidirectional", "ragged"})),
     Rung("combined", "every established feature at once, float32 and float64", dtypes=("float32", "float64"),
          offers=ALL),
     Rung("tf32", "default math (TF32 tensor cores) judged by the cudnn-tf32 budget", peer="cudnn-tf32",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import reference
 from reference import spec
 
 from .config import Case, GradOutputs, Outputs, RNNConfig
@@ -14,11 +15,30 @@ from .config import Case, GradOutputs, Outputs, RNNConfig
 
 def forward_case(model, cfg: RNNConfig, case: Case, is_training: bool, params=None):
     """``model.forward`` (any backend's) on ``case`` in ``cfg``'s layout, with ``params`` or the case's
-    canonical weights packed by ``model``."""
+    canonical weights packed by ``model``. A packed config's input goes in packed (``reference.pack``), and its
+    result's ``output`` stays packed (:func:`padded` unpacks it)."""
     if params is None:
         params = model.canonical_to_params(case.weights, case.biases)
+    if cfg.packed:
+        return model.forward(reference.pack(case.x, case.lengths), case.h0, params, input_c=case.c0,
+                             is_training=is_training)
     return model.forward(case.x, case.h0, params, input_c=case.c0, is_training=is_training,
                          sequence_lengths=case.lengths, time_major=cfg.time_major, padding_fill=cfg.padding_fill)
+
+
+def padded(cfg: RNNConfig, sequence, to_numpy=np.asarray) -> np.ndarray:
+    """A sequence result of ``cfg`` as a NumPy array in its layout: a packed one (``reference.PackedSequence``,
+    its ``data`` made NumPy by ``to_numpy``) unpacked to ``cfg.seq_len`` steps, zeros past each length; any
+    other as ``to_numpy`` gives it."""
+    if isinstance(sequence, reference.PackedSequence):
+        packed = reference.PackedSequence(to_numpy(sequence.data), sequence.batch_sizes)
+        return reference.unpack(packed, total_length=cfg.seq_len)[0]
+    return to_numpy(sequence)
+
+
+def packed_like(cfg: RNNConfig, case: Case, sequence: np.ndarray):
+    """A padded sequence of ``case`` (``dy``, say) as a packed config's call takes it; unpacked ones as they are."""
+    return reference.pack(sequence, case.lengths) if cfg.packed else sequence
 
 
 def misaligned(xp, a):
@@ -37,14 +57,15 @@ def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outpu
     ``reference`` peer) of ``case`` in ``dtype`` (default the config's); inference mode. Not the truth:
     that is :func:`ground_truth`."""
     _, _, result = _reference_forward(cfg, case, dtype, is_training=False)
-    return Outputs(result.output, result.output_h, result.output_c)
+    return Outputs(padded(cfg, result.output), result.output_h, result.output_c)
 
 
 def _spec_call(cfg: RNNConfig, case: Case, dropout: float, masks) -> tuple:
     """The float64 network of ``cfg`` and the arguments of a ``reference.spec`` call on ``case``'s values."""
     case = case.astype(np.float64)
     net = spec.Network.of(cfg.model("float64"))
-    options = dict(lengths=case.lengths, dropout=dropout, masks=masks, time_major=cfg.time_major)
+    options = dict(lengths=None if cfg.packed else case.lengths, dropout=dropout, masks=masks,
+                   time_major=cfg.time_major)
     return net, case, options
 
 
@@ -53,23 +74,24 @@ def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) 
     engine under test): what every peer is measured against. ``masks``: the dropout keep-masks of a
     training pass with ``dropout`` (in ``cfg``'s layout), as a model's ``reserve.dropout_masks`` holds them."""
     net, case, options = _spec_call(cfg, case, dropout, masks)
-    return Outputs(*spec.forward(net, case.weights, case.biases, case.x, case.h0, case.c0, **options,
-                                 padding_fill=cfg.padding_fill))
+    out = spec.forward(net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0, case.c0, **options,
+                       padding_fill=cfg.padding_fill)
+    return Outputs(padded(cfg, out.output), out.output_h, out.output_c)
 
 
 def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None) -> GradOutputs:
     """The reference engine's forward (training, no dropout) and backward of ``case`` in ``dtype`` (default
     the config's); not the truth: that is :func:`ground_truth_backward`."""
     model, case, fwd = _reference_forward(cfg, case, dtype, is_training=True)
-    grads = model.backward(fwd, case.dy, case.dh, case.dc)
-    return GradOutputs(grads.input, grads.input_h, grads.input_c, grads.params)
+    grads = model.backward(fwd, packed_like(cfg, case, case.dy), case.dh, case.dc)
+    return GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, grads.params)
 
 
 def ground_truth_backward(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> GradOutputs:
     """The float64 truth's gradients of ``case.dy``/``dh``/``dc`` on the case's exact values, from
     ``reference.spec`` (see :func:`ground_truth`), the parameters' packed in the opaque layout."""
     net, case, options = _spec_call(cfg, case, dropout, masks)
-    grads = spec.backward(net, case.weights, case.biases, case.x, case.h0, case.c0, case.dy, case.dh, case.dc,
-                          **options)
+    grads = spec.backward(net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0, case.c0,
+                          packed_like(cfg, case, case.dy), case.dh, case.dc, **options)
     d_params = cfg.model("float64").canonical_to_params(grads.weights, grads.biases)
-    return GradOutputs(grads.input, grads.input_h, grads.input_c, d_params)
+    return GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, d_params)

@@ -67,7 +67,7 @@ def _offers(capabilities: Capabilities, feature: str) -> bool:
 
 
 # What the strategies draw from when no peer's capabilities narrow it: every feature, every bias mode, any fill.
-EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES, padding_fill=True, cell_clip=True)
+EVERYTHING = Capabilities(bias_modes=BIAS_MODE_NAMES, padding_fill=True, cell_clip=True, packed=True)
 
 
 @st.composite
@@ -86,6 +86,7 @@ def rnn_configs(
     bias_modes_: tuple[str, ...] = ("double",),
     padding_fills_: tuple[float, ...] = (0.0,),
     cell_clips_: tuple[tuple[float, float] | None, ...] = (None,),
+    packed_: tuple[bool, ...] = (False,),
 ) -> RNNConfig:
     """A config the given capabilities support, drawn piece by piece (sizes capped by the ``max_*``).
 
@@ -94,7 +95,9 @@ def rnn_configs(
     other test runs, and then nothing is drawn for it. ``padding_fills_``: the ``padding_fill`` values drawn
     from where the config has lengths and the capabilities have ``padding_fill`` (zeros otherwise); only 0.0
     by default, likewise. ``cell_clips_``: the LSTM's ``cell_clip`` drawn from where the mode is ``lstm`` and
-    the capabilities have ``cell_clip`` (unclipped otherwise); only ``None`` by default.
+    the capabilities have ``cell_clip`` (unclipped otherwise); only ``None`` by default. ``packed_``: whether
+    the sequences are packed, drawn from where the capabilities have ``packed`` (unpacked otherwise); only
+    ``False`` by default. A packed config is time-major, its lengths sorted by decreasing length, unfilled.
 
     ``require`` names :data:`FEATURES` every drawn config has (each must be among the capabilities):
     ``layers`` (two or more), ``bidirectional``, ``ragged`` (some sequence shorter than ``seq_len``),
@@ -139,7 +142,16 @@ def rnn_configs(
         fill = draw(st.sampled_from(padding_fills_), label="padding_fill")
     elif lengths is not None and capabilities.padding_fill:
         fill = padding_fills_[0]
-    time_major = not choose("batch_major", capabilities.batch_major, "batch_major")
+    packed = False
+    if capabilities.packed and len(packed_) > 1:
+        packed = draw(st.sampled_from(packed_), label="packed")
+    elif capabilities.packed:
+        packed = packed_[0]
+    if packed and "batch_major" in require:
+        raise ValueError("require names batch_major, and packed_ only True: a packed config is time-major")
+    if packed:  # cuDNN's packed layout: time-major, sorted by decreasing length, no padding to fill
+        lengths, fill = None if lengths is None else tuple(sorted(lengths, reverse=True)), 0.0
+    time_major = packed or not choose("batch_major", capabilities.batch_major, "batch_major")
     bidirectional = choose("bidirectional", capabilities.bidirectional, "bidirectional")
     return RNNConfig(
         mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
@@ -152,6 +164,7 @@ def rnn_configs(
         bias_mode=draw(st.sampled_from(bias_modes_), label="bias_mode") if len(bias_modes_) > 1 else bias_modes_[0],
         padding_fill=fill,
         cell_clip=clip,
+        packed=packed,
     )
 
 
@@ -173,12 +186,12 @@ def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfi
     offers = rung.offers
     limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, bias_modes=capabilities.bias_modes,
                            padding_fill=capabilities.padding_fill, cell_clip=capabilities.cell_clip,
-                           skip_input="skip_input" in offers,
+                           packed=capabilities.packed, skip_input="skip_input" in offers,
                            projection="projection" in offers, lengths="ragged" in offers,
                            batch_major="batch_major" in offers, bidirectional="bidirectional" in offers,
                            max_layers=None if "layers" in offers else 1)
     return rnn_configs(limited, modes_=rung.modes, require=rung.require, bias_modes_=rung.bias_modes,
-                       padding_fills_=rung.padding_fills, cell_clips_=rung.cell_clips)
+                       padding_fills_=rung.padding_fills, cell_clips_=rung.cell_clips, packed_=rung.packed)
 
 
 def examples(dev: int) -> int:

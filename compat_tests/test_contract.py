@@ -23,12 +23,13 @@ BACKEND_DIR = Path(cudnn_backend.__file__).parent
 
 def test_the_cudnn_backend_imports_the_contract_and_nothing_of_the_engine():
     """Every module ``cudnn_backend`` imports, followed through the reference's own modules, is no engine
-    module: the reference modules it reaches are the contract, the checks, the layout and the precision."""
+    module: the reference modules it reaches are the contract, the checks, the layout, the precision and the
+    packed layout."""
     found, seen = imports_reached(BACKEND_DIR.glob("*.py"))
     engine = [(path.name, module) for path, module in found
               if any(module == e or module.startswith(e + ".") for e in ENGINE)]
     assert not engine, f"the cuDNN backend reaches the engine: {engine}"
-    assert {p.stem for p in seen} <= {"contract", "checks", "layout", "precision"}, seen
+    assert {p.stem for p in seen} <= {"contract", "checks", "layout", "precision", "packing"}, seen
     assert "contract" in {p.stem for p in seen}
     for path in BACKEND_DIR.glob("*.py"):  # nor through the package: `import reference; reference.model.x`
         tree = ast.parse(path.read_text())

@@ -146,6 +146,14 @@ def test_rnn_data_descriptor_checks_lengths():
 
 
 @needs_library
+def test_rnn_data_descriptor_takes_the_packed_layout_with_sorted_lengths():
+    """What the backend hands cuDNN for a ``reference.PackedSequence``: ``SEQ_MAJOR_PACKED``, ``maxSeqLength``
+    the longest length, the lengths sorted, no ``paddingFill``."""
+    with RNNDataDescriptor(LIB) as d:
+        d.set(0, _lib.SEQ_MAJOR_PACKED, 4, 3, 7, [4, 2, 1], None)
+
+
+@needs_library
 @pytest.mark.parametrize("dims", [(2, 4, 8), (1, 1, 1), (6, 3, 5)])
 def test_tensor_descriptor_is_fully_packed(dims):
     with TensorDescriptor(LIB) as t:

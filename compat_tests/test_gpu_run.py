@@ -157,14 +157,14 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
 # One planted fault a rung (compat_tests.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
 PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
            "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes",
-           "padding_fill_ignored": "padding_fill", "cell_clip_ignored": "cell_clip"}
+           "padding_fill_ignored": "padding_fill", "cell_clip_ignored": "cell_clip", "packed_by_sequence": "packed"}
 FAULTY_SECONDS = 300
 
 
 def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_path):
-    """Under eight planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
+    """Under nine planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
     that hangs, a CUDA error that sticks, the published sample's recurrent biases not read, biasMode,
-    paddingFill and the cell clip not reaching cuDNN), the whole ladder (``--rungs`` naming every rung: the
+    paddingFill and the cell clip not reaching cuDNN, packed data read in the wrong order), the whole ladder (``--rungs`` naming every rung: the
     steps after the ladder are ``test_without_the_backend_...``'s, which sees them run after a failed ladder)
     fails each fault's own rung (rung 00 alone for the published sample's) and passes every other rung, within
     GPU_RUN_SECONDS, and the capture's own check fails too. Then the second command for the same window
@@ -205,12 +205,14 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
     first = into / "fake-cudnn9.19.0"
     assert gpu_ladder.failed_rungs(first / "rerun-1" / "ladder.json") == [
-        "published", "float16", "skip_input", "bias_modes", "padding_fill", "cell_clip", "dropout", "algorithms"]
+        "published", "float16", "skip_input", "bias_modes", "padding_fill", "cell_clip", "packed", "dropout",
+        "algorithms"]
     again = tmp_path / "again"
     run = gpu_run(again, 120, "--rerun-failed", GPU_RUNS=str(into), FAKE_CUDA_FAULTS="skip_input_bias",
                   LADDER_RISKY_SECONDS="10")
     summary = (again / "summary.txt").read_text()
-    rerun = "re-run of the rungs published,float16,skip_input,bias_modes,padding_fill,cell_clip,dropout,algorithms"
+    rerun = ("re-run of the rungs published,float16,skip_input,bias_modes,padding_fill,cell_clip,packed,dropout,"
+             "algorithms")
     assert run.returncode == 1 and rerun in summary, summary
     assert "gpu_run.sh: capture: FAILED" in summary  # its check sees the skip_input fault still planted
     assert "gpu_run.sh: host-tests" not in summary and "gpu_run.sh: report" not in summary
@@ -218,7 +220,8 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
         ladder = json.load(tar.extractfile("./ladder.json"))
     assert {r["name"]: r["outcome"] for r in ladder["rungs"]} == {
         "published": "passed", "float16": "passed", "skip_input": "failed", "bias_modes": "passed",
-        "padding_fill": "passed", "cell_clip": "passed", "dropout": "passed", "algorithms": "passed"}
+        "padding_fill": "passed", "cell_clip": "passed", "packed": "passed", "dropout": "passed",
+        "algorithms": "passed"}
     assert subprocess.run(unpack[:2] + [str(again), "--into", str(into)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300).returncode == 0
     assert (first / "rerun-2" / "ladder.json").is_file() and (first / "rerun-2" / "rerun.txt").is_file()

@@ -486,7 +486,7 @@ def test_peers_names_a_plugin_s_spec_and_what_it_lacks(registry, capsys):
     assert mine["lacks"] == {"relu, tanh, lstm, classic_gru": "my_gru is a GRU",
                              "float16": "my_gru computes in its inputs' dtype; no float16", "skip_input": "",
                              "projection": "", "sequence lengths": "my_gru runs every step", "batch-major": "",
-                             "bidirectional": "", "padding_fill": "", "cell_clip": "",
+                             "bidirectional": "", "padding_fill": "", "cell_clip": "", "packed sequences": "",
                              "bias_mode single_inp, single_rec, none": "",
                              "stacks of more than 1 layer(s)": "my_gru is one layer"}
     assert listed["reference"]["plugin"] is None

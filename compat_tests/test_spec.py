@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import reference
 from compat_tests.compare import Comparison, Recorded, compare_peer
 from compat_tests.config import Case, GradOutputs, Outputs, RNNConfig, make_case
-from compat_tests.run import forward_case, ground_truth, ground_truth_backward
+from compat_tests.run import forward_case, ground_truth, ground_truth_backward, packed_like, padded
 from compat_tests.strategies import rnn_configs
 from compat_tests.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
 from reference import recurrence, spec
@@ -41,11 +41,12 @@ def engine_against_spec(cfg: RNNConfig, case: Case, dropout: float = 0.0, seed: 
     params = model.canonical_to_params(case.weights, case.biases)
     inference = forward_case(model, cfg, case, is_training=False, params=params)
     fwd = forward_case(model, cfg, case, is_training=True, params=params)
-    grads = model.backward(fwd, case.dy, case.dh, case.dc)
+    grads = model.backward(fwd, packed_like(cfg, case, case.dy), case.dh, case.dc)
     masks = fwd.reserve.dropout_masks
-    training = Recorded("reference", outputs=Outputs(*fwd[:3]),
-                        gradients=GradOutputs(grads.input, grads.input_h, grads.input_c, grads.params))
-    return [compare_peer(Recorded("reference", outputs=Outputs(*inference[:3])), cfg, case),
+    training = Recorded("reference", outputs=Outputs(padded(cfg, fwd.output), *fwd[1:3]),
+                        gradients=GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, grads.params))
+    return [compare_peer(Recorded("reference", outputs=Outputs(padded(cfg, inference.output), *inference[1:3])), cfg,
+                         case),
             compare_peer(training, cfg, case, dropout=dropout, masks=masks),
             compare_peer(training, cfg, case, backward=True, dropout=dropout, masks=masks)]
 
@@ -70,22 +71,28 @@ def finite_difference_failures(cfg: RNNConfig, case: Case, dropout: float = 0.0,
                                seed: int = 0) -> list[str]:
     """Where ``reference.spec.backward`` disagrees with central finite differences of
     ``reference.spec.forward`` (float64) along ``probes`` coordinates and one random direction of each of
-    ``x``, ``h0``, ``c0``, the weights and the biases: ``loss = <y, dy> + <h_n, dh> + <c_n, dc>``."""
+    ``x``, ``h0``, ``c0``, the weights and the biases: ``loss = <y, dy> + <h_n, dh> + <c_n, dc>`` (a packed
+    config's ``x``, ``y`` and ``dy`` packed: the packed data is what moves)."""
     case = case.astype(np.float64)
     net = spec.Network.of(cfg.model("float64"))
-    options = dict(lengths=case.lengths, dropout=dropout, masks=masks, time_major=cfg.time_major)
-    args = {"x": [case.x], "h0": [np.zeros_like(case.dh) if case.h0 is None else case.h0],
+    options = dict(lengths=None if cfg.packed else case.lengths, dropout=dropout, masks=masks,
+                   time_major=cfg.time_major)
+    batch_sizes = reference.pack(case.x, case.lengths).batch_sizes if cfg.packed else None
+    sequence = (lambda a: reference.PackedSequence(a, batch_sizes)) if cfg.packed else (lambda a: a)  # noqa: E731
+    data = (lambda s: s.data) if cfg.packed else (lambda s: s)  # noqa: E731
+    dy = data(packed_like(cfg, case, case.dy))
+    args = {"x": [data(packed_like(cfg, case, case.x))], "h0": [np.zeros_like(case.dh) if case.h0 is None else case.h0],
             "c0": [None if case.dc is None else np.zeros_like(case.dc) if case.c0 is None else case.c0],
             "weights": list(case.weights), "biases": list(case.biases)}
 
     def loss(a) -> float:
-        out = spec.forward(net, a["weights"], a["biases"], a["x"][0], a["h0"][0], a["c0"][0], **options)
-        return float(np.vdot(out.output, case.dy) + np.vdot(out.output_h, case.dh)
+        out = spec.forward(net, a["weights"], a["biases"], sequence(a["x"][0]), a["h0"][0], a["c0"][0], **options)
+        return float(np.vdot(data(out.output), dy) + np.vdot(out.output_h, case.dh)
                      + (0.0 if out.output_c is None else np.vdot(out.output_c, case.dc)))
 
-    g = spec.backward(net, args["weights"], args["biases"], args["x"][0], args["h0"][0], args["c0"][0], case.dy,
-                      case.dh, case.dc, **options)
-    grads = {"x": [g.input], "h0": [g.input_h], "c0": [g.input_c], "weights": g.weights, "biases": g.biases}
+    g = spec.backward(net, args["weights"], args["biases"], sequence(args["x"][0]), args["h0"][0], args["c0"][0],
+                      sequence(dy), case.dh, case.dc, **options)
+    grads = {"x": [data(g.input)], "h0": [g.input_h], "c0": [g.input_c], "weights": g.weights, "biases": g.biases}
     rng = np.random.default_rng(seed)
     h = FINITE_DIFFERENCE_STEP
     base = loss(args)

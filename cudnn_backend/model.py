@@ -7,6 +7,9 @@ hard-coded offset. The config's validation, the results, the reserve's fields an
 arguments are the reference's contract (``reference.contract``), so bad arguments fail the same way, before
 anything touches the GPU.
 
+A :class:`reference.PackedSequence` input (its ``data`` NumPy or CuPy, its ``batch_sizes`` NumPy on the host)
+runs in cuDNN's ``CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED`` as it is, and gives a packed output (CuPy ``data``).
+
 Semantics kept equal to the reference where cuDNN leaves them open: outputs past a sequence's length hold
 ``padding_fill`` (the output descriptor's ``paddingFill``; zero by default); the input at padded steps is
 zeroed in forward's private copy (it feeds the weight gradient's sums, where NaN padding would poison them)
@@ -29,10 +32,11 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from reference import checks, contract
+from reference import checks, contract, packing
 from reference.contract import (ForwardResult, Gradients, LSTMCall, ModelConfig, NoCellStateCall, caller_layout,
                                 training_reserve)
 from reference.layout import BIAS_MODES, Region
+from reference.packing import PackedSequence
 
 from . import _lib
 from .descriptors import DropoutDescriptor, Handle, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
@@ -137,6 +141,7 @@ class CudnnReserve:
     reserve: object | None
     dropout_masks: tuple = ()  # cuDNN keeps its masks inside the reserve space: not retrievable
     consumed: bool = field(default=False)
+    batch_sizes: np.ndarray | None = None  # a packed call's (x and y are then its packed data)
 
 
 class _CudnnModel:
@@ -301,14 +306,18 @@ class _CudnnModel:
         """``cudnnRNNForward``: the reference's ``forward`` contract, on the GPU."""
         cp = _cupy()
         args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
-                                          time_major, padding_fill)
+                                          time_major, padding_fill, sequence_lengths)
         x, T, B, time_major, is_training = args.input, args.T, args.B, args.time_major, args.is_training
+        packed = args.batch_sizes is not None
         LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
         hx, cx = self._private(args.input_h), self._private(args.input_c)
         w = self._check_params("params", params)
         if is_training or w.data.ptr % DEVICE_ALIGNMENT:
             w = cp.array(w)  # aligned, and private: backward must read the weights forward read
-        if sequence_lengths is None:
+        if packed:
+            lengths = packing.lengths_of(args.batch_sizes)
+            host_lengths = lengths.astype(np.int32)
+        elif sequence_lengths is None:
             lengths, host_lengths = None, np.full(B, T, dtype=np.int32)
         else:
             host = cp.asnumpy(sequence_lengths) if isinstance(sequence_lengths, cp.ndarray) else sequence_lengths
@@ -316,15 +325,17 @@ class _CudnnModel:
             host_lengths = lengths.astype(np.int32)
 
         x = cp.array(x, order="C")  # private copies (hx, cx: _states): backward must read what forward read
-        valid = _valid_steps(lengths, time_major, x.shape)
+        valid = None if packed else _valid_steps(lengths, time_major, x.shape)
         if valid is not None:  # select, never multiply: the caller's padding may hold NaN
             x = cp.where(valid, x, 0).astype(self.dtype)
-        layout = _lib.SEQ_MAJOR_UNPACKED if time_major else _lib.BATCH_MAJOR_UNPACKED
+        layout = _lib.SEQ_MAJOR_PACKED if packed else _lib.SEQ_MAJOR_UNPACKED if time_major else \
+            _lib.BATCH_MAJOR_UNPACKED
         x_desc = self._data_desc(layout, T, B, self.input_size, host_lengths, fill=None)
-        y_desc = self._data_desc(layout, T, B, self.num_dirs * Hr, host_lengths, fill=args.padding_fill)
+        y_desc = self._data_desc(layout, T, B, self.num_dirs * Hr, host_lengths,
+                                 fill=None if packed else args.padding_fill)  # packed: no padding to fill
         h_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, Hr))
         c_desc = TensorDescriptor(self._lib).set(self._data_type, (LD, B, H))
-        y = cp.empty(x.shape[:2] + (self.num_dirs * Hr,), dtype=self.dtype)
+        y = cp.empty(x.shape[:-1] + (self.num_dirs * Hr,), dtype=self.dtype)  # [T, B, .], [B, T, .] or [sum, .]
         hy = cp.empty((LD, B, Hr), dtype=self.dtype)
         cy = cp.empty((LD, B, H), dtype=self.dtype) if self._has_cell_state else None
         dev_lengths = cp.asarray(host_lengths)
@@ -338,8 +349,10 @@ class _CudnnModel:
                        work.nbytes, _ptr(work), 0 if reserve is None else reserve.nbytes, _ptr(reserve))
         state = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         record = CudnnReserve(self._token, is_training, time_major, lengths, x_desc, y_desc, h_desc, c_desc,
-                              x, y.copy() if is_training else y, hx, cx, w, dev_lengths, reserve)
-        return ForwardResult(y, state(hy), None if cy is None else state(cy), record)
+                              x, y.copy() if is_training else y, hx, cx, w, dev_lengths, reserve,
+                              batch_sizes=args.batch_sizes)
+        output = PackedSequence(y, args.batch_sizes) if packed else y
+        return ForwardResult(output, state(hy), None if cy is None else state(cy), record)
 
     def _bind(self) -> None:
         """This thread's handle on this model's device, bound to the current CuPy stream."""
@@ -370,9 +383,13 @@ class _CudnnModel:
             raise ValueError("this ForwardResult was already backpropagated: cuDNN's BackwardData writes into "
                              "the reserve space, so run forward again")
         LD, Hr, H = self.num_layers * self.num_dirs, self.state_width, self.num_units
-        T, B = r.y.shape[:2] if r.time_major else r.y.shape[1::-1]
+        packed = r.batch_sizes is not None
+        if packed:
+            T, B = len(r.batch_sizes), int(r.batch_sizes[0])
+        else:
+            T, B = r.y.shape[:2] if r.time_major else r.y.shape[1::-1]
         dy, dhy, dcy = contract.backward_arguments(self._config, self._array, T, B, r.time_major, output_backprop,
-                                                   output_h_backprop, output_c_backprop)
+                                                   output_h_backprop, output_c_backprop, r.batch_sizes)
         dhy, dcy = self._private(dhy), self._private(dcy)
         if params_backprop_out is not None:
             if not isinstance(params_backprop_out, cp.ndarray) or not params_backprop_out.flags.c_contiguous:
@@ -385,7 +402,7 @@ class _CudnnModel:
             dw = cp.zeros(self._params_size, dtype=self.dtype)
 
         dy = cp.array(dy, order="C")  # a contiguous copy: padded steps are zeroed below
-        valid = _valid_steps(r.sequence_lengths, r.time_major, r.y.shape)
+        valid = None if packed else _valid_steps(r.sequence_lengths, r.time_major, r.y.shape)
         if valid is not None:  # select, never multiply: the caller's padding may hold NaN
             dy = cp.where(valid, dy, 0).astype(self.dtype)
         dx = cp.empty_like(r.x)
@@ -405,11 +422,12 @@ class _CudnnModel:
         if params_backprop_out is not None and dw is not params_backprop_out:
             params_backprop_out[...] = dw
             dw = params_backprop_out
-        valid = _valid_steps(r.sequence_lengths, r.time_major, r.x.shape)
+        valid = None if packed else _valid_steps(r.sequence_lengths, r.time_major, r.x.shape)
         if valid is not None:  # cuDNN leaves padded steps of dx undefined (maybe NaN): select zeros
             dx = cp.where(valid, dx, 0).astype(self.dtype)
         state = functools.partial(caller_layout, time_major=r.time_major, dtype=self.dtype)
-        return Gradients(dx, state(dhx), None if dcx is None else state(dcx), dw)
+        d_input = PackedSequence(dx, r.batch_sizes) if packed else dx
+        return Gradients(d_input, state(dhx), None if dcx is None else state(dcx), dw)
 
 
 def _valid_steps(sequence_lengths: np.ndarray | None, time_major: bool, shape):

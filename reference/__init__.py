@@ -4,6 +4,7 @@ Imports NumPy only. The public names are documented in ``docs/api.md``; see ``re
 """
 
 from .layout import BIAS_MODES, Region
+from .packing import PackedSequence, pack, unpack
 from .streaming import BoundRNN, Stream
 from .model import (
     ClassicGRU,
@@ -30,7 +31,10 @@ __all__ = [
     "ForwardResult",
     "Gradients",
     "MODELS",
+    "PackedSequence",
     "Region",
     "Reserve",
     "make_model",
+    "pack",
+    "unpack",
 ]

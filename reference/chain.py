@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checkpoint, checks
+from . import checkpoint, checks, packing
 from .modes import MODES
 from .formats import tf
 
@@ -58,14 +58,19 @@ class Chain:
                 sequence_lengths=None, time_major: bool = True, *, padding_fill: float = 0.0) -> ChainResult:
         """Each layer on the one before's output, from its own initial states (``initial_h[k]``, ``initial_c[k]``
         in that layer's shape; ``None``: zeros); inference. ``padding_fill``: the last layer's output past each
-        length (the layers before pad with zeros, which no layer reads)."""
+        length (the layers before pad with zeros, which no layer reads). A packed ``x``
+        (:class:`reference.PackedSequence`) runs packed through every layer."""
         n = len(self.layers)
         checks.padding_fill(padding_fill, self.dtype)  # before the first layer runs
         for name, given in (("initial_h", initial_h), ("initial_c", initial_c)):
             if given is not None and len(given) != n:
                 raise ValueError(f"{name} must hold one state per layer, {n}, got {len(given)}")
-        if np.ndim(x) == 3:  # every layer's states checked before the first layer runs (x: by the first layer)
+        B = None  # every layer's states checked before the first layer runs (x: by the first layer)
+        if isinstance(x, packing.PackedSequence):
+            B = int(packing.check_batch_sizes("x.batch_sizes", x.batch_sizes)[0])
+        elif np.ndim(x) == 3:
             B = np.shape(x)[1 if time_major else 0]
+        if B is not None:
             for k, model in enumerate(self.models):
                 for name, given, width in (("initial_h", initial_h, model.state_width),
                                            ("initial_c", initial_c, model.num_units)):

@@ -1,7 +1,8 @@
 """The contract both backends keep (``reference`` and ``cudnn_backend``): one config and its validation, the
 results of a forward and a backward call, what a reserve holds, TensorFlow's ``__call__`` and the checks of a
-call's arguments. NumPy, the argument checks, the layout spec and the precision rules only: nothing of the
-reference's engine, so the cuDNN backend uses the same contract without the engine.
+call's arguments. NumPy, the argument checks, the layout spec, the precision rules and the packed layout
+(``reference.packing``) only: nothing of the reference's engine, so the cuDNN backend uses the same contract
+without the engine.
 
 Shapes are written time-major, as in ``reference.model``; ``time_major=False`` swaps the first two axes of
 sequences and states.
@@ -15,8 +16,9 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from . import checks
+from . import checks, packing
 from .layout import BIAS_MODES, LayoutSpec
+from .packing import PackedSequence
 from .precision import storage_dtype
 
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
@@ -165,10 +167,12 @@ class ReserveContract(Protocol):
     time_major: bool
     sequence_lengths: np.ndarray | None
     dropout_masks: tuple
+    batch_sizes: np.ndarray | None  # a packed call's (``reference.PackedSequence``), else None
 
 
 class ForwardResult(NamedTuple):
-    """``output [T, B, D*Hr]``, ``output_h [L*D, B, Hr]``, ``output_c [L*D, B, H]`` (``None`` unless LSTM)."""
+    """``output [T, B, D*Hr]``, ``output_h [L*D, B, Hr]``, ``output_c [L*D, B, H]`` (``None`` unless LSTM);
+    after a packed input, ``output`` is a :class:`reference.PackedSequence` of the same ``batch_sizes``."""
 
     output: np.ndarray
     output_h: np.ndarray
@@ -179,8 +183,9 @@ class ForwardResult(NamedTuple):
 class Gradients(NamedTuple):
     """Gradients of a forward call's inputs, in that call's layout and the model's dtype.
 
-    ``input [T, B, input_size]``, ``input_h [L*D, B, Hr]``, ``input_c [L*D, B, H]`` (``None`` unless LSTM),
-    ``params [params_size()]`` in the opaque layout (``params_to_canonical`` splits it per tensor).
+    ``input [T, B, input_size]`` (a :class:`reference.PackedSequence` after a packed input), ``input_h [L*D, B,
+    Hr]``, ``input_c [L*D, B, H]`` (``None`` unless LSTM), ``params [params_size()]`` in the opaque layout
+    (``params_to_canonical`` splits it per tensor).
     """
 
     input: np.ndarray
@@ -219,8 +224,9 @@ ArrayCheck = Callable[[str, object, int, str], Any]
 
 
 class ForwardArguments(NamedTuple):
-    """A forward call's checked arguments: ``input`` as given (the caller's layout), the states time-major
-    (``None`` where not given), ``T`` and ``B``, and the two flags as bools."""
+    """A forward call's checked arguments: ``input`` as given (the caller's layout; a packed input's ``data``),
+    the states time-major (``None`` where not given), ``T`` and ``B``, the two flags as bools, the fill, and a
+    packed input's checked ``batch_sizes`` (``None`` for an unpacked one)."""
 
     input: Any
     input_h: Any | None
@@ -230,16 +236,21 @@ class ForwardArguments(NamedTuple):
     time_major: bool
     is_training: bool
     padding_fill: np.generic = np.float64(0.0)  # in the model's dtype
+    batch_sizes: np.ndarray | None = None
 
 
 def forward_arguments(config: ModelConfig, array: ArrayCheck, input_data: object, input_h: object,
                       input_c: object, is_training: object, time_major: object,
-                      padding_fill: object = 0.0) -> ForwardArguments:
+                      padding_fill: object = 0.0, sequence_lengths: object = None) -> ForwardArguments:
     """The checks of ``forward``'s arguments that both backends make, in this order (each backend then
-    checks ``params`` and ``sequence_lengths``)."""
+    checks ``params``, and ``sequence_lengths`` of an unpacked input; a packed input's lengths are its
+    ``batch_sizes``, and it takes neither ``sequence_lengths``, ``time_major=False`` nor a fill)."""
     time_major = checks.flag("time_major", time_major)
     is_training = checks.flag("is_training", is_training)
     fill = checks.padding_fill(padding_fill, config.dtype)
+    if isinstance(input_data, PackedSequence):
+        return _packed_arguments(config, array, input_data, input_h, input_c, is_training, time_major, fill,
+                                 sequence_lengths)
     seq_doc = "[T, B, input_size]" if time_major else "[B, T, input_size]"
     x = array("input_data", input_data, 3, seq_doc)
     T, B = x.shape[:2] if time_major else x.shape[1::-1]
@@ -250,15 +261,53 @@ def forward_arguments(config: ModelConfig, array: ArrayCheck, input_data: object
     return ForwardArguments(x, h0, c0, T, B, time_major, is_training, fill)
 
 
+def _packed_arguments(config: ModelConfig, array: ArrayCheck, packed: PackedSequence, input_h: object,
+                      input_c: object, is_training: bool, time_major: bool, fill: np.generic,
+                      sequence_lengths: object) -> ForwardArguments:
+    """:func:`forward_arguments` of a packed ``input_data``: its ``batch_sizes`` a host NumPy array (cuDNN
+    reads the lengths on the host, as PyTorch keeps ``batch_sizes`` on the CPU), its ``data`` an array of
+    the backend's."""
+    if not time_major:
+        raise ValueError("time_major must be True with a packed input_data: cuDNN's packed layout is "
+                         "sequence-major, and the states beside it are [num_layers*num_dirs, B, ...]")
+    if sequence_lengths is not None:
+        raise ValueError("sequence_lengths must be None with a packed input_data: its batch_sizes give the "
+                         "lengths")
+    if not (fill == 0 and not np.signbit(fill)):
+        raise ValueError(f"padding_fill must be 0.0 with a packed input_data: a packed output has no padding, "
+                         f"got {fill!r}")
+    batch_sizes = packing.check_batch_sizes("input_data.batch_sizes", packed.batch_sizes)
+    doc = "[sum(batch_sizes), input_size]"
+    data = array("input_data.data", packed.data, 2, doc)
+    checks.shape("input_data.data", data, (int(batch_sizes.sum()), config.input_size), doc)
+    T, B = len(batch_sizes), int(batch_sizes[0])
+    h0, c0 = _states(config, array, "input_h", input_h, "input_c", input_c, B, True)
+    return ForwardArguments(data, h0, c0, T, B, True, is_training, fill, batch_sizes)
+
+
 def backward_arguments(config: ModelConfig, array: ArrayCheck, T: int, B: int, tm: bool, output_backprop: object,
-                       output_h_backprop: object, output_c_backprop: object) -> tuple[Any, Any | None, Any | None]:
-    """The checks of ``backward``'s gradients that both backends make (``T``, ``B``, ``tm``: the forward
-    call's sizes and ``time_major``): ``(output_backprop as given, output_h_backprop, output_c_backprop)``,
-    the states time-major or ``None``."""
-    seq_doc = "[T, B, num_dirs*Hr]" if tm else "[B, T, num_dirs*Hr]"
-    dy = array("output_backprop", output_backprop, 3, seq_doc)
-    checks.shape("output_backprop", dy, ((T, B) if tm else (B, T)) + (config.num_dirs * config.state_width,),
-                 seq_doc)
+                       output_h_backprop: object, output_c_backprop: object,
+                       batch_sizes: np.ndarray | None = None) -> tuple[Any, Any | None, Any | None]:
+    """The checks of ``backward``'s gradients that both backends make (``T``, ``B``, ``tm``, ``batch_sizes``:
+    the forward call's sizes, ``time_major`` and, for a packed call, its batch sizes): ``(output_backprop as
+    given, or a packed one's data; output_h_backprop, output_c_backprop)``, the states time-major or ``None``.
+    After a packed call ``output_backprop`` is a :class:`reference.PackedSequence` of the same batch sizes."""
+    width = config.num_dirs * config.state_width
+    if batch_sizes is not None:
+        if not isinstance(output_backprop, PackedSequence):
+            raise TypeError(f"output_backprop must be a reference.PackedSequence like the forward call's output, "
+                            f"got {type(output_backprop).__name__}")
+        sizes = packing.check_batch_sizes("output_backprop.batch_sizes", output_backprop.batch_sizes)
+        if not np.array_equal(sizes, batch_sizes):
+            raise ValueError(f"output_backprop.batch_sizes must be the forward call's {batch_sizes.tolist()}, got "
+                             f"{checks.shown(sizes.tolist())}")
+        doc = "[sum(batch_sizes), num_dirs*Hr]"
+        dy = array("output_backprop.data", output_backprop.data, 2, doc)
+        checks.shape("output_backprop.data", dy, (int(batch_sizes.sum()), width), doc)
+    else:
+        seq_doc = "[T, B, num_dirs*Hr]" if tm else "[B, T, num_dirs*Hr]"
+        dy = array("output_backprop", output_backprop, 3, seq_doc)
+        checks.shape("output_backprop", dy, ((T, B) if tm else (B, T)) + (width,), seq_doc)
     return (dy, *_states(config, array, "output_h_backprop", output_h_backprop, "output_c_backprop",
                          output_c_backprop, B, tm))
 
@@ -302,7 +351,8 @@ class NoCellStateCall:
         *,
         padding_fill: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(output [T, B, D*H], output_h [L*D, B, H])``; see ``forward``."""
+        """``(output [T, B, D*H], output_h [L*D, B, H])`` (``output`` packed after a packed input); see
+        ``forward``."""
         result = self.forward(input_data, input_h, params, None, is_training, sequence_lengths, time_major,
                               padding_fill=padding_fill)
         return result.output, result.output_h
@@ -323,7 +373,8 @@ class LSTMCall:
         *,
         padding_fill: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])``; see ``forward``."""
+        """``(output [T, B, D*Hr], output_h [L*D, B, Hr], output_c [L*D, B, H])`` (``output`` packed after a
+        packed input); see ``forward``."""
         result = self.forward(input_data, input_h, params, input_c, is_training, sequence_lengths, time_major,
                               padding_fill=padding_fill)
         return result.output, result.output_h, result.output_c

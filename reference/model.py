@@ -13,7 +13,7 @@ from typing import ClassVar, NamedTuple, Sequence
 
 import numpy as np
 
-from . import buffers, checks, contract, layout
+from . import buffers, checks, contract, layout, packing
 from .contract import (  # the shared contract, also importable from here as before
     DIRECTIONS,
     INPUT_MODES,
@@ -49,6 +49,7 @@ class Reserve:
     sequence_lengths: np.ndarray | None
     dropout_masks: tuple[np.ndarray, ...] = field(default=())
     trace: StackTrace | None = field(default=None, repr=False)  # is_training only
+    batch_sizes: np.ndarray | None = None  # a packed call's; its masks and lengths are those of the padded batch
 
 
 class _Stacking(NamedTuple):
@@ -219,10 +220,13 @@ class _CudnnRNN:
         length output ``padding_fill``, cuDNN's ``paddingFill``, zero by default, in the model's dtype, which
         it must fit; final states are taken at each sequence's last valid step). With ``time_major=False``
         the first two axes of ``input_data``, ``input_h``, ``input_c`` and of the results are swapped.
-        Dropout applies between layers when ``is_training``.
+        ``input_data`` may be a :class:`reference.PackedSequence` (cuDNN's packed layout: ``data [sum(lengths),
+        input_size]``, sequences sorted by decreasing length); ``output`` is then packed alike, the states are
+        ``[L*D, B, ...]`` with ``B = batch_sizes[0]``, and ``sequence_lengths``, ``time_major=False`` and a
+        fill are refused. Dropout applies between layers when ``is_training``.
         """
         args = contract.forward_arguments(self._config, self._array, input_data, input_h, input_c, is_training,
-                                          time_major, padding_fill)
+                                          time_major, padding_fill, sequence_lengths)
         params = self._check_params(params)
         return self._forward_layers(args, self._pseudo_layers(params, copy=args.is_training), sequence_lengths)
 
@@ -237,9 +241,12 @@ class _CudnnRNN:
         """:meth:`forward` after its argument checks, over per pseudo-layer parameters (from
         :meth:`_pseudo_layers`, or a :class:`reference.BoundRNN`'s own)."""
         T, B, time_major, is_training = args.T, args.B, args.time_major, args.is_training
-        x = args.input if time_major else args.input.transpose(1, 0, 2)
+        if args.batch_sizes is not None:  # packed: run the padded batch (its padding is never read)
+            x, lengths = packing.unpack(packing.PackedSequence(args.input, args.batch_sizes))
+        else:
+            x = args.input if time_major else args.input.transpose(1, 0, 2)
+            lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
         h0, c0 = self._zero_states(args.input_h, args.input_c, B)
-        lengths = None if sequence_lengths is None else checks.sequence_lengths(sequence_lengths, B, T)
 
         cdt = compute_dtype(self.dtype)
         masks = self._draw_dropout_masks(T, B) if is_training else ()
@@ -259,7 +266,11 @@ class _CudnnRNN:
             )
         out = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         reserve = Reserve(self._token, is_training, time_major, lengths,
-                          tuple(m if time_major else m.transpose(1, 0, 2) for m in masks), trace)
+                          tuple(m if time_major else m.transpose(1, 0, 2) for m in masks), trace, args.batch_sizes)
+        if args.batch_sizes is not None:
+            packed = packing.pack(out(y), lengths)  # a copy
+            return ForwardResult(packed._replace(batch_sizes=args.batch_sizes), out(h_n),
+                                 None if c_n is None else out(c_n), reserve)
         output = out(y)
         if is_training and np.may_share_memory(output, y):  # y is the trace's: the caller may change its output
             output = output.copy()
@@ -293,7 +304,9 @@ class _CudnnRNN:
         T, B = trace.inputs[0].shape[:2]
         tm = reserve.time_major
         dy, dh, dc = contract.backward_arguments(self._config, self._array, T, B, tm, output_backprop,
-                                                 output_h_backprop, output_c_backprop)
+                                                 output_h_backprop, output_c_backprop, reserve.batch_sizes)
+        if reserve.batch_sizes is not None:  # the padded batch's gradient, zero past each length
+            dy, _ = packing.unpack(packing.PackedSequence(dy, reserve.batch_sizes))
         dh, dc = self._zero_states(dh, dc, B)
         if params_backprop_out is not None:
             self._check_params(params_backprop_out, "params_backprop_out")
@@ -311,7 +324,10 @@ class _CudnnRNN:
         if params_backprop_out is not None:
             params_backprop_out += d_params
             d_params = params_backprop_out
-        return Gradients(out(dx), out(dh0), None if dc0 is None else out(dc0), d_params)
+        d_input = out(dx)
+        if reserve.batch_sizes is not None:
+            d_input = packing.pack(d_input, reserve.sequence_lengths)._replace(batch_sizes=reserve.batch_sizes)
+        return Gradients(d_input, out(dh0), None if dc0 is None else out(dc0), d_params)
 
     def _scatter(self, grads: Sequence[PseudoLayerParams]) -> np.ndarray:
         """Per pseudo-layer stacked gradients (compute order) -> one opaque buffer in the storage dtype."""

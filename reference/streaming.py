@@ -300,10 +300,11 @@ class BoundRNN:
                 sequence_lengths: Sequence[int] | Array | None = None, time_major: bool = True, *,
                 padding_fill: float = 0.0) -> ForwardResult:
         """The model's ``forward(input_data, input_h, params, input_c, is_training=False, sequence_lengths,
-        time_major, padding_fill=...)`` with the bound parameters: the same checks, code and results."""
+        time_major, padding_fill=...)`` with the bound parameters: the same checks, code and results (a
+        :class:`reference.PackedSequence` input too)."""
         model = self.model
         args = contract.forward_arguments(model._config, model._array, input_data, input_h, input_c, False,
-                                          time_major, padding_fill)
+                                          time_major, padding_fill, sequence_lengths)
         return model._forward_layers(args, self._layers, sequence_lengths)
 
     def __call__(self, input_data: Array, input_h: Array | None = None, input_c: Array | None = None, *,

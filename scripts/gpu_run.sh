@@ -138,7 +138,7 @@ fi
 if ((!rerun)); then
     step host-tests "$(min $(($(left) - 100)) 60)" pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
         compat_tests/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
-    # cudnn-persist runs the persistent algorithms, which the ladder's rung 16 (algorithms) runs in processes of
+    # cudnn-persist runs the persistent algorithms, which the ladder's rung 17 (algorithms) runs in processes of
     # their own
     # (a hang or sticky error there stays in its rung); here and in the report it would take the whole step.
     step gpu-tests "$(min $(($(left) - 80)) 90)" pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \

@@ -34,6 +34,8 @@ class Capabilities:
     padding_fill: bool = False
     # the LSTM's cell clipping (cudnnRNNSetClip_v9); without it, unclipped cell states only
     cell_clip: bool = False
+    # cuDNN's SEQ_MAJOR_PACKED layout (reference.PackedSequence, PyTorch's PackedSequence) in and out
+    packed: bool = False
     notes: tuple[tuple[str, str], ...] = ()  # (feature, why it is missing or emulated)
 
     def __post_init__(self) -> None:
@@ -42,7 +44,7 @@ class Capabilities:
                 raise ValueError(f"Capabilities.{field} must be a non-empty subset of {allowed}, "
                                  f"got {getattr(self, field)}")
         for name in ("skip_input", "projection", "lengths", "batch_major", "bidirectional", "backward",
-                     "padding_fill", "cell_clip"):
+                     "padding_fill", "cell_clip", "packed"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Capabilities.{name} must be a bool, got {getattr(self, name)!r}")
         if self.max_layers is not None and (isinstance(self.max_layers, bool) or not isinstance(self.max_layers, int)
@@ -69,6 +71,8 @@ class Capabilities:
             return why.get("cell_clip", f"cell_clip {cfg.cell_clip} not supported (an unclipped LSTM only)")
         if cfg.fills_padding and not self.padding_fill:
             return why.get("padding_fill", f"padding_fill {cfg.padding_fill!r} not supported (only zeros)")
+        if cfg.packed and not self.packed:
+            return why.get("packed", "packed sequences not supported")
         if not cfg.time_major and not self.batch_major:
             return why.get("batch_major", "batch-major layout not supported")
         if cfg.num_dirs == 2 and not self.bidirectional:

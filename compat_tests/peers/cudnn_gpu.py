@@ -10,7 +10,7 @@ approximation (``reports/gpu/nvidia-h200-cudnn9.19.0/probes.md``), judged by a b
 from __future__ import annotations
 
 from ..config import BIAS_MODE_NAMES, Case, GradOutputs, Outputs, RNNConfig
-from ..run import forward_case
+from ..run import forward_case, packed_like, padded
 from .base import Capabilities, Peer
 
 _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the reference's"),)
@@ -25,7 +25,7 @@ class CudnnPeer(Peer):
                       ("dtype", "cuDNN runs float64 with the standard and persist_dynamic algorithms only"))
         self.capabilities = Capabilities(modes=("relu", "tanh", "lstm", "gru"), dtypes=dtypes, notes=notes,
                                          projection=algo == "standard", bias_modes=BIAS_MODE_NAMES,
-                                         padding_fill=True, cell_clip=True)
+                                         padding_fill=True, cell_clip=True, packed=True)
 
     def available(self) -> tuple[bool, str]:
         import cudnn_backend
@@ -43,11 +43,12 @@ class CudnnPeer(Peer):
 
         model, fwd = self._forward(cfg, case, training=False)
         model.close()
-        return Outputs(*(None if a is None else cupy.asnumpy(a) for a in fwd[:3]))
+        return Outputs(padded(cfg, fwd.output, cupy.asnumpy),
+                       *(None if a is None else cupy.asnumpy(a) for a in fwd[1:3]))
 
     def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
         model, fwd = self._forward(cfg, case, training=True)
-        result = gradients(cfg, model, model.backward(fwd, case.dy, case.dh, case.dc))
+        result = gradients(cfg, model, model.backward(fwd, packed_like(cfg, case, case.dy), case.dh, case.dc))
         model.close()
         return result
 
@@ -59,4 +60,5 @@ def gradients(cfg: RNNConfig, model, grads) -> GradOutputs:
 
     weights, biases = model.params_to_canonical(grads.params)
     d_params = cfg.model().canonical_to_params([cupy.asnumpy(w) for w in weights], [cupy.asnumpy(b) for b in biases])
-    return GradOutputs(*(None if a is None else cupy.asnumpy(a) for a in grads[:3]), d_params)
+    return GradOutputs(padded(cfg, grads.input, cupy.asnumpy),
+                       *(None if a is None else cupy.asnumpy(a) for a in grads[1:3]), d_params)

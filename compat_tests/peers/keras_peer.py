@@ -82,6 +82,8 @@ class KerasPeer(Peer):
             ("padding_fill", "a masked Keras RNN outputs zeros at masked steps (zero_output_for_mask); no "
                              "layer option sets another value"),
             ("cell_clip", "Keras's LSTM has no cell clipping (TensorFlow 1's LSTMCell(cell_clip=...) had)"),
+            ("packed", "a Keras RNN takes a padded batch [batch, timesteps, features] with a mask; it has no "
+                       "packed layout"),
         ),
     )
 

@@ -32,6 +32,8 @@ class OnnxRuntimeCPU(Peer):
                              "attribute sets another value"),
             ("cell_clip", "ONNX's LSTM clip attribute clips the gates' pre-activations, not the cell state: "
                           "another function, never mapped onto cuDNN's cell clip"),
+            ("packed", "ONNX's recurrent ops take a padded X [seq_length, batch_size, input_size] with "
+                       "sequence_lens; they have no packed layout"),
         ),
     )
 

@@ -17,6 +17,7 @@ class ReferencePeer(Peer):
         bias_modes=BIAS_MODE_NAMES,
         padding_fill=True,
         cell_clip=True,
+        packed=True,
         notes=(("dtype", "the engine's float64 is held against the float64 truth (the plain cells of reference/spec) "
                           "by compat_tests/test_spec.py"),),
     )

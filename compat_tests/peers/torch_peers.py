@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 
+import reference
 from reference.formats.torch import from_state_dict, to_state_dict
 
 from ..config import Case, GradOutputs, Outputs, RNNConfig
@@ -28,6 +29,7 @@ _CAPABILITIES = Capabilities(
     skip_input=False,
     bias_modes=("double", "none"),
     padding_fill=True,  # pad_packed_sequence(padding_value=...)
+    packed=True,  # a PackedSequence made of reference.pack's data and batch_sizes
     notes=(
         ("mode", "PyTorch has only the cuDNN (reset-after) GRU, no textbook GRU"),
         ("bias_mode", "PyTorch's modules have both biases of every gate (bias=True) or none (bias=False), "
@@ -63,13 +65,13 @@ class TorchPeer(Peer):
 
         with torch.no_grad():
             run = _Run(cfg, case, requires_grad=False, device=self.device)
-        return Outputs(*(None if a is None else _numpy(cfg, a, is_state) for a, is_state in
-                         ((run.y, False), (run.h, True), (run.c, True))))
+        return Outputs(run.sequence(run.y), *(None if a is None else _numpy(cfg, a, True) for a in (run.h, run.c)))
 
     def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
         """Autograd of ``sum(y * dy) + sum(h_n * dh) + sum(c_n * dc)``: the gradients cuDNN's backward returns."""
         run = _Run(cfg, case, requires_grad=True, device=self.device)
-        loss = (run.y * _tensor(cfg, case.dy, False, self.device)).sum() + \
+        dy = reference.pack(case.dy, case.lengths).data if cfg.packed else case.dy
+        loss = (run.y * _tensor(cfg, dy, False, self.device)).sum() + \
             (run.h * _tensor(cfg, case.dh, True, self.device)).sum()
         if run.c is not None:
             loss = loss + (run.c * _tensor(cfg, case.dc, True, self.device)).sum()
@@ -77,7 +79,7 @@ class TorchPeer(Peer):
         model = cfg.model()
         grads = {name: p.grad.cpu().numpy() for name, p in run.module.named_parameters()}
         d_params = model.canonical_to_params(*from_state_dict(model, grads))
-        return GradOutputs(_numpy(cfg, run.x.grad, False), _numpy(cfg, run.h0.grad, True),
+        return GradOutputs(run.sequence(run.x.grad), _numpy(cfg, run.h0.grad, True),
                            None if run.c0 is None else _numpy(cfg, run.c0.grad, True), d_params)
 
 
@@ -96,7 +98,8 @@ def _numpy(cfg: RNNConfig, t, is_state: bool) -> np.ndarray:
 
 class _Run:
     """One forward pass of ``case`` through an ``nn.RNN``/``LSTM``/``GRU`` holding the canonical weights (or
-    ``state_dict``, torch tensors by name as ``torch.load`` gives them, loaded instead)."""
+    ``state_dict``, torch tensors by name as ``torch.load`` gives them, loaded instead). ``x`` and ``y`` are
+    padded sequences, or a packed config's packed data (``batch_sizes`` beside them; ``None`` otherwise)."""
 
     def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool, device: str,
                  state_dict: dict | None = None) -> None:
@@ -119,14 +122,22 @@ class _Run:
                 return torch.from_numpy(a).to(device).requires_grad_(requires_grad)
             return _tensor(cfg, a, True, device).clone().requires_grad_(requires_grad)
 
-        self.x = torch.from_numpy(case.x).to(device).clone().requires_grad_(requires_grad)
+        self.cfg, self.batch_sizes = cfg, None
+        x = case.x
+        if cfg.packed:
+            x, self.batch_sizes = reference.pack(case.x, case.lengths)
+        self.x = torch.from_numpy(x).to(device).clone().requires_grad_(requires_grad)
         self.h0 = state(case.h0, cfg.state_width)
         self.c0 = state(case.c0, cfg.num_units) if cfg.has_cell_state else None
         hx = self.h0 if self.c0 is None else (self.h0, self.c0)
         batch_first = not cfg.time_major
         with warnings.catch_warnings():  # "LSTM with projections is not supported with oneDNN": expected
             warnings.filterwarnings("ignore", "LSTM with projections is not supported with oneDNN")
-            if case.lengths is None:
+            if cfg.packed:  # the packed layout as reference.pack makes it, handed to torch as it is
+                sizes = torch.from_numpy(np.array(self.batch_sizes))
+                y, states = self.module(torch.nn.utils.rnn.PackedSequence(self.x, sizes), hx)
+                self.y = y.data
+            elif case.lengths is None:
                 self.y, states = self.module(self.x, hx)
             else:
                 packed = torch.nn.utils.rnn.pack_padded_sequence(
@@ -136,6 +147,14 @@ class _Run:
                                                                    padding_value=cfg.padding_fill,
                                                                    total_length=cfg.seq_len)
         self.h, self.c = states if cfg.has_cell_state else (states, None)
+
+    def sequence(self, t) -> np.ndarray:
+        """A tensor laid out as ``x`` or ``y`` (or their gradients) as a padded NumPy sequence of the config's
+        layout (zeros past each length of a packed one)."""
+        a = t.detach().cpu().numpy()
+        if self.batch_sizes is None:
+            return a
+        return reference.unpack(reference.PackedSequence(a, self.batch_sizes), total_length=self.cfg.seq_len)[0]
 
 
 # mode -> (torch class name, extra constructor arguments)

@@ -70,6 +70,14 @@ def _cell_clips(num_units: int, input_size: int, seq_len: int, seed: int) -> lis
                 ((-0.25, 0.25), (-1.0, 0.5)), ((1, "unidirectional"), (2, "bidirectional"))))]
 
 
+def _packed(num_units: int, input_size: int, seq_len: int, seed: int) -> list[RNNConfig]:
+    """Every mode (the textbook GRU included) with its sequences packed (cuDNN's SEQ_MAJOR_PACKED): a ragged
+    bidirectional two-layer stack, batch 4, lengths sorted."""
+    T = seq_len
+    return [RNNConfig(mode, 2, num_units, input_size, "bidirectional", seq_len=T, batch=4, lengths=(T, 5, 2, 1),
+                      packed=True, seed=seed + k) for k, mode in enumerate(MODE_NAMES)]
+
+
 def _drift(modes, num_units: int, seq_len: int, seed: int, **shape) -> list[RNNConfig]:
     """Long sequences: error as a function of the time step."""
     return [RNNConfig(mode, num_units=num_units, input_size=num_units, seq_len=seq_len, batch=4, seed=seed + k,
@@ -116,14 +124,15 @@ def window_grid(seed: int = 0) -> list[Spec]:
     """A GPU window's (``scripts/gpu_run.sh``): cuDNN's published sample first (real cuDNN beside its own
     published numbers), every mode, dtype and feature at least once in small stacks, per mode a wider
     bidirectional three-layer stack (H=64, T=40, B=8), drift to T=300 for GRU, LSTM and tanh, and a GRU-variant
-    sweep to T=300, every mode under each bias mode but the double bias and with two padding fills, and clipped
-    LSTMs, in float32; about 390 units, a minute or two of 8 workers on a GPU machine."""
+    sweep to T=300, every mode under each bias mode but the double bias, with two padding fills and packed, and
+    clipped LSTMs, in float32; about 400 units, a minute or two of 8 workers on a GPU machine."""
     base = seed * 100_000
     configs = [cfg for mode in MODE_NAMES for cfg in _small_stacks(mode, 16, 8, 12, base)
                + [RNNConfig(mode, 3, 64, 32, "bidirectional", seq_len=40, batch=8, seed=base + 5)]]
     configs += _drift(("gru", "lstm", "tanh"), 32, 300, base + 50)
     biases = [("compat", cfg.with_(dtype="float32")) for cfg in _bias_modes(16, 8, 12, base + 70)
-              + _padding_fills(16, 8, 12, base + 80) + _cell_clips(16, 8, 12, base + 85)]
+              + _padding_fills(16, 8, 12, base + 80) + _cell_clips(16, 8, 12, base + 85)
+              + _packed(16, 8, 12, base + 87)]
     return (_published() + _compat(configs) + biases
             + _gru_variants((1, 10, 100, 300), (0.5, 1.0, 2.0), base + 90))
 
@@ -131,12 +140,12 @@ def window_grid(seed: int = 0) -> list[Spec]:
 def default_grid(seed: int = 0) -> list[Spec]:
     """Minutes on 2 cores: cuDNN's published sample (the float64 truth and every backend's float32 beside cuDNN's own
     checksums); every feature combination at H=16, T=12 and at H=64, T=40; every mode under each bias mode but the
-    double bias, and with two padding fills; clipped LSTMs; drift to T=1000 for GRU, LSTM and tanh at weight scales 1
-    and 2 (2: close to chaotic); the GRU-variant sweep over T in 1..1000 and weight scales 0.25..4."""
+    double bias, with two padding fills and packed; clipped LSTMs; drift to T=1000 for GRU, LSTM and tanh at weight
+    scales 1 and 2 (2: close to chaotic); the GRU-variant sweep over T in 1..1000 and weight scales 0.25..4."""
     base = seed * 100_000
     configs = (_features(16, 16, 12, 4, base) + _features(64, 32, 40, 8, base + 20_000)
                + _bias_modes(16, 8, 12, base + 7_000) + _padding_fills(16, 8, 12, base + 7_500)
-               + _cell_clips(16, 8, 12, base + 7_600)
+               + _cell_clips(16, 8, 12, base + 7_600) + _packed(16, 8, 12, base + 7_700)
                + _drift(("gru", "lstm", "tanh"), 32, 1000, base + 5_000)
                + _drift(("gru", "lstm", "tanh"), 32, 1000, base + 6_000, weight_scale=2.0))
     return _published() + _compat(configs) + _gru_variants((1, 3, 10, 30, 100, 300, 1000),

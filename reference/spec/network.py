@@ -21,6 +21,9 @@ state them, over the cells of ``rnn.py``, ``lstm.py`` and ``gru.py``.
   and each layer's output (after dropout) is rounded to float16 before the next layer reads it; results come
   back in the data's dtype. Backward treats every rounding as the identity.
 - ``time_major=False``: the first two axes of sequences, states and masks are swapped, at the edges.
+- A packed ``x`` (``reference.PackedSequence``, cuDNN's ``SEQ_MAJOR_PACKED``): unpacked at the edge into the
+  time-major batch and its lengths, which run as above; the output is packed again (it has no padding, so no
+  fill), and so are ``d_output`` and the input's gradient.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .. import checks
+from .. import checks, packing
 from ..layout import BIAS_MODES, bias_slots
+from ..packing import PackedSequence
 from ..precision import STORAGE_DTYPES, compute_dtype
 from . import gru, lstm, rnn
 from .cell import Array, CellParams
@@ -239,6 +243,7 @@ class _Call(NamedTuple):
     c0: Array | None
     lengths: Array
     scales: list[Array]
+    batch_sizes: Array | None  # a packed x's
 
 
 def _state(name: str, value, LD: int, B: int, width: int, storage: np.dtype, time_major: bool) -> Array:
@@ -255,6 +260,15 @@ def _check(net: Network, weights, biases, x, h0, c0, lengths, dropout, masks, ti
     if not isinstance(net, Network):
         raise TypeError(f"net must be a reference.spec.Network, got {type(net).__name__}")
     time_major = checks.flag("time_major", time_major)
+    batch_sizes = None
+    if isinstance(x, PackedSequence):
+        if not time_major or lengths is not None:
+            raise ValueError("a packed x takes neither time_major=False nor lengths (its batch_sizes give them)")
+        batch_sizes = packing.check_batch_sizes("x.batch_sizes", x.batch_sizes)
+        if not isinstance(x.data, np.ndarray) or x.data.dtype not in STORAGE_DTYPES:
+            raise TypeError(f"x.data must be a float16, float32 or float64 numpy.ndarray, got "
+                            f"{getattr(x.data, 'dtype', type(x.data).__name__)}")
+        x, lengths = packing.unpack(packing.check("x", x, x.data.dtype, net.input_size))
     if not isinstance(x, np.ndarray) or x.dtype not in STORAGE_DTYPES:
         raise TypeError(f"x must be a float16, float32 or float64 numpy.ndarray, got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
@@ -290,7 +304,8 @@ def _check(net: Network, weights, biases, x, h0, c0, lengths, dropout, masks, ti
         checks.array(f"masks[{k}]", mask, np.dtype(bool), 3, mask_doc)
         checks.shape(f"masks[{k}]", mask, (T, B, width) if time_major else (B, T, width), mask_doc)
         scales.append((mask if time_major else mask.transpose(1, 0, 2)) * scale)
-    return _Call(storage, _cells(net, weights, biases, storage), x.astype(cdt), h0, c0, lengths, scales)
+    return _Call(storage, _cells(net, weights, biases, storage), x.astype(cdt), h0, c0, lengths, scales,
+                 batch_sizes)
 
 
 def _cells(net: Network, weights, biases, storage: np.dtype) -> list[CellParams]:
@@ -379,14 +394,25 @@ def forward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: 
     ``1..T`` (``None``: all ``T``); ``masks``: the ``L-1`` boolean keep-masks ``[T, B, D*Hr]`` of a training
     pass with ``dropout`` (ignored where ``dropout == 0``); ``padding_fill``: the output past each length, in
     ``x``'s dtype (``checks.padding_fill``). ``time_major=False`` swaps the first two axes of every sequence,
-    state and mask."""
+    state and mask. A packed ``x`` (``reference.PackedSequence``) gives a packed output, its masks those of
+    the padded batch ``[T, B, D*Hr]``."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
     fill = checks.padding_fill(padding_fill, call.storage)
+    if call.batch_sizes is not None and not (fill == 0 and not np.signbit(fill)):
+        raise ValueError(f"padding_fill must be 0.0 with a packed x (a packed output has no padding), got {fill!r}")
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         y, h_n, c_n, _ = _run(net, call)
     for b, n in enumerate(call.lengths):
         y[n:, b] = fill
-    return Outputs(*(caller_layout(a, time_major, call.storage) for a in (y, h_n, c_n)))
+    output, h_n, c_n = (caller_layout(a, time_major, call.storage) for a in (y, h_n, c_n))
+    return Outputs(_packed_like(call, output), h_n, c_n)
+
+
+def _packed_like(call: _Call, sequence: Array) -> Array | PackedSequence:
+    """A time-major result as the call's input came: packed (with its batch sizes) after a packed ``x``."""
+    if call.batch_sizes is None:
+        return sequence
+    return packing.pack(sequence, call.lengths)._replace(batch_sizes=call.batch_sizes)
 
 
 def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array, h0: Array | None,
@@ -394,11 +420,17 @@ def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x:
              *, lengths=None, dropout: float = 0.0, masks: Sequence[Array] = (), time_major: bool = True) -> Gradients:
     """Gradients of ``<output, d_output> + <output_h, d_output_h> + <output_c, d_output_c>`` with respect to
     ``x``, ``h0``, ``c0`` and the canonical weights and biases, for the forward pass of :func:`forward` with
-    the same arguments. ``d_output`` has ``output``'s shape (its values past each length are ignored),
-    ``d_output_h`` and ``d_output_c`` those of the final states (``None``: zeros)."""
+    the same arguments. ``d_output`` has ``output``'s shape (its values past each length are ignored; packed
+    with ``x``'s batch sizes after a packed ``x``), ``d_output_h`` and ``d_output_c`` those of the final
+    states (``None``: zeros)."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
     T, B = call.x.shape[:2]
     LD, D, Hr = net.num_layers * net.num_dirs, net.num_dirs, net.state_width
+    if call.batch_sizes is not None:
+        d_output = packing.check("d_output", d_output, call.storage, D * Hr)
+        if not np.array_equal(d_output.batch_sizes, call.batch_sizes):
+            raise ValueError("d_output.batch_sizes must be x's")
+        d_output, _ = packing.unpack(d_output)
     seq_doc = "[T, B, D*Hr]" if time_major else "[B, T, D*Hr]"
     checks.array("d_output", d_output, call.storage, 3, seq_doc)
     checks.shape("d_output", d_output, (T, B, D * Hr) if time_major else (B, T, D * Hr), seq_doc)
@@ -428,4 +460,5 @@ def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x:
                 d_in = d_in * call.scales[layer - 1]
             d_out = d_in
     d_weights, d_biases = _canonical(net, grads, call.storage)
-    return Gradients(*(caller_layout(a, time_major, call.storage) for a in (d_out, dh0, dc0)), d_weights, d_biases)
+    d_x, dh0, dc0 = (caller_layout(a, time_major, call.storage) for a in (d_out, dh0, dc0))
+    return Gradients(_packed_like(call, d_x), dh0, dc0, d_weights, d_biases)
