@@ -5,6 +5,8 @@ and any backend's ``forward`` on a case.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import reference
@@ -60,10 +62,25 @@ def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outpu
     return Outputs(padded(cfg, result.output), result.output_h, result.output_c)
 
 
+@functools.lru_cache(maxsize=512)
+def _float64_model(mode: str, num_layers: int, num_units: int, input_size: int, input_mode: str, direction: str,
+                   num_proj: int | None, bias_mode: str, cell_clip: tuple[float, float] | None):
+    """The float64 reference model of an architecture, made once (a model's layout takes longer to compute than
+    a small config's truth); only its pure methods are used, ``canonical_to_params`` and its attributes."""
+    return RNNConfig(mode, num_layers, num_units, input_size, direction, input_mode, num_proj, dtype="float64",
+                     bias_mode=bias_mode, cell_clip=cell_clip).model()
+
+
+def float64_model(cfg: RNNConfig):
+    """``cfg.model("float64")``, shared by every config of its architecture (see :func:`_float64_model`)."""
+    return _float64_model(cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, cfg.input_mode, cfg.direction,
+                          cfg.num_proj, cfg.bias_mode, cfg.cell_clip)
+
+
 def _spec_call(cfg: RNNConfig, case: Case, dropout: float, masks) -> tuple:
     """The float64 network of ``cfg`` and the arguments of a ``reference.spec`` call on ``case``'s values."""
     case = case.astype(np.float64)
-    net = spec.Network.of(cfg.model("float64"))
+    net = spec.Network.of(float64_model(cfg))
     options = dict(lengths=None if cfg.packed else case.lengths, dropout=dropout, masks=masks,
                    time_major=cfg.time_major)
     return net, case, options
@@ -93,5 +110,5 @@ def ground_truth_backward(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, m
     net, case, options = _spec_call(cfg, case, dropout, masks)
     grads = spec.backward(net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0, case.c0,
                           packed_like(cfg, case, case.dy), case.dh, case.dc, **options)
-    d_params = cfg.model("float64").canonical_to_params(grads.weights, grads.biases)
+    d_params = float64_model(cfg).canonical_to_params(grads.weights, grads.biases)
     return GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, d_params)
