@@ -132,10 +132,12 @@ def markdown(d: dict, name_a: str, name_b: str) -> str:
         if not d[key]:
             continue
         lines += [f"## {title}", "", "| unit | verdict A -> B | worst share of budget A -> B | errors that moved "
-                                     "(conditioned eps, A -> B) | reproduce (A, then B) |", "|---|---|---|---|---|"]
+                                     "(conditioned eps, A -> B) | reproduce (A, then B; once where the same) |",
+                  "|---|---|---|---|---|"]
         for e in d[key]:
             moved = "; ".join(f"{q}: {_share_text(x)} -> {_share_text(y)}" for q, (x, y) in e["errors"].items())
-            commands = "<br>".join(f"`{c}`" for c in e["reproduce"]["a"] + e["reproduce"]["b"])
+            both = e["reproduce"]["a"] + [c for c in e["reproduce"]["b"] if c not in e["reproduce"]["a"]]
+            commands = "<br>".join(f"`{c}`" for c in both)
             lines.append(f"| {e['unit']} | {e['verdict'][0]} -> {e['verdict'][1]} | "
                          f"{_share_text(e['worst_share'][0])} -> {_share_text(e['worst_share'][1])} | {moved or '-'} "
                          f"| {commands} |")
