@@ -16,6 +16,12 @@ imported. A state_dict inside the object (at the top, or under a key such as ``"
 checkpoint) is then found by its ``weight_ih_l0`` tensors (a single cell's by its ``weight_ih``), and only its
 tensors are read, each checked
 against its storage's bytes before anything is allocated.
+
+A TorchScript archive (``torch.jit.save``) is the same zip with ``ROOT/code/`` (the modules' TorchScript source)
+and ``ROOT/constants.pkl`` beside it; its ``data.pkl`` pickles each module as an object of a class
+``__torch__.<its Python path>`` whose state holds its parameters, submodules and attributes by name (an
+``nn.RNN``'s ``nonlinearity`` among them). That pickle is parsed as any other; the code and the constants are
+never read, let alone run.
 """
 
 from __future__ import annotations
@@ -430,9 +436,9 @@ class Archive(_Storages):
         if len(pickles) != 1:
             raise ValueError(f"a zip with {len(pickles)} ROOT/data.pkl members, not a torch.save archive")
         self.root = pickles[0].split("/")[0]
-        if f"{self.root}/constants.pkl" in names or any(n.startswith(f"{self.root}/code/") for n in names):
-            raise ValueError("a TorchScript archive (torch.jit.save), which holds code; save the module's "
-                             "state_dict() with torch.save instead")
+        # torch.jit.save's: its code and constants are never read (data.pkl holds the modules' state)
+        self.torchscript = f"{self.root}/constants.pkl" in names or any(n.startswith(f"{self.root}/code/")
+                                                                        for n in names)
         order = self._member("byteorder", optional=True)
         if order not in (None, b"little", b"big"):
             raise ValueError(f"byteorder {order[:16]!r}, not 'little' or 'big'")
@@ -570,6 +576,7 @@ def _natural(v) -> bool:
 
 
 MAX_DEPTH = 16
+PARAMETERS = ("weight_", "bias_")  # how a TorchScript recurrent module's parameters begin (weight_ih_l0, bias_ih)
 
 
 class Module(NamedTuple):
@@ -589,10 +596,19 @@ def _module_state(node) -> dict | None:
     return None
 
 
+def _script_module_state(node) -> dict | None:
+    """The state of a TorchScript module (``torch.jit.save``'s ``data.pkl``: an object of a class
+    ``__torch__.…`` holding its parameters, submodules and attributes by name), else ``None``."""
+    if isinstance(node, Opaque) and node.cls.startswith("__torch__.") and isinstance(node.state, dict):
+        return node.state
+    return None
+
+
 def _state_dicts(obj) -> Iterator[tuple[tuple, dict, dict | None]]:
     """``(path, entries, module_state)`` for every dict reachable from ``obj`` through string keys (a
     state_dict at any depth of a checkpoint) and every pickled ``nn.Module`` in it (entries: its
-    ``_parameters``; module_state: its ``__dict__``; its submodules' paths continue by their names), at most
+    ``_parameters``; module_state: its ``__dict__``; its submodules' paths continue by their names) or
+    TorchScript module (entries: its attributes named as parameters; module_state: its state), at most
     MAX_DEPTH deep."""
     todo, seen = [((), obj)], set()
     while todo:
@@ -601,10 +617,13 @@ def _state_dicts(obj) -> Iterator[tuple[tuple, dict, dict | None]]:
             continue
         seen.add(id(node))
         module = _module_state(node)
+        script = None if module is not None else _script_module_state(node)
         children = module["_modules"] if module is not None else node if isinstance(node, dict) else \
             node.state if isinstance(node, Opaque) and isinstance(node.state, dict) else None
         if module is not None:
             yield path, module["_parameters"], module
+        elif script is not None:  # its parameters among its attributes (training, _flat_weights, ...)
+            yield path, {k: v for k, v in script.items() if isinstance(k, str) and k.startswith(PARAMETERS)}, script
         elif isinstance(node, dict):
             yield path, node, None
         if children is not None:
