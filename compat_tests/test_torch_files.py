@@ -495,7 +495,7 @@ def test_a_torchscript_archive_reads_as_torch_holds_it_and_runs_as_it_does(rnn, 
     """``torch.jit.save`` of a scripted ``nn.RNN``/``LSTM``/``GRU``, bare or inside a model: every tensor bit for
     bit, an ``nn.RNN``'s nonlinearity read from its state, the module found by its path; and the reference on
     those weights agrees with the scripted module's own output within torch-cpu's budget."""
-    from compat_tests.config import Case, RNNConfig
+    from compat_tests.config import RNNConfig
     from compat_tests.interop import convert
 
     mode, module = rnn
