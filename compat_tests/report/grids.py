@@ -125,7 +125,7 @@ def window_grid(seed: int = 0) -> list[Spec]:
     published numbers), every mode, dtype and feature at least once in small stacks, per mode a wider
     bidirectional three-layer stack (H=64, T=40, B=8), drift to T=300 for GRU, LSTM and tanh, and a GRU-variant
     sweep to T=300, every mode under each bias mode but the double bias, with two padding fills and packed, and
-    clipped LSTMs, in float32; about 400 units, a minute or two of 8 workers on a GPU machine."""
+    clipped LSTMs, in float32; about 350 units, a minute or two of 8 workers on a GPU machine."""
     base = seed * 100_000
     configs = [cfg for mode in MODE_NAMES for cfg in _small_stacks(mode, 16, 8, 12, base)
                + [RNNConfig(mode, 3, 64, 32, "bidirectional", seq_len=40, batch=8, seed=base + 5)]]
