@@ -150,7 +150,7 @@ class RNNConfig:
     @property
     def fills_padding(self) -> bool:
         """Whether ``padding_fill`` is other than the default +0.0 (-0.0 is another fill: its bits differ)."""
-        return not (self.padding_fill == 0.0 and math.copysign(1.0, self.padding_fill) > 0)
+        return reference.checks.fills(self.padding_fill)
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)

@@ -117,6 +117,12 @@ def padding_fill(value: object, dtype: np.dtype) -> np.generic:
     return fill
 
 
+def fills(fill: object) -> bool:
+    """Whether a padding fill (a number, as :func:`padding_fill` returns it) is other than the default +0.0:
+    -0.0 is a fill of its own (its bits differ), NaN too."""
+    return not (fill == 0 and not np.signbit(fill))
+
+
 def cell_clip(value: object) -> tuple[float, float]:
     """cudnnRNNSetClip_v9's ``(lclip, rclip)``: two real numbers (not bools; an infinity leaves that side
     open), neither NaN, ``lclip <= rclip`` (cuDNN's ``CUDNN_STATUS_BAD_PARAM`` otherwise), as floats."""

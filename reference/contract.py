@@ -273,7 +273,7 @@ def _packed_arguments(config: ModelConfig, array: ArrayCheck, packed: PackedSequ
     if sequence_lengths is not None:
         raise ValueError("sequence_lengths must be None with a packed input_data: its batch_sizes give the "
                          "lengths")
-    if not (fill == 0 and not np.signbit(fill)):
+    if checks.fills(fill):
         raise ValueError(f"padding_fill must be 0.0 with a packed input_data: a packed output has no padding, "
                          f"got {fill!r}")
     batch_sizes = packing.check_batch_sizes("input_data.batch_sizes", packed.batch_sizes)

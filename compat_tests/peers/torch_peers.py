@@ -22,6 +22,7 @@ import reference
 from reference.formats.torch import from_state_dict, to_state_dict
 
 from ..config import Case, GradOutputs, Outputs, RNNConfig
+from ..run import padded
 from .base import Capabilities, Peer
 
 _CAPABILITIES = Capabilities(
@@ -152,9 +153,7 @@ class _Run:
         """A tensor laid out as ``x`` or ``y`` (or their gradients) as a padded NumPy sequence of the config's
         layout (zeros past each length of a packed one)."""
         a = t.detach().cpu().numpy()
-        if self.batch_sizes is None:
-            return a
-        return reference.unpack(reference.PackedSequence(a, self.batch_sizes), total_length=self.cfg.seq_len)[0]
+        return a if self.batch_sizes is None else padded(self.cfg, reference.PackedSequence(a, self.batch_sizes))
 
 
 # mode -> (torch class name, extra constructor arguments)

@@ -398,7 +398,7 @@ def forward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: 
     the padded batch ``[T, B, D*Hr]``."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
     fill = checks.padding_fill(padding_fill, call.storage)
-    if call.batch_sizes is not None and not (fill == 0 and not np.signbit(fill)):
+    if call.batch_sizes is not None and checks.fills(fill):
         raise ValueError(f"padding_fill must be 0.0 with a packed x (a packed output has no padding), got {fill!r}")
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         y, h_n, c_n, _ = _run(net, call)
