@@ -268,8 +268,7 @@ class _CudnnRNN:
         reserve = Reserve(self._token, is_training, time_major, lengths,
                           tuple(m if time_major else m.transpose(1, 0, 2) for m in masks), trace, args.batch_sizes)
         if args.batch_sizes is not None:
-            packed = packing.pack(out(y), lengths)  # a copy
-            return ForwardResult(packed._replace(batch_sizes=args.batch_sizes), out(h_n),
+            return ForwardResult(packing.pack(out(y), lengths), out(h_n),  # a copy, of the call's batch sizes
                                  None if c_n is None else out(c_n), reserve)
         output = out(y)
         if is_training and np.may_share_memory(output, y):  # y is the trace's: the caller may change its output
@@ -326,7 +325,7 @@ class _CudnnRNN:
             d_params = params_backprop_out
         d_input = out(dx)
         if reserve.batch_sizes is not None:
-            d_input = packing.pack(d_input, reserve.sequence_lengths)._replace(batch_sizes=reserve.batch_sizes)
+            d_input = packing.pack(d_input, reserve.sequence_lengths)
         return Gradients(d_input, out(dh0), None if dc0 is None else out(dc0), d_params)
 
     def _scatter(self, grads: Sequence[PseudoLayerParams]) -> np.ndarray:

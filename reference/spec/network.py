@@ -412,7 +412,7 @@ def _packed_like(call: _Call, sequence: Array) -> Array | PackedSequence:
     """A time-major result as the call's input came: packed (with its batch sizes) after a packed ``x``."""
     if call.batch_sizes is None:
         return sequence
-    return packing.pack(sequence, call.lengths)._replace(batch_sizes=call.batch_sizes)
+    return packing.pack(sequence, call.lengths)  # its batch sizes are the call's, from the same lengths
 
 
 def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array, h0: Array | None,
