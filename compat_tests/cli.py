@@ -26,37 +26,10 @@ from .interrupts import terminated_as_interrupted
 from .optional import MissingDependency
 
 
-def _backends(names: str | None):
-    """The available peers among ``names`` (default: all), and every considered backend's status
-    (``requested``: named in ``names``, so that its being unavailable fails the run)."""
-    from .peers import PEERS, get_peer
-    from .peers.base import availability
-    from .peers.plugins import SPECS
-
-    if names is not None and not names.strip():
-        raise ValueError("--backends must name at least one backend (leave it out for every available one)")
-    listed = names.split(",") if names else []
-    twice = sorted({n for n in listed if listed.count(n) > 1})
-    if twice:
-        raise ValueError(f"--backends names {', '.join(twice)} more than once")
-    chosen = [get_peer(n) for n in listed] or list(PEERS.values())
-    available, status = [], []
-    for peer in chosen:
-        ok, why = availability(peer)
-        status.append({"name": peer.name, "available": ok, "detail": why, "requested": bool(names)}
-                      | ({"plugin": SPECS[peer.name]} if peer.name in SPECS else {}))
-        if ok:
-            available.append(peer)
-    return available, status
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     import datetime
 
-    from .report.grids import GRIDS, load_grid, plan
-    from .report.lock import run_lock
-    from .report.run_plan import check_resumable, write_plan
-    from .report.sweep import sweep
+    from .report.grids import GRIDS, load_grid
 
     if args.max_seconds is not None and not (math.isfinite(args.max_seconds) and args.max_seconds > 0):
         raise ValueError(f"--max-seconds must be a finite number of seconds > 0, got {args.max_seconds} (leave it "
@@ -70,19 +43,48 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--resume continues the run in --out, --force starts it over: pass one of them")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out, the folder of the run to continue")
+    if args.fanout and not args.scheduler:
+        raise ValueError("--fanout runs every unit on every environment of a Dask cluster: it needs --scheduler")
+    if args.scheduler:
+        from .report.fleet import parse_scheduler
+
+        parse_scheduler(args.scheduler)  # refused before anything starts
     seed = args.seed or 0
     specs = load_grid(args.grid, seed)
-    peers, status = _backends(args.backends)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = args.grid if args.grid in GRIDS else Path(args.grid).stem
+    out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{folder}-{stamp}"
+    _check_run_folder(out, args)  # refused before the folder is made
+    if not args.scheduler:
+        return _report_run(args, specs, seed, out, None)
+    from .report.fleet import FleetLost, open_fleet
+
+    try:
+        with open_fleet(args.scheduler, out / FLEET_LOG) as fleet:
+            return _report_run(args, specs, seed, out, fleet)
+    except FleetLost as exc:
+        return _report_stopped(args, out, f"the Dask cluster was lost: {exc}")
+
+
+def _report_run(args: argparse.Namespace, specs: list, seed: int, out: Path, fleet) -> int:
+    """The report run into ``out``, on this machine's processes or (``fleet``) a Dask cluster's workers."""
+    from .peers import choose
+    from .report.grids import GRIDS, plan
+    from .report.lock import run_lock
+    from .report.run_plan import check_resumable, write_plan
+    from .report.sweep import sweep
+
+    peers, status = choose(args.backends) if fleet is None else fleet.backends(args.backends)
     if not peers:
         raise ValueError("no requested backend is available: " + "; ".join(f"{b['name']}: {b['detail']}" for b in status))
     # a grid file is labelled by its name, or where that is a built-in grid's (a file named 'quick') by its path
     file_name = Path(args.grid).name
     grid_name = args.grid if args.grid in GRIDS or file_name in GRIDS else file_name
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = args.grid if args.grid in GRIDS else Path(args.grid).stem
-    out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{folder}-{stamp}"
-    _check_run_folder(out, args)  # refused before the folder is made
     units, skipped = plan(specs, peers)
+    if fleet is not None:
+        units = fleet.place(units, args.fanout)
+    where = f"{args.jobs} jobs" if fleet is None else f"the Dask cluster {args.scheduler}" + (
+        f", on each of its {len(fleet.groups)} environments" if args.fanout else "")
     with run_lock(out):  # one run at a time writes a folder; what it holds is judged again under the lock
         _check_run_folder(out, args)
         if args.resume:
@@ -91,18 +93,20 @@ def cmd_report(args: argparse.Namespace) -> int:
             for name in RUN_FILES + REPORT_FILES:
                 (out / name).unlink(missing_ok=True)
         print(f"rnn-compat report --grid {args.grid}: {len(units)} units ({', '.join(p.name for p in peers)}) "
-              f"against the float64 NumPy reference, seed {seed}, {args.jobs} jobs -> {out}", flush=True)
+              f"against the float64 NumPy reference, seed {seed}, {where} -> {out}", flush=True)
         write_plan(out, grid_name, seed, status, units, skipped)
         try:
-            sweep(units, out, jobs=args.jobs, progress=not args.no_progress, max_seconds=args.max_seconds)
+            sweep(units, out, jobs=args.jobs, progress=not args.no_progress, max_seconds=args.max_seconds,
+                  runner=None if fleet is None else fleet.runner())
         except KeyboardInterrupt as exc:
             return _report_interrupted(args, out, units, getattr(exc, "signum", signal.SIGINT))
         return _rendered(out)
 
 
-# What a report run writes in its folder: its own files (the plan, the records, the unit running in-process),
-# and the report of them.
-RUN_FILES = ("run.json", "results.jsonl", "in_flight")
+# What a report run writes in its folder: its own files (the plan, the records, the unit running in-process, a
+# fleet run's log), and the report of them.
+RUN_FILES = ("run.json", "results.jsonl", "in_flight", "fleet.log")
+FLEET_LOG = RUN_FILES[3]  # a fleet run's: Dask's own messages in this process (a connection lost and retried)
 REPORT_FILES = ("report.json", "report.md", "index.html")
 
 
@@ -130,6 +134,8 @@ def _check_run_folder(out: Path, args: argparse.Namespace) -> None:
 def _resume_command(args: argparse.Namespace, out: Path) -> str:
     """The command that continues this run: its grid, backends, seed and plugins, with --resume."""
     words = ["rnn-compat", "report", "--grid", args.grid, "--out", str(out), "--resume"]
+    if args.scheduler:
+        words += ["--scheduler", args.scheduler] + (["--fanout"] if args.fanout else [])
     if args.backends:
         words += ["--backends", args.backends]
     if args.seed is not None:
@@ -154,6 +160,21 @@ def _report_interrupted(args: argparse.Namespace, out: Path, units: list, signum
           f"  {_resume_command(args, out)}\n(rnn-compat render {shlex.quote(str(out))} writes the report of the units "
           f"that ran)", file=sys.stderr, flush=True)
     return 128 + signum
+
+
+def _report_stopped(args: argparse.Namespace, out: Path, why: str) -> int:
+    """What a run that could not go on says: why, how many units it kept, and the command that runs the rest."""
+    from .report.run_plan import PLAN, read_plan
+    from .report.sweep import RESULTS, read_records
+
+    try:
+        planned = read_plan(out / PLAN)["units"]
+        kept = f"{len({r['id'] for r in read_records(out / RESULTS)} & set(planned))} of {len(planned)}"
+    except (ValueError, OSError):
+        kept = "no"
+    print(f"\nrnn-compat report: stopped, {why}\n{kept} units are in {out / RESULTS}; to run the rest:\n"
+          f"  {_resume_command(args, out)}", file=sys.stderr, flush=True)
+    return 1
 
 
 def _rendered(out: Path) -> int:
@@ -680,6 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--seed", type=int, help="the built-in grids' seed (default 0)")
     report.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help=f"worker processes (default: the CPU count, {os.cpu_count() or 1} here)")
+    report.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run the units on a Dask cluster (the fleet extra): a scheduler's address "
+                             "(tcp://HOST:8786), or local:N for one of N workers started here (see docs/fleet.md)")
+    report.add_argument("--fanout", action="store_true",
+                        help="with --scheduler: every unit on each distinct environment of the cluster's workers")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
     report.add_argument("--max-seconds", type=float,
                         help="start no unit after this many seconds; the report then covers the units that ran "
@@ -694,8 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "Verdicts that changed (exit status 1 where a unit passed in RUN_A and fails in RUN_B), errors "
                     "that moved beyond --band conditioned eps, identical units, units only one run holds, and the "
                     "two environments; diff.md, index.html (one figure) and diff.json in --out.")
-    diff.add_argument("run_a", help="the earlier run's folder (rnn-compat report --out)")
-    diff.add_argument("run_b", help="the later run's folder")
+    diff.add_argument("run_a", help="the earlier run's folder (rnn-compat report --out), or FOLDER@KEY: one "
+                                    "environment of a fleet run (docs/fleet.md)")
+    diff.add_argument("run_b", help="the later run's folder, or FOLDER@KEY")
     diff.add_argument("--band", type=float, help="the noise band in conditioned eps (default 1)")
     diff.add_argument("--out", help="folder for the diff (default: reports/_scratch/diff-TIMESTAMP)")
     diff.add_argument("--force", action="store_true", help="replace an earlier diff in --out")

@@ -20,11 +20,14 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -120,10 +123,34 @@ def run_command(block: Block, line: int, command: str, folder: Path, shims: Path
         f"--- stdout (end)\n{done.stdout[-3000:]}\n--- stderr (end)\n{done.stderr[-3000:]}")
 
 
+@contextmanager
+def cluster_for(path: Path, folder: Path) -> Iterator[None]:
+    """For docs/fleet.md, the cluster its commands use: a scheduler and two workers of two environments
+    (OpenBLAS's kernels chosen apart), its ``scheduler.json`` in ``folder``; nothing for the other files."""
+    if path.name != "fleet.md":
+        yield
+        return
+    pytest.importorskip("distributed", reason="docs/fleet.md's commands need dask.distributed (the fleet extra)")
+    from compat_tests.report import fleet
+
+    specs = [fleet.WorkerSpec(), fleet.WorkerSpec(env=(("OPENBLAS_CORETYPE", "Sandybridge"),))]
+    with fleet.local_cluster(specs) as (address, _, file):
+        client = fleet.connect(address)
+        fleet.wait_for_workers(client, len(specs))
+        client.close()
+        shutil.copy(file, folder / "scheduler.json")
+        yield
+
+
 @pytest.mark.parametrize("path", DOCS, ids=[shown(p) for p in DOCS])
 def test_every_example_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shims: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     monkeypatch.chdir(tmp_path)
+    with cluster_for(path, tmp_path):
+        _run_blocks(path, tmp_path, shims)
+
+
+def _run_blocks(path: Path, tmp_path: Path, shims: Path) -> None:
     namespace: dict = {"__name__": "__doc_example__"}
     for block in blocks(path):
         if block.no_test is not None or block.language == "text":

@@ -146,9 +146,9 @@ def as_at_a_terminal() -> None:
 
 
 def _held(argv: list[str], tmp_path: Path, point: str | None, signals: list[tuple[int, bool]], ready=lambda: True,
-          release: bool = False, **env: str) -> tuple[subprocess.CompletedProcess, list[Path]]:
+          release: bool = False, on_hold=lambda: None, **env: str) -> tuple[subprocess.CompletedProcess, list[Path]]:
     """Run ``argv`` in a session of its own with ``HOLD=point``; once a process holds there (any time, for no
-    point) and ``ready()``,
+    point) and ``ready()``, call ``on_hold()``,
     send ``signals`` (each to the command's process group, or to its main process alone) and, with ``release``,
     remove the holds (where the command must go past its hold to end); return its exit and output and the
     holds' files seen (one a process that held). No process of the command may be left soon after."""
@@ -168,6 +168,7 @@ def _held(argv: list[str], tmp_path: Path, point: str | None, signals: list[tupl
                 time.sleep(0.01)
             held = sorted(holds.iterdir())
             assert proc.poll() is None and (point is None or held) and ready(), f"never held at {point}:\n{log.read_text()}"
+            on_hold()
             for signum, group in signals:
                 (os.killpg if group else os.kill)(proc.pid, signum)
                 time.sleep(0.05)

@@ -1,7 +1,7 @@
 """The suite collects without any one optional package: no test module, conftest or helper they import
 needs one at import time (a test that needs it skips instead), so a machine that lacks one (the GPU image
-lacks onnx, onnxscript, keras, h5py, jsonschema and safetensors; a CPU-only install may lack torch,
-onnxruntime or matplotlib) still runs the rest.
+lacks onnx, onnxscript, keras, h5py, jsonschema, safetensors and dask.distributed; a CPU-only install may lack
+torch, onnxruntime or matplotlib) still runs the rest.
 
 Each package is hidden in turn (``compat_tests/fake_site``'s hook, which ``RNN_COMPAT_HIDE`` drives; the
 CUDA fakes are in place too, as on a GPU) and ``pytest --collect-only -q`` over the whole suite must report
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SITE = ROOT / "compat_tests" / "fake_site"
 OPTIONAL = ("torch", "onnx", "onnxscript", "keras", "h5py", "jsonschema", "safetensors", "onnxruntime",
-            "matplotlib")
+            "matplotlib", "distributed")
 
 
 def _python(hidden: tuple[str, ...], *args: str) -> subprocess.CompletedProcess:

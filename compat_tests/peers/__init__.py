@@ -65,4 +65,27 @@ def get_peer(name: str) -> Peer:
                          f"--plugin MODULE:ATTR or {plugins.ENV})") from None
 
 
-__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "get_peer", "load_plugin", "load_plugins"]
+def choose(names: str | None) -> tuple[list[Peer], list[dict]]:
+    """The available peers among ``names`` (comma-separated; default: all), and every considered backend's
+    status (``{name, available, detail, requested}``, ``requested``: named in ``names``, so that its being
+    unavailable fails a report; ``plugin``: where a plugin peer came from)."""
+    from .base import availability
+
+    if names is not None and not names.strip():
+        raise ValueError("--backends must name at least one backend (leave it out for every available one)")
+    listed = names.split(",") if names else []
+    twice = sorted({n for n in listed if listed.count(n) > 1})
+    if twice:
+        raise ValueError(f"--backends names {', '.join(twice)} more than once")
+    chosen = [get_peer(n) for n in listed] or list(PEERS.values())
+    available, status = [], []
+    for peer in chosen:
+        ok, why = availability(peer)
+        status.append({"name": peer.name, "available": ok, "detail": why, "requested": bool(names)}
+                      | ({"plugin": plugins.SPECS[peer.name]} if peer.name in plugins.SPECS else {}))
+        if ok:
+            available.append(peer)
+    return available, status
+
+
+__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "choose", "get_peer", "load_plugin", "load_plugins"]

@@ -95,6 +95,7 @@ class Peer(ABC):
 
     name: str
     capabilities: Capabilities
+    needs_gpu: bool = False  # a fleet run sends its units only to workers that declare the resource GPU
     overrides: tuple = ()
     known_divergences: tuple = ()
 

@@ -17,6 +17,8 @@ _NOTES = (("mode", "cuDNN has only the reset-after GRU; the textbook GRU is the 
 
 
 class CudnnPeer(Peer):
+    needs_gpu = True
+
     def __init__(self, name: str, math_type: str | None, dtypes: tuple[str, ...], algo: str = "standard") -> None:
         self.name, self.math_type, self.algo = name, math_type, algo
         notes = _NOTES + ((("dtype", "TF32 exists only for float32 data"),) if math_type == "default" else ())

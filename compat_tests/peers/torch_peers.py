@@ -45,7 +45,7 @@ class TorchPeer(Peer):
     capabilities = _CAPABILITIES
 
     def __init__(self, name: str, device: str) -> None:
-        self.name, self.device = name, device
+        self.name, self.device, self.needs_gpu = name, device, device == "cuda"
 
     def available(self) -> tuple[bool, str]:
         try:

@@ -17,11 +17,12 @@ from .. import host, known_divergences, published, tolerances
 from ..config import MODE_NAMES, RNNConfig
 from .units import Unit, unit_command
 
-SCHEMA_VERSION = 6  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
+SCHEMA_VERSION = 7  # 2: totals.planned_units and complete (partial runs); 3: policy.known_divergences;
 # 4: backends[].plugin (where a plugin backend came from); 5: worst cases carry nonfinite_mismatch and list
 # every failure; records carry error_in (the comparison an error ended); backends[].requested (named by
 # --backends: unavailable, it fails the run, as does a run that planned no unit); 6: the published study
-# (studies.published, records' published, totals.published_failed, worst cases' published)
+# (studies.published, records' published, totals.published_failed, worst cases' published); 7: environments (a
+# fleet run's workers', by key; records' environment_key) and, where a run holds several, BACKEND@KEY groups
 WORST_CASES = 20
 DRIFT_MIN_STEPS = 100  # configs at least this long feed the drift study
 
@@ -42,6 +43,27 @@ def environment() -> dict:
     ok, why = cudnn_backend.available()
     env["cudnn"] = cudnn_backend.versions() if ok else {"available": False, "reason": why}
     return env
+
+
+def environments(records: list[dict]) -> list[dict]:
+    """The environments of the workers that made ``records`` (a fleet run's carry theirs), by key: ``key``,
+    ``hosts``, ``units`` and ``environment``; ``[]`` for a run on this machine's processes."""
+    found: dict[str, dict] = {}
+    for r in records:
+        if isinstance(r.get("environment"), dict) and isinstance(r.get("environment_key"), str):
+            entry = found.setdefault(r["environment_key"], {"key": r["environment_key"], "hosts": [], "units": 0,
+                                                            "environment": r["environment"]})
+            entry["units"] += 1
+            host = str(r["environment"].get("host"))
+            if host not in entry["hosts"]:
+                entry["hosts"].append(host)
+    return [found[k] for k in sorted(found)]
+
+
+def placed_backend(record: dict, several: bool) -> str:
+    """The backend a record is grouped under: ``BACKEND@KEY`` where a run holds ``several`` environments."""
+    key = record.get("environment_key")
+    return f"{record['backend']}@{key}" if several and key else record["backend"]
 
 
 def config_label(config: dict, with_dtype: bool = True) -> str:
@@ -79,7 +101,7 @@ def group_worst(row: dict) -> tuple[float, str] | None:
 
 def _compact(record: dict) -> dict:
     keep = {"id", "study", "backend", "config", "status", "passed", "indeterminate", "error", "error_in", "reproduce",
-            "variant", "published"}
+            "variant", "published", "environment_key"}
     out = {k: v for k, v in record.items() if k in keep}
     if "variant" in out:
         out["variant"] = {k: v for k, v in out["variant"].items() if k != "per_step_abs"}
@@ -114,9 +136,11 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
     ``policy`` (default: this version's :func:`policy_summary`)."""
     planned_ids = set(r["id"] for r in records) if planned is None else set(planned)
     compat = [r for r in records if r["study"] == "compat"]
+    places = environments(records)
+    several = len(places) > 1
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in compat:
-        groups[(r["backend"], r["config"]["dtype"], r["config"]["mode"])].append(r)
+        groups[(placed_backend(r, several), r["config"]["dtype"], r["config"]["mode"])].append(r)
 
     summary = [{"backend": backend, "dtype": dtype, "mode": mode, "units": len(rs), **_tally(rs),
                 "worst_forward": _worst(rs, "forward"), "worst_gradient": _worst(rs, "gradients")}
@@ -127,7 +151,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         for kind in ("forward", "gradients"):
             judged = sorted(_judged(r, kind), key=lambda qv: -budget_share(qv[1]))
             if judged:
-                worst.append({"id": r["id"], "backend": r["backend"], "config": config_label(r["config"]),
+                worst.append({"id": r["id"], "backend": placed_backend(r, several), "config": config_label(r["config"]),
                               **_quantity(*judged[0]), "passed": all(v["passed"] for v in r[kind].values()),
                               "reproduce": r["reproduce"][kind]})
     worst += [_error_case(r) for r in records if r["status"] == "error"]  # a study unit's error fails the run too
@@ -144,6 +168,7 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         "grid": grid,
         "seed": seed,
         "environment": env if env is not None else environment(),
+        "environments": places,
         "backends": backends,
         "policy": policy if policy is not None else policy_summary(),
         "totals": {"units": len(records), "planned_units": len(planned_ids), "compat_units": len(compat), **_tally(compat),

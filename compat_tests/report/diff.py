@@ -1,7 +1,8 @@
 """``rnn-compat diff RUN_A RUN_B``: what changed between two report runs (two cuDNN versions, two GPUs, a
 PyTorch upgrade), unit by unit.
 
-A unit is matched by its id (its study, backend and config). For the units both runs hold: the verdicts that
+A unit is matched by its id (its study, backend and config). Either side may be one environment of a fleet
+run (``FOLDER@KEY``, :func:`load_run`): two environments of one fan-out run are diffed as two runs. For the units both runs hold: the verdicts that
 changed (``regressed``: passed or indeterminate in A, failed in B; ``fixed``: the reverse), the conditioned
 errors that moved by more than ``band`` (conditioned eps, the report's unit of error) in some quantity
 (``moved``), the units whose records are equal in everything but their run time (``identical``: the same
@@ -28,17 +29,36 @@ FILES = ("diff.json", "diff.md", "index.html")
 
 
 def load_run(folder: str | Path) -> dict:
-    """A report run's ``report.json`` (``rnn-compat report --out``; ``rnn-compat render`` writes it again)."""
+    """A report run's ``report.json`` (``rnn-compat report --out``; ``rnn-compat render`` writes it again); or,
+    given ``FOLDER@KEY``, the records one environment of a fleet run made (``report.environments``; a key's
+    first digits do), under their unit ids, with that environment: a fan-out run holds one side of a diff per
+    environment."""
     from reference.formats.files import load_json
 
-    path = Path(folder) / "report.json"
+    text = str(folder)
+    base, _, key = text.rpartition("@") if "@" in Path(text).name else (text, "", "")
+    path = Path(base) / "report.json"
     if not path.is_file():
-        raise ValueError(f"{folder} holds no report.json: give the folder of a report run (rnn-compat report "
-                         f"--out; rnn-compat render DIR writes its report.json again)")
+        raise ValueError(f"{base} holds no report.json: give the folder of a report run (rnn-compat report "
+                         f"--out; rnn-compat render DIR writes its report.json again), or FOLDER@KEY for one "
+                         f"environment of a fleet run")
     report = load_json(path.read_bytes(), str(path))
     if not isinstance(report, dict) or not isinstance(report.get("records"), list):
         raise ValueError(f"{path} is not a report (no list of records)")
-    return report
+    return _one_environment(report, key, text) if key else report
+
+
+def _one_environment(report: dict, key: str, name: str) -> dict:
+    places = report.get("environments") if isinstance(report.get("environments"), list) else []
+    keys = [p.get("key") for p in places if isinstance(p, dict) and isinstance(p.get("key"), str)]
+    matches = [k for k in keys if k.startswith(key)]
+    if len(matches) != 1:
+        raise ValueError(f"{name}: {'no' if not matches else 'more than one'} environment of that run has a key "
+                         f"starting {key!r}; its environments: {', '.join(keys) or 'none (not a fleet run)'}")
+    place = next(p for p in places if p["key"] == matches[0])
+    records = [{**r, "id": r["id"].partition("@")[0]} for r in report["records"]
+               if isinstance(r, dict) and r.get("environment_key") == matches[0]]
+    return {**report, "records": records, "environment": place.get("environment") or {}}
 
 
 def _errors(record: dict) -> dict[str, float]:
@@ -57,7 +77,7 @@ def _worst_share(record: dict) -> float | None:
 
 
 def _same(a: dict, b: dict) -> bool:
-    drop = {"seconds"}
+    drop = {"seconds", "environment_key"}  # (two environments of one fleet run: the same unit, placed twice)
     return {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
 
 

@@ -13,6 +13,7 @@ One vocabulary throughout: a comparison (one backend, one config, forward or gra
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections import defaultdict
 
@@ -333,6 +334,27 @@ def _case_row(i: int, w: dict) -> list[str]:
 
 # ---- report.md ------------------------------------------------------------------------------------------
 
+def _environment_rows(places: list[dict]) -> tuple[str, list[str], list[list[str]]]:
+    """A fleet run's workers' environments (``report.environments``) as an introduction, a table's head and
+    rows: each key's hosts and units, and the fields in which the environments differ (the summary's rows are
+    ``BACKEND@KEY`` where there are several)."""
+    fields = sorted({k for p in places for k in p["environment"]} - {"host"})
+    differ = [k for k in fields if len({json.dumps(p["environment"].get(k), sort_keys=True) for p in places}) > 1]
+    rows = [[p["key"], ", ".join(p["hosts"]), str(p["units"]), *[_value(p["environment"].get(k)) for k in differ]]
+            for p in places]
+    intro = (f"The units ran on a Dask cluster's workers, in {len(places)} distinct environment"
+             f"{'s' if len(places) > 1 else ''}" + (f"; they differ in {', '.join(differ)}." if differ else "."))
+    return intro, ["key", "hosts", "units", *differ], rows
+
+
+def _md_environments(places: list[dict]) -> list[str]:
+    if not places:
+        return []
+    intro, head, rows = _environment_rows(places)
+    return ["## Environments of the workers", "", intro, "",
+            *_md_table(head, [[_md_text(c) for c in row] for row in rows]), ""]
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
@@ -399,6 +421,7 @@ def markdown(report: dict) -> str:
     lines += ["## Backends", "", *[f"- `{b['name']}`: {'available' if b['available'] else 'unavailable'}, "
                                     f"{_md_text(b['detail'])}{_plugin(b, '`')}" for b in report["backends"]], ""]
     lines += ["## Environment", "", *[f"- {k}: {_md_text(_value(v))}" for k, v in report["environment"].items()], ""]
+    lines += _md_environments(report.get("environments") or [])
     lines += ["## Every comparison", "",
               f"Not listed here: report.json (`records`, each with its numbers and `reproduce` commands) and "
               f"results.jsonl (one line per unit, with per-step errors) hold all {report['totals']['compat_units']}, "
@@ -639,6 +662,9 @@ def html_page(report: dict) -> str:
                                                           for b in report["backends"]], "</ul>"]
     parts += ["<h2>Environment</h2>", _html_table(["item", "value"], [[k, _value(v)] for k, v in
                                                                       report["environment"].items()])]
+    if report.get("environments"):
+        intro, head, rows = _environment_rows(report["environments"])
+        parts += ["<h2>Environments of the workers</h2>", f"<p>{html.escape(intro)}</p>", _html_table(head, rows)]
     parts += ["<a id='every'></a><h2>Every comparison</h2>",
               "<p>Per backend, failures first, then by the share of the budget used; each row's command runs its "
               "worse comparison again (report.json and results.jsonl hold every number).</p>",

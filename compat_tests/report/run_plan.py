@@ -44,7 +44,7 @@ def check_resumable(out: Path, units: list[Unit]) -> None:
     ids = [u.id for u in units]
     path = out / PLAN
     if path.is_file():
-        plan = _read_plan(path)
+        plan = read_plan(path)
         before = plan["units"]
         what = f"the run in {out} (grid {plan['grid']!r}, seed {plan['seed']}) planned"
     else:  # a plan lost (or a folder of an older version): its records must belong to this plan
@@ -62,7 +62,8 @@ def check_resumable(out: Path, units: list[Unit]) -> None:
                          f"records and this run's would be judged by two policies: start a new run in another --out")
 
 
-def _read_plan(path: Path) -> dict:
+def read_plan(path: Path) -> dict:
+    """``run.json`` at ``path``, checked (a ValueError naming the first field that is not as written)."""
     plan = load_json(path.read_bytes(), str(path))
     _check_plan(plan, path)
     return plan
@@ -75,7 +76,7 @@ def render(out: Path) -> dict:
     path = out / PLAN
     if not path.is_file():
         raise ValueError(f"{out} holds no {PLAN}: it is not the folder of an rnn-compat report run")
-    plan = _read_plan(path)
+    plan = read_plan(path)
     done = {r["id"]: r for r in read_records(out / RESULTS)}
     records = [done[i] for i in plan["units"] if i in done]
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]

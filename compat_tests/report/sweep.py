@@ -375,12 +375,14 @@ def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signal
 
 
 def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
-          max_seconds: float | None = None) -> list[dict]:
+          max_seconds: float | None = None, runner=None) -> list[dict]:
     """Run every unit not yet in ``out/results.jsonl`` (none starting after ``max_seconds``, when given) and
     return the records of ``units`` there, in plan order: all of them unless the time ran out. SIGINT or
     SIGTERM stops it at once with :class:`Interrupted` (a ``KeyboardInterrupt``): the workers are killed, the
     units in flight lost, every record already written kept whole for ``--resume``; a second one ends the
-    process at once."""
+    process at once. ``runner(units, deadline, emit, signals)``, where given, runs the units instead of this
+    machine's processes (a Dask cluster: ``fleet.Fleet.runner``), handing each record to ``emit`` inside
+    ``signals.whole()``."""
     if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and math.isfinite(max_seconds)
                                         and max_seconds > 0):
         raise ValueError(f"max_seconds must be a finite number of seconds > 0, got {max_seconds!r}")
@@ -390,7 +392,7 @@ def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
     _drop_torn_tail(path)
     done = {r["id"]: r for r in read_records(path)}
     todo = [u for u in units if u.id not in done]
-    crashed = _crashed_in_process(out / IN_FLIGHT, todo)
+    crashed = _crashed_in_process(out / IN_FLIGHT, todo) if runner is None else []
     todo = [u for u in todo if u not in crashed]
     bar = Progress(len(crashed) + len(todo), progress)
 
@@ -404,8 +406,11 @@ def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
             done[record["id"]] = record
             bar.update(record)
 
-        _one_at_a_time(crashed, jobs, expired, emit, signals)
-        _run(todo, jobs, deadline, out / IN_FLIGHT, emit, signals)
+        if runner is not None:
+            runner(todo, deadline, emit, signals)
+        else:
+            _one_at_a_time(crashed, jobs, expired, emit, signals)
+            _run(todo, jobs, deadline, out / IN_FLIGHT, emit, signals)
     return [done[u.id] for u in units if u.id in done]
 
 

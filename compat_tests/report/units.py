@@ -1,8 +1,8 @@
 """The work unit of a report: one study x one backend x one config -> one JSON record.
 
 ``run_unit`` takes and returns plain JSON-able dicts and touches nothing but its own arguments, so any
-executor can run it: the in-process loop, a process pool (``--jobs``), or a distributed engine such as
-Dask (``client.map(run_unit, [u.to_dict() for u in units])``) across many machines or GPUs. A unit of a
+executor can run it: the in-process loop, a process pool (``--jobs``), or a Dask cluster's workers across
+many machines or GPUs (``--scheduler``, :mod:`compat_tests.report.fleet`). A unit of a
 plugin peer needs that peer registered where it runs: ``compat_tests.peers.load_plugins()`` first (the
 report's own worker processes call it as they start).
 

@@ -1,0 +1,265 @@
+"""``rnn-compat report --scheduler``: a report's units on a Dask cluster, on this machine's CPU.
+
+A local fleet (``local:2``: a scheduler and two workers started by the command) or a cluster the test starts
+(``fleet.local_cluster``: workers of differing environments, one declaring a GPU, with the fake CuPy and
+libcudnn of ``fake_site``). The same grid gives the local run's records, bit for bit; a worker that dies
+costs its attempt; Ctrl-C and a scheduler that goes away end the run keeping its units, leaving no process;
+GPU units go only to the worker that declares one; ``--fanout`` runs every unit on every environment, and
+``diff RUN@KEY RUN@KEY`` compares two of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from compat_tests import cli
+from compat_tests.report import fleet
+from compat_tests.report.sweep import RESULTS, read_records
+from compat_tests.test_interrupts import PEER, _held, _kept, processes_with
+
+pytest.importorskip("distributed", reason="the fleet needs dask.distributed (the fleet extra)")
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = Path(__file__).with_name("data") / "tiny_grid.json"
+UNITS = 10
+CRASHING = '''
+"""A peer whose unit of seed 3 kills its worker the first time it runs, and of seed 4 every time."""
+import os
+import signal
+from pathlib import Path
+
+from compat_tests.peers.reference_peer import ReferencePeer
+
+
+class Crashing(ReferencePeer):
+    name = "crashing"
+
+    def forward(self, cfg, case):
+        first = Path(os.environ["CRASH_DIR"]) / f"crashed-{cfg.seed}-{os.getpid()}"
+        if cfg.seed == 4 or (cfg.seed == 3 and not list(first.parent.glob("crashed-3-*"))):
+            first.touch()
+            os.kill(os.getpid(), signal.SIGKILL)  # as a native crash ends a worker
+        return super().forward(cfg, case)
+
+
+CRASHING = Crashing()
+'''
+
+
+def _grid(tmp_path: Path) -> Path:
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 3, "batch": 2,
+                                                               "dtype": "float32", "seed": k}} for k in range(UNITS)]))
+    return grid
+
+
+def _report(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "compat_tests.cli", "report", "--no-progress", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {r["id"]: r for r in read_records(out / RESULTS)}
+
+
+def _without(record: dict, *keys: str) -> dict:
+    return {k: v for k, v in record.items() if k not in keys}
+
+
+def test_a_local_fleet_gives_the_local_runs_records_bit_for_bit_and_the_same_report(tmp_path):
+    """The same grid in this machine's processes and on ``local:2``: the same records (but for their run time
+    and the worker's environment each fleet record carries) and the same report."""
+    local, remote = tmp_path / "local", tmp_path / "fleet"
+    assert cli.main(["report", "--grid", str(TINY), "--backends", "reference", "--out", str(local), "--jobs", "1",
+                     "--no-progress"]) == 0
+    done = _report("--grid", str(TINY), "--backends", "reference", "--out", str(remote), "--scheduler", "local:2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "the Dask cluster local:2" in done.stdout and "Traceback" not in done.stderr
+    mine, theirs = _records(local), _records(remote)
+    assert mine.keys() == theirs.keys() and len(mine) == 5  # (the tiny grid: 5 units of the reference)
+    for uid, record in theirs.items():
+        assert record["environment"]["host"] and record["environment_key"] == fleet.environment_key(record["environment"])
+        assert _without(record, "seconds", "environment", "environment_key") == _without(mine[uid], "seconds")
+    a, b = (json.loads((folder / "report.json").read_text()) for folder in (local, remote))
+    assert len(b["environments"]) == 1 and b["environments"][0]["units"] == len(theirs) and a["environments"] == []
+    for key in ("summary", "worst", "totals", "studies", "passed", "complete"):
+        assert a[key] == b[key], key
+    assert [_without(r, "environment_key") for r in b["records"]] == a["records"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A scheduler and three workers: two environments on the CPU (OpenBLAS's kernels chosen apart), and a third
+    that declares a GPU and has the fake CuPy and libcudnn (``fake_site``)."""
+    fake = os.pathsep.join([str(ROOT / "compat_tests" / "fake_site"), str(ROOT)])
+    specs = [fleet.WorkerSpec(), fleet.WorkerSpec(env=(("OPENBLAS_CORETYPE", "Sandybridge"),)),
+             fleet.WorkerSpec(env=(("PYTHONPATH", fake),), gpu=True)]
+    with fleet.local_cluster(specs) as (address, _, _):
+        client = fleet.connect(address)
+        fleet.wait_for_workers(client, len(specs))  # (a run plans on the workers connected when it starts)
+        client.close()
+        yield address
+
+
+def test_fanout_runs_each_unit_on_each_environment_gpu_units_only_where_a_gpu_is_declared(cluster, tmp_path):
+    """``--fanout`` on three environments: a reference unit runs on each, a cuDNN unit only on the worker that
+    declares a GPU (and has cuDNN, faked); the report groups the results by environment, and ``diff`` of two
+    environments of the run pairs their units (OpenBLAS's kernels differ; no verdict does)."""
+    out = tmp_path / "fan"
+    done = _report("--grid", str(TINY), "--backends", "reference,cudnn", "--out", str(out), "--scheduler", cluster,
+                   "--fanout")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    records = list(_records(out).values())
+    keys = {r["environment_key"] for r in records}
+    assert len(keys) == 3 and all(r["id"] == f"{r['id'].partition('@')[0]}@{r['environment_key']}" for r in records)
+    gpu = {r["environment_key"] for r in records if r["backend"] == "cudnn"}
+    assert len(gpu) == 1 and all(r["environment"]["cudnn"].get("device") == "fake" for r in records
+                                 if r["environment_key"] in gpu)
+    reference = [r for r in records if r["backend"] == "reference"]
+    per_unit = {}
+    for r in reference:
+        per_unit.setdefault(r["id"].partition("@")[0], set()).add(r["environment_key"])
+    assert per_unit and all(v == keys for v in per_unit.values()), "every reference unit on every environment"
+    report = json.loads((out / "report.json").read_text())
+    assert {row["backend"] for row in report["summary"]} == {f"reference@{k}" for k in keys} | {f"cudnn@{k}" for k in gpu}
+    md = (out / "report.md").read_text()
+    assert "in 3 distinct environments; they differ in" in md and "numpy_blas" in md
+
+    cpu = sorted(keys - gpu)
+    diffed = tmp_path / "diff"
+    ran = subprocess.run([sys.executable, "-m", "compat_tests.cli", "diff", f"{out}@{cpu[0][:4]}", f"{out}@{cpu[1]}",
+                          "--out", str(diffed)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    result = json.loads((diffed / "diff.json").read_text())
+    paired = result["identical"] + result["within_band"] + len(result["moved"])
+    assert paired == len(per_unit) and not result["only_a"] and not result["only_b"] and not result["regressed"]
+    assert any(e["key"] == "numpy_blas" and e["differs"] for e in result["environment"])
+    bad = subprocess.run([sys.executable, "-m", "compat_tests.cli", "diff", f"{out}@ffffffff", f"{out}@{cpu[1]}",
+                          "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "no environment of that run has a key starting 'ffffffff'" in bad.stderr
+
+
+def test_without_fanout_a_gpu_unit_goes_only_to_the_worker_that_declares_a_gpu(cluster, tmp_path):
+    out = tmp_path / "run"
+    done = _report("--grid", str(TINY), "--backends", "cudnn,reference", "--out", str(out), "--scheduler", cluster)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    records = list(_records(out).values())
+    cudnn = [r for r in records if r["backend"] == "cudnn"]
+    assert cudnn and all(r["environment"]["cudnn"].get("device") == "fake" for r in cudnn)
+    plan = json.loads((out / "run.json").read_text())
+    status = {b["name"]: b for b in plan["backends"]}
+    assert status["cudnn"]["available"] and "(on 1 of 3 workers that declare a GPU)" in status["cudnn"]["detail"]
+
+
+def test_a_unit_that_kills_its_worker_costs_that_attempt_one_that_always_does_is_recorded_once_as_an_error(tmp_path):
+    """A unit whose first run kills its worker (SIGKILL, as a native crash) runs again on a worker and passes;
+    one that kills every worker it runs on is recorded as an error after the scheduler's allowed failures;
+    every unit recorded once, the run goes on to its report."""
+    (tmp_path / "crashing.py").write_text(CRASHING)
+    crashes = tmp_path / "crashes"
+    crashes.mkdir()
+    out = tmp_path / "run"
+    done = _report("--plugin", f"{tmp_path / 'crashing.py'}:CRASHING", "--backends", "crashing", "--grid",
+                   str(_grid(tmp_path)), "--out", str(out), "--scheduler", "local:2", CRASH_DIR=str(crashes))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]  # (the unit that always crashes)
+    records = _kept(out)
+    assert len(records) == UNITS
+    by_seed = {r["config"]["seed"]: r for r in records}
+    assert by_seed[3]["status"] == "ok" and by_seed[3]["passed"]
+    assert by_seed[4]["status"] == "error" and "died each time it ran it" in by_seed[4]["error"]
+    assert by_seed[4]["reproduce"]["forward"].startswith("rnn-compat check --plugin ")
+    assert all(by_seed[s]["passed"] for s in set(range(UNITS)) - {4})
+    assert len(list(crashes.glob("crashed-4-*"))) == fleet.ALLOWED_FAILURES + 1
+    assert len(list(crashes.glob("crashed-3-*"))) == 1
+    assert json.loads((out / "report.json").read_text())["complete"]
+
+
+def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
+    (tmp_path / "slow_peer.py").write_text(PEER)
+    out = tmp_path / "run"
+    return [sys.executable, "-m", "compat_tests.cli", "report", "--plugin", f"{tmp_path / 'slow_peer.py'}:SLOW",
+            "--backends", "slow", "--grid", str(_grid(tmp_path)), "--out", str(out), "--no-progress",
+            "--scheduler", "local:2"], out
+
+
+def test_ctrl_c_on_a_fleet_run_keeps_its_units_leaves_no_process_and_resume_completes_it(registry, tmp_path):
+    """Ctrl-C while both workers hold a unit: the command alone hears it (the scheduler and workers run in
+    sessions of their own), ends with the resume command and no traceback, its scheduler and workers gone;
+    the resume command completes the run on a new local fleet, each unit once."""
+    argv, out = _slow_run(tmp_path)
+
+    def ready() -> bool:
+        return (out / RESULTS).exists() and len(read_records(out / RESULTS)) >= 2
+
+    ended, held = _held(argv, tmp_path, "worker-running", [(signal.SIGINT, True)], ready)
+    assert ended.returncode == 130, ended.stdout
+    assert "Traceback" not in ended.stdout and "KeyboardInterrupt" not in ended.stdout, ended.stdout
+    assert held and sorted(r["config"]["seed"] for r in _kept(out)) == [0, 1]
+    resume = re.search(r"to run the rest:\n  rnn-compat (.*)\n", ended.stdout).group(1).split()
+    assert resume[resume.index("--scheduler") + 1] == "local:2"
+    done = _report(*resume[1:])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert len(_kept(out)) == UNITS and json.loads((out / "report.json").read_text())["complete"]
+
+
+def test_a_scheduler_that_goes_away_ends_the_run_keeping_its_units(registry, tmp_path):
+    """The scheduler killed while both workers hold a unit: the run ends at once with status 1, why, the units
+    it finished and the command that resumes; no process of it is left."""
+    argv, out = _slow_run(tmp_path)
+    marker = f"FLEET_TEST={tmp_path}"
+
+    def scheduler() -> list[int]:
+        return [pid for pid in processes_with(marker)
+                if b"\0dask\0scheduler\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+    def ready() -> bool:
+        return (out / RESULTS).exists() and len(read_records(out / RESULTS)) >= 2 and bool(scheduler())
+
+    def kill_scheduler():
+        for pid in scheduler():
+            os.kill(pid, signal.SIGKILL)
+
+    t0 = time.monotonic()
+    ended, _ = _held(argv, tmp_path, "worker-running", [], ready, on_hold=kill_scheduler,
+                     FLEET_TEST=str(tmp_path))
+    assert ended.returncode == 1, ended.stdout
+    assert "stopped, the Dask cluster was lost: the scheduler's process ended" in ended.stdout, ended.stdout
+    assert "Traceback" not in ended.stdout and "2 of 10 units are in" in ended.stdout, ended.stdout
+    assert "--resume --scheduler local:2" in ended.stdout
+    assert sorted(r["config"]["seed"] for r in _kept(out)) == [0, 1]
+    assert time.monotonic() - t0 < 300
+
+
+@pytest.mark.parametrize("text, expected", [("local", ("local", os.cpu_count() or 1)), ("local:3", ("local", 3)),
+                                            ("tcp://10.0.0.2:8786", ("tcp://10.0.0.2:8786", None))])
+def test_the_scheduler_is_local_n_or_an_address(text, expected):
+    assert fleet.parse_scheduler(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [("local:0", "1 <= N <= 64"), ("local:x", "local takes a number"),
+                                           ("", "local, local:N, a scheduler's address"),
+                                           ("nowhere.json", "no such scheduler file")])
+def test_a_bad_scheduler_is_refused_naming_it(text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fleet.parse_scheduler(text)
+
+
+def test_fanout_without_a_scheduler_is_refused_before_anything_runs(tmp_path, capsys):
+    assert cli.main(["report", "--grid", str(TINY), "--fanout", "--out", str(tmp_path / "x")]) == 2
+    assert "--fanout runs every unit on every environment of a Dask cluster: it needs --scheduler" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_identical_machines_share_an_environment_key():
+    env = {"cpu": "x", "numpy": "2.4", "host": "a", "cpu_count": 2}
+    assert fleet.environment_key(env) == fleet.environment_key({**env, "host": "b", "cpu_count": 64})
+    assert fleet.environment_key(env) != fleet.environment_key({**env, "numpy": "2.5"})
