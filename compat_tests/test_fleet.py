@@ -218,7 +218,7 @@ def test_a_scheduler_that_goes_away_ends_the_run_keeping_its_units(registry, tmp
 
     def scheduler() -> list[int]:
         return [pid for pid in processes_with(marker)
-                if b"\0dask\0scheduler\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+                if b"\0scheduler\0--host\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
     def ready() -> bool:
         return (out / RESULTS).exists() and len(read_records(out / RESULTS)) >= 2 and bool(scheduler())

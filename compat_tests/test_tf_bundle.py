@@ -19,13 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compat_tests import cli
 from compat_tests.compare import assert_agree_within_policy
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.run import run_reference
+from compat_tests.strategies import examples
 from reference import checkpoint
 from reference.formats import tf as tf_format
 from reference.formats import tf_bundle
@@ -167,12 +168,24 @@ def test_corrupt_files_are_caught_by_their_checksums(tmp_path):
         tf_bundle.read(prefix)
 
 
-@pytest.mark.parametrize("name", ["gru_double", "lstm_bi_scoped", "many_names"])
+@pytest.mark.parametrize("name", ["gru_double", "lstm_bi_scoped"])
 @given(data=st.data())
 def test_the_parser_behind_the_checksums_refuses_what_it_cannot_read(name, data, tmp_path_factory, monkeypatch):
     """With every checksum taken as matching (as a forged or unlucky file would have them), damaged index
     and data files still read as tensors or fail with a ValueError: no struct.error from a fixed-width field
     or an entry that runs past its block."""
+    _damaged_reads_or_is_refused(name, data, tmp_path_factory, monkeypatch)
+
+
+@settings(max_examples=examples(40))  # (each example reads 1200 tensors: a tenth of a second)
+@given(data=st.data())
+def test_the_parser_refuses_what_it_cannot_read_in_an_index_of_several_blocks(data, tmp_path_factory, monkeypatch):
+    """The same for ``many_names``, whose index TensorFlow split into blocks: damage in the block index, in a
+    block's restart points, in an entry that spans the end of its block."""
+    _damaged_reads_or_is_refused("many_names", data, tmp_path_factory, monkeypatch)
+
+
+def _damaged_reads_or_is_refused(name, data, tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setattr(tf_bundle, "crc32c", lambda blob: 0)
     monkeypatch.setattr(tf_bundle, "_unmask", lambda stored: 0)
     prefix = _copy(name, tmp_path_factory.mktemp("bundle"))

@@ -8,6 +8,8 @@ same report apart from those two.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import statistics
@@ -34,15 +36,31 @@ def environment() -> dict:
     env = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
            **host.describe(), "cpu_count": os.cpu_count(), "numpy": numpy.__version__}
     for module in ("torch", "onnxruntime", "onnx", "hypothesis", "matplotlib"):
-        try:
-            env[module] = __import__(module).__version__
-        except ImportError:
-            env[module] = None
+        env[module] = installed_version(module)
     import cudnn_backend
 
     ok, why = cudnn_backend.available()
     env["cudnn"] = cudnn_backend.versions() if ok else {"available": False, "reason": why}
     return env
+
+
+def installed_version(module: str) -> str | None:
+    """The version of the package ``module`` where this process can import it, ``None`` where it cannot; read
+    from its installed metadata, without importing it (``import torch`` alone takes seconds, and every report
+    run and fleet worker says what is installed), else from the imported module's ``__version__`` (a
+    distribution named otherwise, as ``onnxruntime-gpu``)."""
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):  # (a package hidden from this process raises here as its import would)
+        return None
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        try:
+            return __import__(module).__version__
+        except ImportError:
+            return None
 
 
 def environments(records: list[dict]) -> list[dict]:

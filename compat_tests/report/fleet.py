@@ -18,10 +18,11 @@ pending, keeps every record written and prints the command that resumes.
   scheduler that goes away, or a cluster left without a worker that can run what is pending, ends the run
   with :class:`FleetLost`: its finished units kept, the resume command printed.
 - **local[:N]** (:func:`local_cluster`) starts ``dask scheduler`` and N ``dask worker`` processes on this
-  machine, the commands ``docs/fleet.md`` shows for a real fleet, each in a session of its own (Ctrl-C at the
-  terminal reaches none of them: this process alone decides, and stops them) and dying with this process
-  (Linux's ``PR_SET_PDEATHSIG``). (Dask's ``LocalCluster`` would start its workers from a thread of this
-  process, as children that the terminal's Ctrl-C reaches mid-import.)
+  machine, the commands ``docs/fleet.md`` shows for a real fleet (each worker a nanny that starts its worker
+  process again where it dies), each in a session of its own (Ctrl-C at the terminal reaches none of them:
+  this process alone decides, and stops them) and dying with this process (Linux's ``PR_SET_PDEATHSIG``; a
+  nanny's worker process ends with its nanny). (Dask's ``LocalCluster`` would start its workers from a thread
+  of this process, as children that the terminal's Ctrl-C reaches mid-import.)
 
 ``distributed`` is an optional extra (``fleet``); this module imports it only inside what uses it.
 """
@@ -133,12 +134,6 @@ class Placed(Unit):
         return f"{Unit.id.fget(self)}@{self.environment}"
 
 
-def split_id(record_id: str) -> tuple[str, str | None]:
-    """``(unit id, environment key)`` of a record id (``None``: not a fan-out record)."""
-    unit_id, _, key = record_id.partition("@")
-    return unit_id, key or None
-
-
 def needs_gpu(unit: Unit) -> bool:
     """Whether ``unit``'s backend needs a GPU (``Peer.needs_gpu``): then it asks for the resource ``GPU=1``."""
     from ..peers import PEERS
@@ -148,12 +143,16 @@ def needs_gpu(unit: Unit) -> bool:
 
 # ----------------------------------------------------------------------------------------------- local fleets
 
-def _die_with_parent() -> None:
-    """(In the child, before exec) die with the process that started it: Linux's PR_SET_PDEATHSIG."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+# ``python -c LAUNCH PARENT_PID dask-arguments...``: ``python -m dask`` that dies with the process that started
+# it (Linux's PR_SET_PDEATHSIG, set before anything else; a parent gone already ends it at once). Set here, not
+# in a ``preexec_fn``, which runs between fork and exec, unsafe in a parent with threads (a test's, a client's).
+LAUNCH = ("import ctypes, os, runpy, signal, sys\n"
+          "if sys.platform.startswith('linux'):\n"
+          "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+          "if os.getppid() != int(sys.argv.pop(1)):\n"
+          "    os._exit(1)\n"
+          "sys.argv[0] = 'dask'\n"
+          "runpy.run_module('dask', run_name='__main__', alter_sys=True)\n")
 
 
 @dataclass(frozen=True)
@@ -179,13 +178,13 @@ def local_cluster(workers: int | list[WorkerSpec], gpu: bool = False) -> Iterato
             # one unit at a time a worker, none queued on it: a worker that dies takes only its own unit's
             # attempt with it, and at the time limit every unit not running is still the scheduler's to cancel
             "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}
-    dask = [sys.executable, "-m", "dask"]
+    dask = [sys.executable, "-c", LAUNCH, str(os.getpid())]
     started: list[subprocess.Popen] = []
 
     def start(words: list[str], env: dict) -> subprocess.Popen:
         with open(folder / f"{len(started)}.log", "wb") as log:
             process = subprocess.Popen(dask + words, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                       start_new_session=True, preexec_fn=_die_with_parent)
+                                       start_new_session=True)
         started.append(process)
         return process
 
