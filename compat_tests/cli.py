@@ -170,8 +170,9 @@ def _report_stopped(args: argparse.Namespace, out: Path, why: str) -> int:
     try:
         planned = read_plan(out / PLAN)["units"]
         kept = f"{len({r['id'] for r in read_records(out / RESULTS)} & set(planned))} of {len(planned)}"
-    except (ValueError, OSError):
-        kept = "no"
+    except (ValueError, OSError):  # (no plan: it stopped before its first unit)
+        print(f"rnn-compat report: stopped before any unit ran, {why}", file=sys.stderr, flush=True)
+        return 1
     print(f"\nrnn-compat report: stopped, {why}\n{kept} units are in {out / RESULTS}; to run the rest:\n"
           f"  {_resume_command(args, out)}", file=sys.stderr, flush=True)
     return 1

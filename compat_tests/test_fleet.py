@@ -190,24 +190,41 @@ def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
             "--scheduler", "local:2"], out
 
 
-def test_ctrl_c_on_a_fleet_run_keeps_its_units_leaves_no_process_and_resume_completes_it(registry, tmp_path):
-    """Ctrl-C while both workers hold a unit: the command alone hears it (the scheduler and workers run in
-    sessions of their own), ends with the resume command and no traceback, its scheduler and workers gone;
-    the resume command completes the run on a new local fleet, each unit once."""
+@pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["Ctrl-C", "SIGTERM to the command"])
+def test_a_signal_to_a_fleet_run_keeps_its_units_leaves_no_process_and_resume_completes_it(registry, tmp_path,
+                                                                                       signum, group):
+    """Ctrl-C (or SIGTERM to the command alone) while both workers hold a unit: the command alone hears it (the
+    scheduler and workers run in sessions of their own), ends with the resume command and no traceback, its
+    scheduler and workers gone; after Ctrl-C, the resume command completes the run on a new local fleet,
+    each unit once."""
     argv, out = _slow_run(tmp_path)
 
     def ready() -> bool:
         return (out / RESULTS).exists() and len(read_records(out / RESULTS)) >= 2
 
-    ended, held = _held(argv, tmp_path, "worker-running", [(signal.SIGINT, True)], ready)
-    assert ended.returncode == 130, ended.stdout
+    ended, held = _held(argv, tmp_path, "worker-running", [(signum, group)], ready)
+    assert ended.returncode == 128 + signum, ended.stdout
     assert "Traceback" not in ended.stdout and "KeyboardInterrupt" not in ended.stdout, ended.stdout
     assert held and sorted(r["config"]["seed"] for r in _kept(out)) == [0, 1]
     resume = re.search(r"to run the rest:\n  rnn-compat (.*)\n", ended.stdout).group(1).split()
     assert resume[resume.index("--scheduler") + 1] == "local:2"
+    if signum == signal.SIGTERM:
+        return  # (the resume is the same as after Ctrl-C)
     done = _report(*resume[1:])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert len(_kept(out)) == UNITS and json.loads((out / "report.json").read_text())["complete"]
+
+
+def test_a_fleet_run_out_of_time_starts_no_unit_and_reports_what_ran(tmp_path):
+    """``--max-seconds`` on a fleet: a limit already past when the workers are up submits no unit; the report
+    says the run is incomplete, exit status 1, and the plan is there for --resume."""
+    out = tmp_path / "run"
+    done = _report("--grid", str(TINY), "--backends", "reference", "--out", str(out), "--scheduler", "local:1",
+                   "--max-seconds", "1e-9")
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert not report["complete"] and report["totals"]["units"] == 0 and report["totals"]["planned_units"] == 5
 
 
 def test_a_scheduler_that_goes_away_ends_the_run_keeping_its_units(registry, tmp_path):
@@ -263,3 +280,16 @@ def test_identical_machines_share_an_environment_key():
     env = {"cpu": "x", "numpy": "2.4", "host": "a", "cpu_count": 2}
     assert fleet.environment_key(env) == fleet.environment_key({**env, "host": "b", "cpu_count": 64})
     assert fleet.environment_key(env) != fleet.environment_key({**env, "numpy": "2.5"})
+
+
+def test_a_scheduler_that_does_not_answer_is_said_so_before_any_unit(tmp_path, monkeypatch, capsys):
+    """``--scheduler`` naming a port where nothing listens: exit status 1, one line saying so, no run folder
+    filled, no traceback."""
+    monkeypatch.setattr(fleet, "CONNECT_SECONDS", 2.0)
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(TINY), "--backends", "reference", "--out", str(out), "--scheduler",
+                     "tcp://127.0.0.1:9", "--no-progress"]) == 1
+    assert not (out / RESULTS).exists() and not (out / "run.json").exists()
+    err = capsys.readouterr().err
+    assert "stopped before any unit ran, the Dask cluster was lost: no Dask scheduler answers at tcp://127.0.0.1:9" \
+        in err and "Traceback" not in err, err

@@ -54,6 +54,7 @@ ALLOWED_FAILURES = 2  # a local fleet's scheduler: the attempts a unit may kill 
 POLL = 0.1  # seconds between looks at the futures (the main thread sleeps; a signal lands between looks)
 LOST_AFTER = 20.0  # seconds without a scheduler, or without a worker able to run what is pending
 STARTUP_SECONDS = 120.0  # for a local fleet's scheduler and workers to be up
+CONNECT_SECONDS = 30.0  # for a scheduler to answer
 # Environment fields that say where a unit ran, not with what: left out of the key, so identical machines share it.
 PLACE = ("host", "cpu_count")
 
@@ -223,12 +224,13 @@ def _wait_for_scheduler(file: Path, scheduler: subprocess.Popen, folder: Path) -
 
 # ------------------------------------------------------------------------------------------------- the sweep
 
-def connect(address: str, timeout: float = 30.0):
+def connect(address: str, timeout: float | None = None):
     """A client of the scheduler at ``address``, or of the one a scheduler file (``.json``) names (a FleetLost
     where none answers)."""
     from distributed import Client
 
     where = {"scheduler_file": address} if address.endswith(".json") else {"address": address}
+    timeout = CONNECT_SECONDS if timeout is None else timeout
     try:
         return Client(**where, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError) as exc:
