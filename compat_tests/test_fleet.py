@@ -86,7 +86,8 @@ def test_a_local_fleet_gives_the_local_runs_records_bit_for_bit_and_the_same_rep
     mine, theirs = _records(local), _records(remote)
     assert mine.keys() == theirs.keys() and len(mine) == 5  # (the tiny grid: 5 units of the reference)
     for uid, record in theirs.items():
-        assert record["environment"]["host"] and record["environment_key"] == fleet.environment_key(record["environment"])
+        assert record["environment"]["host"]
+        assert record["environment_key"] == fleet.environment_key(record["environment"])
         assert _without(record, "seconds", "environment", "environment_key") == _without(mine[uid], "seconds")
     a, b = (json.loads((folder / "report.json").read_text()) for folder in (local, remote))
     assert len(b["environments"]) == 1 and b["environments"][0]["units"] == len(theirs) and a["environments"] == []
@@ -129,7 +130,8 @@ def test_fanout_runs_each_unit_on_each_environment_gpu_units_only_where_a_gpu_is
         per_unit.setdefault(r["id"].partition("@")[0], set()).add(r["environment_key"])
     assert per_unit and all(v == keys for v in per_unit.values()), "every reference unit on every environment"
     report = json.loads((out / "report.json").read_text())
-    assert {row["backend"] for row in report["summary"]} == {f"reference@{k}" for k in keys} | {f"cudnn@{k}" for k in gpu}
+    rows = {row["backend"] for row in report["summary"]}
+    assert rows == {f"reference@{k}" for k in keys} | {f"cudnn@{k}" for k in gpu}
     md = (out / "report.md").read_text()
     assert "in 3 distinct environments; they differ in" in md and "numpy_blas" in md
 

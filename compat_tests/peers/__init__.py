@@ -88,4 +88,5 @@ def choose(names: str | None) -> tuple[list[Peer], list[dict]]:
     return available, status
 
 
-__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "choose", "get_peer", "load_plugin", "load_plugins"]
+__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "choose", "get_peer", "load_plugin",
+           "load_plugins"]

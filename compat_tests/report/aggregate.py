@@ -169,8 +169,9 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
         for kind in ("forward", "gradients"):
             judged = sorted(_judged(r, kind), key=lambda qv: -budget_share(qv[1]))
             if judged:
-                worst.append({"id": r["id"], "backend": placed_backend(r, several), "config": config_label(r["config"]),
-                              **_quantity(*judged[0]), "passed": all(v["passed"] for v in r[kind].values()),
+                worst.append({"id": r["id"], "backend": placed_backend(r, several),
+                              "config": config_label(r["config"]), **_quantity(*judged[0]),
+                              "passed": all(v["passed"] for v in r[kind].values()),
                               "reproduce": r["reproduce"][kind]})
     worst += [_error_case(r) for r in records if r["status"] == "error"]  # a study unit's error fails the run too
     missed = [r for r in records if r["study"] == "published" and r["status"] == "ok" and not r["passed"]]

@@ -2,14 +2,15 @@
 PyTorch upgrade), unit by unit.
 
 A unit is matched by its id (its study, backend and config). Either side may be one environment of a fleet
-run (``FOLDER@KEY``, :func:`load_run`): two environments of one fan-out run are diffed as two runs. For the units both runs hold: the verdicts that
-changed (``regressed``: passed or indeterminate in A, failed in B; ``fixed``: the reverse), the conditioned
-errors that moved by more than ``band`` (conditioned eps, the report's unit of error) in some quantity
-(``moved``), the units whose records are equal in everything but their run time (``identical``: the same
-errors against the same truth, every statistic to the last bit), and the rest (``within_band``). Then the
-units one run holds alone, and the two environments side by side. ``diff.json`` holds all of it;
-``diff.md`` and ``index.html`` (with one figure: each unit's worst share of its budget in B against A, per
-backend, the changed units marked) show it, each changed unit with the commands that re-run it on each side.
+run (``FOLDER@KEY``, :func:`load_run`): two environments of one fan-out run are diffed as two runs. For the
+units both runs hold: the verdicts that changed (``regressed``: passed or indeterminate in A, failed in B;
+``fixed``: the reverse), the conditioned errors that moved by more than ``band`` (conditioned eps, the
+report's unit of error) in some quantity (``moved``), the units whose records are equal in everything but
+their run time (``identical``: the same errors against the same truth, every statistic to the last bit), and
+the rest (``within_band``). Then the units one run holds alone, and the two environments side by side.
+``diff.json`` holds all of it; ``diff.md`` and ``index.html`` (with one figure: each unit's worst share of its
+budget in B against A, per backend, the changed units marked) show it, each changed unit with the commands
+that re-run it on each side.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def load_run(folder: str | Path) -> dict:
     from reference.formats.files import load_json
 
     text = str(folder)
-    base, _, key = text.rpartition("@") if "@" in Path(text).name else (text, "", "")
+    plain = (Path(text) / "report.json").is_file() or "@" not in Path(text).name  # (a folder named with an @)
+    base, _, key = (text, "", "") if plain else text.rpartition("@")
     path = Path(base) / "report.json"
     if not path.is_file():
         raise ValueError(f"{base} holds no report.json: give the folder of a report run (rnn-compat report "
