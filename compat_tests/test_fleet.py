@@ -295,3 +295,38 @@ def test_a_scheduler_that_does_not_answer_is_said_so_before_any_unit(tmp_path, m
     err = capsys.readouterr().err
     assert "stopped before any unit ran, the Dask cluster was lost: no Dask scheduler answers at tcp://127.0.0.1:9" \
         in err and "Traceback" not in err, err
+
+
+class _Client:
+    """What ``fleet._Watch`` reads of a client: its status and the scheduler's workers."""
+
+    def __init__(self, status: str, workers: dict) -> None:
+        self.status, self.workers = status, workers
+
+    def scheduler_info(self) -> dict:
+        return {"workers": self.workers}
+
+
+@pytest.mark.parametrize("status, workers, why", [("running", {}, "the cluster has no worker left"),
+                                                  ("connecting", {"w": {}}, "the scheduler went away")])
+def test_a_cluster_without_workers_or_scheduler_for_long_enough_is_lost(monkeypatch, status, workers, why):
+    """A remote cluster gone (no scheduler reachable, or no worker) is borne for ``LOST_AFTER`` seconds (a
+    worker restarting, a connection retried), then the run ends; a cluster back in time resets the wait."""
+    now = [100.0]
+    monkeypatch.setattr(fleet.time, "monotonic", lambda: now[0])
+    client = _Client(status, workers)
+    watch = fleet._Watch(client, alive=lambda: True)
+    watch.check({1, 2})
+    now[0] += fleet.LOST_AFTER - 1
+    watch.check({1, 2})
+    client.status, client.workers = "running", {"w": {}}  # back: the wait starts again
+    watch.check({1, 2})
+    client.status, client.workers = status, workers
+    watch.check({1, 2})
+    now[0] += fleet.LOST_AFTER - 1
+    watch.check({1, 2})
+    now[0] += 1
+    with pytest.raises(fleet.FleetLost, match=f"{why} \\(2 units pending for {fleet.LOST_AFTER:g} s\\)"):
+        watch.check({1, 2})
+    with pytest.raises(fleet.FleetLost, match="the scheduler's process ended"):
+        fleet._Watch(_Client("running", {"w": {}}), alive=lambda: False).check({1})
