@@ -47,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    ok, why = fleet.available()
-    if not ok:
-        raise SystemExit(why)
+    fleet.require_distributed()
     print(machine(), flush=True)
     n = str(args.workers)
     common = ["--grid", args.grid, "--backends", args.backends]

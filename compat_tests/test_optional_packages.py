@@ -127,3 +127,15 @@ def test_the_suite_collects_without_each_package(tmp_path):
         if codes[package] != 0 or "ERROR collecting" in output or " tests collected" not in output.splitlines()[-1]:
             failed[package] = f"--- {package} hidden: exit status {codes[package]}\n{output[-4000:]}"
     assert not failed, "\n".join(failed.values())
+
+
+def test_a_fleet_run_without_dask_says_which_extra_installs_it(tmp_path):
+    """``--scheduler`` where dask.distributed is missing: exit status 2 and one line naming the package and the
+    extra, before any process starts or any file is written."""
+    out = tmp_path / "run"
+    run = _python(("distributed",), "-m", "compat_tests.cli", "report", "--grid", "quick", "--backends",
+                  "reference", "--scheduler", "local:1", "--out", str(out))
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "a Dask fleet (rnn-compat report --scheduler) needs the distributed package, which is not installed " \
+           "(pip install -e '.[fleet]' installs it)" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not out.exists() or not any(out.iterdir())

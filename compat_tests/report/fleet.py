@@ -85,13 +85,11 @@ def parse_scheduler(text: str) -> tuple[str, int | None]:
     return text.strip(), None
 
 
-def available() -> tuple[bool, str]:
-    """Whether ``distributed`` is installed here (the ``fleet`` extra)."""
-    try:
-        import distributed
-    except ImportError:
-        return False, "--scheduler needs dask.distributed: pip install 'cudnn-rnn-compat[fleet]'"
-    return True, distributed.__version__
+def require_distributed() -> None:
+    """``distributed`` (the ``fleet`` extra), or :class:`~compat_tests.optional.MissingDependency` saying so."""
+    from ..optional import require
+
+    require("distributed", "a Dask fleet (rnn-compat report --scheduler)", "pip install -e '.[fleet]'")
 
 
 def environment_key(env: dict) -> str:
@@ -405,9 +403,7 @@ def open_fleet(scheduler: str, log: Path) -> Iterator[Fleet]:
     closed after the block. Dask's own messages in this process (a connection lost and retried, with its
     traceback) go to the file ``log`` (:func:`_dask_log`), not to the terminal: what the run says of a lost
     cluster is :class:`FleetLost`'s."""
-    ok, why = available()
-    if not ok:
-        raise ValueError(why)
+    require_distributed()
     where, workers = parse_scheduler(scheduler)
     _dask_log(log)
     if where != "local":
