@@ -51,10 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     print(machine(), flush=True)
     n = str(args.workers)
     common = ["--grid", args.grid, "--backends", args.backends]
-    with tempfile.TemporaryDirectory() as scratch, fleet.local_cluster(args.workers) as (address, _, file):
-        client = fleet.connect(address)
-        fleet.wait_for_workers(client, args.workers)
-        client.close()
+    with tempfile.TemporaryDirectory() as scratch, fleet.local_cluster(args.workers) as (_, _, file):
         ways = {f"--jobs {n}": common + ["--jobs", n], f"--scheduler local:{n}": common + ["--scheduler", f"local:{n}"],
                 f"--scheduler FILE ({n} workers up)": common + ["--scheduler", str(file)]}
         times: dict[str, list[float]] = {way: [] for way in ways}

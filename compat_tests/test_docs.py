@@ -134,10 +134,7 @@ def cluster_for(path: Path, folder: Path) -> Iterator[None]:
     from compat_tests.report import fleet
 
     specs = [fleet.WorkerSpec(), fleet.WorkerSpec(env=(("OPENBLAS_CORETYPE", "Sandybridge"),))]
-    with fleet.local_cluster(specs) as (address, _, file):
-        client = fleet.connect(address)
-        fleet.wait_for_workers(client, len(specs))
-        client.close()
+    with fleet.local_cluster(specs) as (_, _, file):
         shutil.copy(file, folder / "scheduler.json")
         yield
 

@@ -114,12 +114,16 @@ def _plugins_loaded() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1)
+def _worker_key() -> str:
+    return environment_key(worker_environment())
+
+
 def run_on_worker(unit: dict, record_id: str) -> dict:
     """A unit on a Dask worker: :func:`run_unit`'s record under ``record_id``, with the worker's environment."""
     _plugins_loaded()
-    env = worker_environment()
     record = run_unit(unit)
-    return {**record, "id": record_id, "environment": env, "environment_key": environment_key(env)}
+    return {**record, "id": record_id, "environment": worker_environment(), "environment_key": _worker_key()}
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,8 @@ class WorkerSpec:
 def local_cluster(workers: int | list[WorkerSpec], gpu: bool = False) -> Iterator[tuple[str, list, Path]]:
     """A scheduler and single-threaded workers on this machine: ``workers`` of them (``gpu``: each declares
     ``GPU=1``), or one per :class:`WorkerSpec`, each worker a nanny process that starts the worker process
-    again where it dies. Yields ``(address, [scheduler process, nanny processes...], scheduler file)`` and
+    again where it dies. Yields, once every worker has joined the scheduler (a run plans on the workers
+    connected when it starts), ``(address, [scheduler process, nanny processes...], scheduler file)``, and
     kills them all after (each process's group: a nanny with its worker). Each has one BLAS thread and this
     process's environment (with a spec's variables)."""
     specs = [WorkerSpec(gpu=gpu)] * workers if isinstance(workers, int) else list(workers)
@@ -195,6 +200,8 @@ def local_cluster(workers: int | list[WorkerSpec], gpu: bool = False) -> Iterato
             start(["worker", address, "--nthreads", "1", "--no-dashboard", "--name", f"local-{n}",
                    "--local-directory", str(folder)] + (["--resources", "GPU=1"] if spec.gpu else []),
                   {**base, **dict(spec.env)})
+        with _client(address, len(specs)):
+            pass
         yield address, started, file
     finally:
         for process in reversed(started):
@@ -410,7 +417,7 @@ def open_fleet(scheduler: str, log: Path) -> Iterator[Fleet]:
         with _client(where, 1) as client:
             yield Fleet(client, scheduler)
         return
-    with local_cluster(workers, gpu=_gpu_here()) as (address, processes, _), _client(address, workers) as client:
+    with local_cluster(workers, gpu=_gpu_here()) as (address, processes, _), _client(address, 1) as client:
         yield Fleet(client, scheduler, alive=lambda: processes[0].poll() is None)
 
 
