@@ -636,14 +636,16 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     options.add_argument("--names", metavar="FILE.json",
                          help="safetensors / .npz files under names of their own: a JSON object mapping them onto "
                               "a scheme read here (TensorFlow's, PyTorch's or Keras's per-layer names), such as "
-                              "{\"enc_w_ih\": \"weight_ih_l0\"}; names it leaves out are kept")
+                              "{\"enc_w_ih\": \"weight_ih_l0\"}; names it leaves out are kept; torch.save's "
+                              "files too (the keys of their state_dicts, onto PyTorch's names)")
     options.add_argument("--layer", type=int, metavar="N",
                          help="TF-named stacks whose layers differ in size (a MultiRNNCell of 512, 256, 128 units): "
                               "read layer N alone, as a one-layer model (infer runs the whole stack as a chain of "
                               "one-layer models without it)")
     options.add_argument("--node", metavar="NAME",
                          help="ONNX files: read the recurrent node of this name alone, as a one-layer model, "
-                              "wherever it lies (inside an If branch or a Loop or Scan body too)")
+                              "wherever it lies (inside an If branch or a Loop or Scan body too); frozen TensorFlow "
+                              "graphs (.pb): the CudnnRNN op of this name")
     options.add_argument("--layers", metavar="NAME,NAME",
                          help="Keras weights files that hold other layers too (an Embedding, a Dense head): the "
                               "recurrent layers of the stack, in its order, by name (lstm_1,lstm_2) or by index in "
@@ -786,7 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     test = _command(sub, "test", "run the suite (or the tests the arguments name); other arguments go to pytest")
     test.add_argument("--profile", choices=("ci", "dev", "thorough"), default="dev",
-                      help="Hypothesis examples per property: ci 150 derandomized (what CI runs), dev 300 fresh "
+                      help="Hypothesis examples per property: ci 100 derandomized (what CI runs), dev 300 fresh "
                            "each run (the default), thorough 2000")
     _plugin_option(test)
 

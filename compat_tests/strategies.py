@@ -196,11 +196,22 @@ def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfi
 
 def examples(dev: int) -> int:
     """``max_examples`` for a property whose every example is slow (a child process): ``dev`` under the dev
-    profile, scaled as the loaded profile scales its own count against dev's (ci: half, thorough: 6.7x).
+    profile, scaled as the loaded profile scales its own count against dev's (ci: a third, thorough: 6.7x).
     Called as the test module is imported, after pytest has loaded the profile."""
     from hypothesis import settings
 
     return max(1, round(dev * settings.default.max_examples / settings.get_profile("dev").max_examples))
+
+
+# Set by conftest.py's pytest_configure: whether this run sweeps whole (the thorough profile); test modules are
+# imported after it, so a parametrized sweep (``swept``) is chosen as the module is collected.
+WHOLE_SWEEPS = False
+
+
+def swept(rows) -> list[tuple]:
+    """The rows of a sweep this run takes: every row under the thorough profile (:data:`WHOLE_SWEEPS`), else
+    the :func:`pairwise` rows."""
+    return list(rows) if WHOLE_SWEEPS else pairwise(list(rows))
 
 
 def pairwise(rows: list[tuple]) -> list[tuple]:

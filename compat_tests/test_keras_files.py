@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import re
 import zipfile
@@ -26,7 +27,7 @@ from compat_tests.interop import hdf5_tree, keras_file
 from compat_tests.metrics import error_stats
 from compat_tests.peers.base import Capabilities
 from compat_tests.peers.keras_peer import import_keras
-from compat_tests.strategies import damaged, examples, rnn_configs
+from compat_tests.strategies import damaged, examples, rnn_configs, swept
 from compat_tests.tolerances import judge
 from reference import checkpoint
 from reference.formats import keras as keras_format
@@ -102,11 +103,11 @@ def save(keras, net, folder, name: str):
     return path
 
 
+MODES = ("relu", "tanh", "lstm", "gru", "classic_gru")
+SHAPES = ((1, "unidirectional", "float64"), (2, "bidirectional", "float32"), (3, "unidirectional", "float32"))
 CONFIGS = [RNNConfig(mode, num_layers=layers, num_units=4, input_size=3, direction=direction, seq_len=6, batch=3,
                      time_major=False, dtype=dtype, initial_state=False, seed=11)
-           for mode in ("relu", "tanh", "lstm", "gru", "classic_gru")
-           for layers, direction, dtype in ((1, "unidirectional", "float64"), (2, "bidirectional", "float32"),
-                                            (3, "unidirectional", "float32"))]
+           for mode in MODES for layers, direction, dtype in SHAPES]
 
 
 def _held(net) -> list[list[np.ndarray]]:
@@ -122,13 +123,16 @@ def _held(net) -> list[list[np.ndarray]]:
 
 
 def _cases():
-    """``(cfg, file name, functional, use_bias)``: every config in every format, with Sequential and functional
-    models and bias-free layers spread over them; a bias-free GRU cannot tell ``reset_after`` in a weights
-    file (refused, below), so there it keeps its biases."""
-    for k, cfg in enumerate(CONFIGS):
-        for j, name in enumerate(MODEL_FORMATS + WEIGHT_FORMATS):
-            bias_free = (k + j) % 3 == 0 and not (name in WEIGHT_FORMATS and "gru" in cfg.mode)
-            yield cfg, name, (k + j) % 2 == 1, not bias_free
+    """``(cfg, file name, functional, use_bias)``: the modes, shapes and formats swept (every mode in every
+    format and shape, every shape in every format; all under the thorough profile), with Sequential and
+    functional models and bias-free layers spread over them; a bias-free GRU cannot tell ``reset_after`` in a
+    weights file (refused, below), so there it keeps its biases."""
+    names = MODEL_FORMATS + WEIGHT_FORMATS
+    for m, shape, j in swept(itertools.product(range(len(MODES)), range(len(SHAPES)), range(len(names)))):
+        k = m * len(SHAPES) + shape
+        cfg, name = CONFIGS[k], names[j]
+        bias_free = (k + j) % 3 == 0 and not (name in WEIGHT_FORMATS and "gru" in cfg.mode)
+        yield cfg, name, (k + j) % 2 == 1, not bias_free
 
 
 CASES = list(_cases())

@@ -73,9 +73,34 @@ def test_a_bad_name_map_is_refused_naming_what_is_wrong(tmp_path):
     (tmp_path / "bad.json").write_text('{"a": "b", "a": "c"}')
     with pytest.raises(ValueError, match=r"the name map .*bad.json: a JSON object names .a. more than once"):
         convert.read("auto", path, {"names": str(tmp_path / "bad.json")})
-    torch.save(torch.nn.GRU(I, H).state_dict(), tmp_path / "sd.pt")
-    with pytest.raises(ValueError, match="a name map applies to tensor files"):
-        convert.read("auto", tmp_path / "sd.pt", {"names": mapping})
+    torch.save({OWN[k]: v for k, v in torch.nn.GRU(I, H).state_dict().items()}, tmp_path / "sd.pt")
+    with pytest.raises(ValueError, match=r"renames \['enc_w_xx'\], which no state_dict of the file holds"):
+        convert.read("auto", tmp_path / "sd.pt", {"names": {"enc_w_xx": "weight_ih_l0"}})
+    with pytest.raises(ValueError, match="renames a tensor to 'enc_w_hh', which another tensor of the file is named"):
+        convert.read("auto", tmp_path / "sd.pt", {"names": {"enc_w_ih": "enc_w_hh"}})
+    (tmp_path / "m.onnx").write_bytes(b"")
+    with pytest.raises(ValueError, match="a name map applies to tensor files .* and files torch.save wrote"):
+        convert.read("auto", tmp_path / "m.onnx", {"names": mapping})
+
+
+@pytest.mark.parametrize("held", ["state_dict", "training checkpoint"])
+def test_a_name_map_reads_a_torch_save_file_of_its_own_names_as_torch_computes_it(held, tmp_path):
+    """``torch.save`` of a package's own names (a dict of them, or a training checkpoint holding one), parsed
+    without unpickling: the map renames the keys of the file's state_dicts onto PyTorch's, and the model read
+    computes what the GRU computes."""
+    torch.manual_seed(2)
+    gru = torch.nn.GRU(I, H).double()
+    own = {OWN[k]: v for k, v in gru.state_dict().items()} | {"dec_proj": torch.ones(2, H, dtype=torch.float64)}
+    torch.save(own if held == "state_dict" else {"model": own, "epoch": 3}, tmp_path / "own.pt")
+    with pytest.raises(ValueError, match="holds no recurrent module"):
+        convert.read("auto", tmp_path / "own.pt")
+    read = convert.read("auto", tmp_path / "own.pt", {"names": {own: f"encoder.{ours}" for ours, own in OWN.items()}})
+    x = np.random.default_rng(1).uniform(-1, 1, (T, B, I))
+    got = read.model.forward(x, None, read.model.canonical_to_params(read.weights, read.biases), is_training=False)
+    with torch.no_grad():
+        y, h = gru(torch.from_numpy(x))
+    np.testing.assert_allclose(got.output, y.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.output_h, h.numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_tf_lstm_cell_tensors_are_named_and_why_they_are_not_read(tmp_path):

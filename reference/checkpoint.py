@@ -25,7 +25,7 @@ from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
-from .formats import safetensors, tf, tf_bundle
+from .formats import safetensors, tf, tf_bundle, tf_graph
 from .formats.canonical import check_fits, check_mapping
 from .formats.files import load_json, quiet_escapes, replacing
 from .precision import storage_dtype
@@ -467,8 +467,9 @@ def about(path: str | Path) -> Iterator[None]:
 
 def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     """Restore a checkpoint written by :func:`save`; or a file of TF-named tensors without our config (a
-    safetensors or ``.npz`` file, or a TensorFlow checkpoint ``PREFIX``), whose config comes from its names
-    and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``bias_mode`` a bias mode other
+    safetensors or ``.npz`` file, a TensorFlow checkpoint ``PREFIX``, or a frozen graph ``.pb``, whose
+    ``CudnnRNN`` op's opaque buffer is read too: ``reference.formats.tf_graph``, ``node`` picks one of several
+    ops), whose config comes from its names and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``bias_mode`` a bias mode other
     than the double bias, which TF's names do not tell, ``scope`` picks one of several variable scopes,
     ``names`` maps a tensor file's own names onto TF's: :func:`name_map`, ``layer`` reads one layer of a stack
     as a one-layer model: ``reference.formats.tf.pick_layer``). ``overrides`` must agree with a config the
@@ -484,10 +485,15 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     names = overrides.pop("names", None)  # a name map onto TF's names (name_map), for a tensor file
     if names is not None:
         names = name_map(names)
-        if tf_bundle.is_bundle(path):
-            raise ValueError("a name map applies to safetensors and .npz files, not to a TensorFlow checkpoint")
+        if tf_bundle.is_bundle(path) or tf_graph.is_graph_file(path):
+            raise ValueError("a name map applies to safetensors and .npz files, not to a TensorFlow checkpoint or "
+                             "graph")
     if "dtype" in overrides:  # as a config says it: np.float32 is 'float32'
         overrides["dtype"] = storage_dtype(overrides["dtype"]).name
+    if tf_graph.is_graph_file(path):
+        return _from_graph(tf_graph.read_graph(path), overrides)
+    if overrides.pop("node", None) is not None:
+        raise ValueError("a node name picks a CudnnRNN op of a frozen TensorFlow graph (.pb), not of this file")
     if tf_bundle.is_bundle(path):
         bundle = tf_bundle.open_bundle(path)  # the index is parsed once, for the names and for the reads
         return from_tf_names({n: (e.describe_dtype(), e.shape) for n, e in bundle.entries.items()}, bundle.read,
@@ -508,11 +514,33 @@ def _load(path: str | Path, overrides: dict | None) -> Checkpoint:
     return Checkpoint(model, weights, biases, config)
 
 
+def _from_graph(graph: tf_graph.Graph, overrides: dict) -> Checkpoint:
+    """A frozen TensorFlow graph's recurrent weights: a ``CudnnRNN*`` op's opaque buffer (the one op, or the one
+    ``node`` names), else ``Const`` nodes under TensorFlow's cell names (:func:`from_tf_names`)."""
+    node = overrides.pop("node", None)
+    ops = graph.recurrent_ops()
+    if ops or node is not None:
+        op = tf_graph.pick(ops, node)
+        if overrides.get("layer") is not None:
+            raise ValueError(f"a {op.op} op's opaque buffer is one cuDNN stack: a layer is picked from a TF-named one")
+        config = with_options(complete_config(tf_graph.cudnn_config(graph, op, overrides)), overrides,
+                              f"its {op.op} op {op.name!r} tells its config")
+        model = model_from_config(config)
+        return Checkpoint(model, *tf_graph.cudnn_weights(graph, op, model), config)
+    try:
+        return from_tf_names(graph.meta(), graph.read, overrides, stored=graph.stored())
+    except tf.NoCells as exc:
+        names = sorted(graph.consts)
+        raise ValueError(f"holds no recurrent weights: no CudnnRNN op, and among its constants {exc}; its constants: "
+                         f"{names[:8]}{' ...' if len(names) > 8 else ''}") from None
+
+
 def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[list[str]], dict[str, np.ndarray]],
-                  overrides: dict) -> Checkpoint:
+                  overrides: dict, stored: int | None = None) -> Checkpoint:
     """A model from TF-named tensors that carry no config (``meta``: name -> (dtype name, shape)): the config
     from :func:`reference.formats.tf.config_from_tf` with ``overrides`` on top; ``read(names)`` returns only
-    the model's tensors (a ``global_step`` or optimizer slots beside them stay unread)."""
+    the model's tensors (a ``global_step`` or optimizer slots beside them stay unread). ``stored``: the values
+    the file stores, where fewer than its shapes declare (a graph's constant may repeat its last value)."""
     overrides = dict(overrides)
     layer = overrides.pop("layer", None)  # one layer of a stack, read as a one-layer model
     if layer is not None:
@@ -528,7 +556,8 @@ def from_tf_names(meta: dict[str, tuple[str, tuple[int, ...]]], read: Callable[[
     config = with_options(complete_config(found), overrides, "its tensors' names and shapes tell its config",
                           untold=("input_mode", *OPTIONAL_FIELDS))
     model = model_from_config(config, holds=len(meta))
-    check_fits(model, sum(math.prod(shape) for _, shape in meta.values()), "the checkpoint's tensors")
+    check_fits(model, sum(math.prod(shape) for _, shape in meta.values()) if stored is None else stored,
+               "the checkpoint's tensors")
     expected = tf.expected_shapes(model, config["scope"])
     names = [n for n in expected if n in meta]
     check_needed({n: meta[n][1] for n in names}, expected, model)  # before anything is read on the file's word

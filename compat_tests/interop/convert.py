@@ -9,7 +9,7 @@ model's, the recurrent module's tensors, picked by ``module`` where there are se
 ``keras_file``; or per pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
 ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes and restores, with the canonical names
-of ``CudnnOpaqueParamsSaveable``). Files this tool writes carry the model config, but for a ``tf``
+of ``CudnnOpaqueParamsSaveable``; or, read only, a frozen graph ``.pb``: ``reference.formats.tf_graph``). Files this tool writes carry the model config, but for a ``tf``
 checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``checkpoint`` without our config
 and a ``tf`` checkpoint get it from their names and shapes (plus ``--mode`` for relu/tanh, ``--scope`` where
 TF-named tensors sit under several scopes), a foreign ``keras`` tensor file needs the config options (a Keras
@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from reference import checkpoint
-from reference.formats import keras, tf, tf_bundle, torch, torch_archive, torch_save
+from reference.formats import keras, tf, tf_bundle, tf_graph, torch, torch_archive, torch_save
 from reference.formats.canonical import check_cell_clip, check_fits, zeros
 
 from . import keras_file
@@ -81,7 +81,8 @@ def detect(path: str | Path, names: dict | None = None) -> str:
     """The format of the file at ``path``, by its name and contents: ``.onnx`` is onnx; ``.keras``, ``.h5`` and
     ``.hdf5`` are keras; a safetensors or ``.npz`` file is torch where a name ends in ``weight_ih_l0`` or (a
     single cell's) ``weight_ih`` (a state_dict, of a whole model too), keras where one is ``layer0/kernel``
-    (the per-layer tensor file), else checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or ``PREFIX.index``) is tf; a file ``torch.save`` may
+    (the per-layer tensor file), else checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or ``PREFIX.index``) or
+    frozen graph (``.pb``) is tf; a file ``torch.save`` may
     have written (a zip or a pickle, or named ``.pt``, ``.pth``, ``.bin``) is torch. Anything else is checkpoint,
     whose reader says what is wrong with it, as it does for a tensor file whose names cannot be read.
     ``names``: a tensor file's names as this map renames them (``checkpoint.name_map``)."""
@@ -98,7 +99,7 @@ def detect(path: str | Path, names: dict | None = None) -> str:
         if any(n.endswith(torch.FIRST_WEIGHTS) for n in names):
             return "torch"
         return "keras" if any(re.fullmatch(r"layer\d+/kernel", n) for n in names) else "checkpoint"
-    if tf_bundle.is_bundle(path):
+    if tf_bundle.is_bundle(path) or tf_graph.is_graph_file(path):
         return "tf"
     return "torch" if torch_archive.is_torch_file(path) else "checkpoint"
 
@@ -109,13 +110,15 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
     overrides = dict(overrides or {})
     with checkpoint.about(path):
         names = overrides.pop("names", None)
+        chosen = detect(path, None if names is None else checkpoint.name_map(names)) if fmt == AUTO else fmt
         if names is not None:
             names = checkpoint.name_map(names)
-            if Path(path).suffix not in checkpoint.SUFFIXES:
-                raise ValueError(f"a name map applies to tensor files ({' or '.join(checkpoint.SUFFIXES)}), not to "
-                                 f"{Path(path).name!r}")
+            if Path(path).suffix not in checkpoint.SUFFIXES and not (
+                    chosen == "torch" and torch_archive.is_torch_file(path) and not keras_file.is_keras_file(path)):
+                raise ValueError(f"a name map applies to tensor files ({' or '.join(checkpoint.SUFFIXES)}) and files "
+                                 f"torch.save wrote (--from torch), not to {Path(path).name!r}")
         try:
-            return _read(detect(path, names) if fmt == AUTO else fmt, path, overrides, names)
+            return _read(chosen, path, overrides, names)
         except ValueError as exc:
             try:
                 told = detect(path, names)
@@ -137,9 +140,10 @@ def _read(fmt: str, path: str | Path, overrides: dict, names: dict | None = None
                          f"layers may say otherwise, not to {fmt}")
     if overrides.get("layer") is not None and fmt not in TF_NAMED:
         raise ValueError(f"a layer number applies to TF-named files (checkpoint, tf), not to {fmt}")
-    if overrides.get("node") is not None and fmt != "onnx":
-        raise ValueError(f"a node name applies to ONNX files (onnx), not to {fmt}")
-    if fmt != "onnx":
+    if overrides.get("node") is not None and fmt not in ("onnx", "tf"):
+        raise ValueError(f"a node name applies to ONNX files (onnx) and frozen TensorFlow graphs (tf, .pb), not to "
+                         f"{fmt}")
+    if fmt not in ("onnx", "tf"):
         overrides.pop("node", None)
     if overrides.get("layers") is not None and not keras_own:
         raise ValueError(f"a choice of layers applies to Keras weights files (.h5, .weights.h5), not to {fmt}")
@@ -203,7 +207,7 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None, names: di
     if carried and module:
         raise ValueError(f"carries one model's weights (and its config), not a module {module!r}")
     if archive:
-        tensors, nonlinearity = torch_archive.load_state_dict(path, module)
+        tensors, nonlinearity = torch_archive.load_state_dict(path, module, names)
     elif not carried:  # a whole model's state_dict: its recurrent module's tensors
         modules = torch.module_tensors(tensors)
         tensors = modules[torch.pick_module(modules, module)] if modules or module is not None else tensors

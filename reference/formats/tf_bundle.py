@@ -24,6 +24,8 @@ import numpy as np
 
 from .. import checks
 from .files import replacing
+from .protobuf import (field as _field, fields as _fields, put_varint as _put_varint, shape as _shape,
+                       typed as _typed, varint as _varint)
 
 MAGIC = 0xDB4775248B80FB57  # kTableMagicNumber
 FOOTER_LENGTH = 48
@@ -57,71 +59,6 @@ class Entry:
     def describe_dtype(self) -> str:
         dtype = self.numpy_dtype
         return dtype.name if dtype is not None else DTYPE_NAMES.get(self.dtype, f"TF dtype {self.dtype}")
-
-
-# ---- protobuf wire format and varints --------------------------------------------------------------------
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 64 bits")
-
-
-def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """``(field number, value)`` of every field of a protobuf message (ints for varint and fixed fields,
-    bytes for length-delimited ones)."""
-    out, pos = [], 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire in (1, 5):
-            fixed = "<Q" if wire == 1 else "<I"
-            if pos + struct.calcsize(fixed) > len(buf):
-                raise ValueError(f"protobuf field {number}: truncated fixed-width value")
-            value, pos = struct.unpack_from(fixed, buf, pos)[0], pos + struct.calcsize(fixed)
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            if pos + length > len(buf):
-                raise ValueError(f"protobuf field {number}: {length} bytes run past the end of the message")
-            value, pos = buf[pos : pos + length], pos + length
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        out.append((number, value))
-    return out
-
-
-def _typed(fields: list[tuple[int, int | bytes]], number: int, kind: type, default, what: str):
-    """Field ``number`` of a parsed message, which must be an int (varint or fixed) or bytes (a message) as
-    its schema says: a damaged message can carry any field number with any wire type."""
-    value = dict(fields).get(number, default)
-    if value is not None and not isinstance(value, kind):
-        raise ValueError(f"{what}: field {number} is not {'a number' if kind is int else 'a message'}")
-    return value
-
-
-def _shape(buf: bytes) -> tuple[int, ...]:
-    dims = []
-    for number, value in _fields(buf):
-        if number == 2:  # TensorShapeProto.dim
-            if not isinstance(value, bytes):
-                raise ValueError("tensor shape: a dimension is not a message")
-            size = _typed(_fields(value), 1, int, 0, "tensor shape dimension")
-            dims.append(size - (1 << 64) if size >= 1 << 63 else size)  # int64: -1 is unknown
-        elif number == 3 and value:
-            raise ValueError("unknown rank")
-    return tuple(dims)
 
 
 def _entry(name: str, buf: bytes) -> Entry:
@@ -221,29 +158,6 @@ def _mask(crc: int) -> int:
 
 
 # ---- writing: protobuf fields, blocks, the table -----------------------------------------------------------
-
-
-def _put_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, value: int | bytes, fixed32: bool = False) -> bytes:
-    """One protobuf field; zero scalars are left out, as proto3 serialises them."""
-    if isinstance(value, bytes):
-        return _put_varint(number << 3 | 2) + _put_varint(len(value)) + value
-    if not value:
-        return b""
-    if fixed32:
-        return _put_varint(number << 3 | 5) + struct.pack("<I", value)
-    return _put_varint(number << 3) + _put_varint(value)
 
 
 def _encode_entry(dtype: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:

@@ -630,20 +630,34 @@ def _state_dicts(obj) -> Iterator[tuple[tuple, dict, dict | None]]:
             todo.extend((path + (k,), v) for k, v in reversed(children.items()) if isinstance(k, str))
 
 
-def rnn_modules(obj) -> dict[str, Module]:
+def rnn_modules(obj, rename: dict[str, str] | None = None) -> dict[str, Module]:
     """The recurrent modules in ``obj`` (a state_dict, a training checkpoint holding one, a whole model), by
     module path: the keys of the dicts and the names of the submodules that lead to it, then its prefix
     within a state_dict, joined by dots (``"model.encoder.rnn"``; ``""`` for a bare ``nn.RNN``/``nn.LSTM``/
-    ``nn.GRU`` state_dict or object)."""
+    ``nn.GRU`` state_dict or object). ``rename``: a name map applied to the keys of every state_dict first
+    (a package's own names onto PyTorch's); a name it gives that no state_dict holds, or a new name that
+    another key of the same state_dict has, is refused."""
     found: dict[str, Module] = {}
+    used: set[str] = set()
     for path, entries, module in _state_dicts(obj):
         names = {k: entries[k] for k in entries if isinstance(k, str)}
+        if rename:
+            hit = {k: v for k, v in rename.items() if k in names}
+            clash = sorted(v for v in hit.values() if v in set(names) - set(hit))
+            if clash:
+                raise ValueError(f"the name map renames a tensor to {clash[0]!r}, which another tensor of the file "
+                                 f"is named")
+            used |= set(hit)
+            names = {hit.get(k, k): v for k, v in names.items()}
         for prefix, tensors in module_tensors(names).items():
             name = ".".join([*path, prefix] if prefix else path)
             if name in found:
                 raise ValueError(f"two recurrent modules at {name!r} (nested dicts and a state_dict prefix)")
             nonlinearity = module.get("nonlinearity") if module is not None and not prefix else None
             found[name] = Module(tensors, nonlinearity if isinstance(nonlinearity, str) else None)
+    absent = sorted(set(rename or ()) - used)
+    if absent:
+        raise ValueError(f"the name map renames {absent[:3]}, which no state_dict of the file holds")
     return found
 
 
@@ -672,15 +686,16 @@ def _opaque_objects(obj) -> Iterator[Opaque]:
             todo.extend(node.values() if isinstance(node, dict) else node)
 
 
-def load_state_dict(path: str | Path, module: str | None = None) -> tuple[dict[str, np.ndarray], str | None]:
+def load_state_dict(path: str | Path, module: str | None = None, rename: dict[str, str] | None = None) \
+        -> tuple[dict[str, np.ndarray], str | None]:
     """The tensors of the recurrent module (``nn.RNN``, ``nn.LSTM``, ``nn.GRU``) in the ``torch.save`` file at
     ``path``, under ``nn.RNN``'s names (``weight_ih_l0``, ...; a single cell's ``weight_ih`` is layer 0's), and the
     module's ``nonlinearity`` where the file
     holds the module object itself (``"relu"``/``"tanh"`` of an ``nn.RNN``; else ``None``). ``module`` picks one
-    by path (see :func:`rnn_modules`) where the file holds several. Errors are ``ValueError`` s naming what is
-    wrong."""
+    by path (see :func:`rnn_modules`) where the file holds several; ``rename`` maps the file's own names onto
+    PyTorch's first (:func:`rnn_modules`). Errors are ``ValueError`` s naming what is wrong."""
     with open_file(path) as archive:
-        modules = rnn_modules(archive.obj)
+        modules = rnn_modules(archive.obj, rename)
         if not modules:
             raise ValueError(f"holds no recurrent module (no {KNOWN_BY}); it holds {describe(archive.obj)}")
         name = pick_module(modules, module)
