@@ -323,7 +323,11 @@ def _read_model(args: argparse.Namespace, path: str):
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
     if args.module is not None and args.source != "torch":
         raise ValueError(f"--module applies to PyTorch files (--from torch), not to --from {args.source}")
-    return convert.read(args.source, path, _overrides(args))
+    read = convert.read(args.source, path, _overrides(args))
+    if read.note:  # an approximation of the file's model: said here, and in infer --out's .npz
+        print(f"rnn-compat: note: {path}: {read.note}", file=sys.stderr)
+        args.note = read.note
+    return read
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -332,7 +336,7 @@ def _overrides(args: argparse.Namespace) -> dict:
             "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
             "num_proj": args.num_proj, "dtype": args.dtype, "bias_mode": args.bias_mode, "scope": args.scope,
             "module": args.module, "recurrent_activation": args.recurrent_activation, "names": args.names,
-            "layers": args.layers, "layer": args.layer, "node": args.node}
+            "layers": args.layers, "layer": args.layer, "node": args.node, "dequantize": args.dequantize}
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -382,6 +386,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 STATE_KEYS = {"h": ("input_h", "output_h"), "c": ("input_c", "output_c")}
 # The key of ``infer --out``'s ``.npz`` that says the layout of its arrays, "time_major" or "batch_major".
 LAYOUT_KEY = "layout"
+# The key of ``infer --out``'s ``.npz`` that says the model run is an approximation of the file's (a dequantized one).
+NOTE_KEY = "note"
 
 
 def _layout(batch_major: bool) -> str:
@@ -439,7 +445,7 @@ def _state_arrays(path: str, keys: set[str], most: int, batch_major: bool, batch
         declared = checkpoint.declared_arrays(path)  # headers only: nothing inflated before it is checked
     if declared is None:
         raise ValueError(f"--state {path} must be an .npz holding {expected}, not a single array")
-    unknown = sorted(set(declared) - {"output", LAYOUT_KEY} - keys)
+    unknown = sorted(set(declared) - {"output", LAYOUT_KEY, NOTE_KEY} - keys)
     if unknown:
         raise ValueError(f"--state {path} holds {unknown}; expected {expected}")
 
@@ -451,7 +457,7 @@ def _state_arrays(path: str, keys: set[str], most: int, batch_major: bool, batch
                              f"it is read")
 
     with _reading("--state", path):
-        arrays = checkpoint.load_arrays(path, [k for k in declared if k != "output"], check)
+        arrays = checkpoint.load_arrays(path, [k for k in declared if k not in ("output", NOTE_KEY)], check)
     layout = arrays.pop(LAYOUT_KEY, None)
     if layout is not None and (layout.shape != () or str(layout) != _layout(batch_major)):
         raise ValueError(f"--state {path} holds states in the layout {str(layout)!r}, this run's is "
@@ -579,7 +585,8 @@ def _write_results(args: argparse.Namespace, out: Path, model, x, output, arrays
         if out.suffix == ".npy":
             np.save(f, output)
         else:
-            np.savez(f, **arrays, **{LAYOUT_KEY: np.array(_layout(args.batch_major))})
+            note = {NOTE_KEY: np.array(args.note)} if getattr(args, "note", None) else {}
+            np.savez(f, **arrays, **{LAYOUT_KEY: np.array(_layout(args.batch_major))}, **note)
     print(f"{model!r}: input {list(x.shape)} -> " + ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())
           + f" -> {out}")
     return 0
@@ -646,6 +653,10 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
                          help="ONNX files: read the recurrent node of this name alone, as a one-layer model, "
                               "wherever it lies (inside an If branch or a Loop or Scan body too); frozen TensorFlow "
                               "graphs (.pb): the CudnnRNN op of this name")
+    options.add_argument("--dequantize", action="store_true", default=None,
+                         help="ONNX files of onnxruntime's DynamicQuantizeLSTM nodes: read their int8 weights "
+                              "dequantized, an approximation (onnxruntime quantizes the inputs at run time too), "
+                              "said so in the output")
     options.add_argument("--layers", metavar="NAME,NAME",
                          help="Keras weights files that hold other layers too (an Embedding, a Dense head): the "
                               "recurrent layers of the stack, in its order, by name (lstm_1,lstm_2) or by index in "

@@ -23,7 +23,7 @@ from compat_tests.compare import assert_agree_within_policy
 from compat_tests.conditioning import sensitivity
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.run import run_reference
-from compat_tests.interop import hdf5_tree, keras_file
+from compat_tests.interop import convert, hdf5_tree, keras_file
 from compat_tests.metrics import error_stats
 from compat_tests.peers.base import Capabilities
 from compat_tests.peers.keras_peer import import_keras
@@ -334,7 +334,7 @@ REFUSED = {  # a model (from keras), the file it is saved as, what the refusal s
                   "layer 'lstm' computes a unidirectional 'lstm' layer, but the first recurrent layer 'gru' a "
                   "unidirectional 'gru' one"),
     "two-widths": (lambda k: _sequential(k, k.layers.GRU(4, return_sequences=True), k.layers.GRU(5)), "m.keras",
-                   "layer 1 kernel has shape [4, 15]"),
+                   "its recurrent layers differ in size ('gru' 3 -> 4, 'gru_1' 4 -> 5: inputs -> units)"),
     "initial-state": (_encoder_decoder, "m.keras",
                       "the recurrent layer 'gru_1' is called with initial_state from another layer"),
     "side-by-side": (_side_by_side, "m.keras",
@@ -748,3 +748,40 @@ def test_the_weights_member_is_read_in_chunks_not_whole(tmp_path, monkeypatch):
     _, weights, _ = keras_file.read(tmp_path / "m.keras")
     assert all(a.tobytes() == b.tobytes() for a, b in zip(weights, case.weights))
     assert asked and all(n is not None and 0 < n <= 1 << 20 for n in asked), asked
+
+
+UNEVEN = [RNNConfig("lstm", num_units=6, input_size=3, direction="bidirectional", seq_len=5, batch=2, time_major=False,
+                    dtype="float32", initial_state=False, seed=21),
+          RNNConfig("lstm", num_units=3, input_size=12, direction="bidirectional", seq_len=5, batch=2,
+                    time_major=False, dtype="float32", initial_state=False, seed=22)]
+
+
+@pytest.mark.parametrize("name", ["m.keras", "legacy.h5"])  # Keras 3's model archive, tf.keras 2's weights
+def test_a_keras_stack_whose_layers_differ_in_size_runs_as_a_chain_as_keras_runs_it(keras, name, tmp_path, capsys):
+    """Bidirectional LSTMs of 6 and then 3 units are not one cuDNN stack: refused as one model naming each
+    layer's sizes, read as a chain of one-layer models holding the weights Keras held, which runs to Keras's
+    own outputs (and ``rnn-compat infer`` writes each layer's final states)."""
+    cases = [make_case(cfg) for cfg in UNEVEN]
+    layers = [_recurrent(keras, cfg, keras_format.to_keras(cfg.model(), case.weights, case.biases), 0, True)
+              for cfg, case in zip(UNEVEN, cases)]
+    net = keras.Sequential([keras.Input((None, UNEVEN[0].input_size), dtype="float32"), *layers])
+    path = save(keras, net, tmp_path, name)
+    with pytest.raises(ValueError, match=r"differ in size \(.* 3 -> 6, .* 12 -> 3: inputs -> units\)"):
+        keras_file.read(path)
+    chain = convert.read_chain("auto", path)
+    assert [repr(m) for m in chain.models] == [repr(cfg.model()) for cfg in UNEVEN]
+    held = _held(net)
+    for k, layer in enumerate(chain.layers):
+        want = keras_format.from_keras(layer.model, held[2 * k:2 * k + 2])
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(layer.weights + layer.biases, want[0] + want[1]))
+    x = cases[0].x
+    got = chain.forward(x, time_major=False).output
+    want = keras.ops.convert_to_numpy(net.predict(x, verbose=0)).astype(np.float64)
+    between = keras.ops.convert_to_numpy(layers[0](x))  # the last layer's input, as Keras computed it
+    verdict = judge("keras", "float32", "output", error_stats(got, want),
+                    sensitivity(UNEVEN[1], cases[1]._replace(x=between))["output"])
+    assert verdict.passed, verdict.explain("output")
+    np.save(tmp_path / "x.npy", x)
+    assert cli.main(["infer", str(path), str(tmp_path / "x.npy"), "--batch-major", "--out", str(tmp_path / "y.npz")]) == 0
+    with np.load(tmp_path / "y.npz", allow_pickle=False) as y:
+        assert y["output"].tobytes() == got.tobytes() and y["output_h_1"].shape == (2, 2, 3)

@@ -90,4 +90,4 @@ def test_the_node_read_computes_what_onnxruntime_computes_down_its_branch(branch
     capsys.readouterr()
     assert cli.main(["convert", str(tmp_path / "ck.npz"), "--node", "slow", "--to", "torch",
                      str(tmp_path / "t.safetensors")]) == 2
-    assert "a node name applies to ONNX files (onnx), not to checkpoint" in capsys.readouterr().err
+    assert "a node name applies to ONNX files (onnx) and frozen TensorFlow graphs (tf, .pb), not to checkpoint" in capsys.readouterr().err

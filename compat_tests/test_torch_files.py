@@ -107,7 +107,7 @@ def test_a_torch_save_file_reads_as_torch_holds_it(rnn, container, protocol, leg
     assert nonlinearity == (mode if told else None)
 
     overrides = {"module": path_in_file, "rnn_mode": None if told or mode not in ("relu", "tanh") else mode}
-    model, weights, biases, _ = convert.read("torch", path, overrides)
+    model, weights, biases, *_ = convert.read("torch", path, overrides)
     assert model.rnn_mode == mode
     expected_weights, expected_biases = torch_format.from_state_dict(model, want)
     for got_tensor, want_tensor in zip(weights + biases, expected_weights + expected_biases, strict=True):
@@ -220,7 +220,7 @@ def test_a_whole_model_state_dict_in_a_tensor_file_reads_its_recurrent_module(tm
     net = Net(torch.nn.LSTM(3, 4, num_layers=2))
     state = {k: v.detach().numpy() for k, v in net.state_dict().items()}
     safetensors.save(tmp_path / "net.safetensors", state)
-    model, weights, biases, _ = convert.read("torch", tmp_path / "net.safetensors")
+    model, weights, biases, *_ = convert.read("torch", tmp_path / "net.safetensors")
     assert (model.rnn_mode, model.num_layers, model.num_units) == ("lstm", 2, 4)
     own = {k[len("encoder.rnn."):]: v for k, v in state.items() if k.startswith("encoder.rnn.")}
     for got, want in zip(weights + biases, sum(torch_format.from_state_dict(model, own), []), strict=True):
@@ -465,7 +465,7 @@ def test_a_damaged_archive_loads_or_is_refused_naming_it(saved_lstm, data, tmp_p
     path = tmp_path_factory.mktemp("damaged") / "lstm.pt"
     path.write_bytes(damaged(data, saved_lstm))
     try:
-        model, weights, biases, _ = convert.read("torch", path)
+        model, weights, biases, *_ = convert.read("torch", path)
     except (ValueError, TypeError) as exc:
         assert str(path) in str(exc), exc
         return
@@ -510,7 +510,7 @@ def test_a_torchscript_archive_reads_as_torch_holds_it_and_runs_as_it_does(rnn, 
     assert nonlinearity == (mode if mode in ("relu", "tanh") else None), "an nn.RNN's state says which"
     with torch_archive.open_file(path) as opened:
         assert opened.torchscript and list(torch_archive.rnn_modules(opened.obj)) == ["rnn" if wrapped else ""]
-    model, weights, biases, _ = convert.read("torch", path, {"module": "rnn" if wrapped else None})
+    model, weights, biases, *_ = convert.read("torch", path, {"module": "rnn" if wrapped else None})
     assert model.rnn_mode == mode
     cfg = RNNConfig(mode, model.num_layers, model.num_units, model.input_size, model.direction,
                     num_proj=model.num_proj, seq_len=5, batch=3, dtype=model.dtype.name, seed=seed,

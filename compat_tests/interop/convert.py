@@ -40,13 +40,15 @@ AUTO = "auto"  # read as the file's name and contents say (detect)
 
 
 class Read(NamedTuple):
-    """What :func:`read` restores: the model, its canonical weights and biases, and the variable scope of a
-    TF-named file's tensors (``None``: none, or not a TF-named file)."""
+    """What :func:`read` restores: the model, its canonical weights and biases, the variable scope of a
+    TF-named file's tensors (``None``: none, or not a TF-named file), and a note where what was read is an
+    approximation of the file's model (``None``: it is the file's model; a ``dequantize``d one's says so)."""
 
     model: object
     weights: list
     biases: list
     scope: str | None = None
+    note: str | None = None
 
 
 def _config(found: dict | None, overrides: dict, what: str, carried: bool) -> dict:
@@ -131,6 +133,9 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
 
 def _read(fmt: str, path: str | Path, overrides: dict, names: dict | None = None):
     overrides = dict(overrides)
+    dequantize = overrides.pop("dequantize", None)  # onnxruntime's quantized LSTMs, read as float ones
+    if dequantize and fmt != "onnx":
+        raise ValueError(f"dequantize applies to ONNX files (onnxruntime's DynamicQuantizeLSTM), not to {fmt}")
     module = overrides.pop("module", None)  # which recurrent module of a PyTorch file
     if module is not None and fmt != "torch":
         raise ValueError(f"a module path applies to PyTorch files (torch), not to {fmt}")
@@ -162,9 +167,10 @@ def _read(fmt: str, path: str | Path, overrides: dict, names: dict | None = None
                                tf.tf1_cells_note(checkpoint.tensor_names(path))) from None
         return Read(ck.model, ck.weights, ck.biases, ck.config.get("scope"))
     if fmt == "onnx":
+        from .onnx_dequantize import NOTE
         from .onnx_model import import_model
 
-        return Read(*import_model(path, overrides))
+        return Read(*import_model(path, {**overrides, "dequantize": dequantize}), note=NOTE if dequantize else None)
     if fmt == "keras" and keras_file.is_keras_file(path):  # Keras's own .keras / .h5 files
         return Read(*keras_file.read(path, overrides))
     if fmt == "torch":
@@ -224,15 +230,24 @@ def _read_torch(path: str | Path, overrides: dict, module: str | None, names: di
 
 
 def read_chain(fmt: str, path: str | Path, overrides: dict | None = None):
-    """A TF-named stack whose layers differ in size as a ``reference.chain.Chain`` of one-layer models (one
-    model where they do not); other formats' stacks are one model, or refused by :func:`read`."""
-    from reference.chain import load_chain
+    """A TF-named stack, or the recurrent layers of a Keras model or weights file, whose layers differ in size
+    as a ``reference.chain.Chain`` of one-layer models (one model where they do not); other formats' stacks are
+    one model, or refused by :func:`read`."""
+    from reference.chain import Chain, load_chain
 
     fmt = detect(path, (overrides or {}).get("names")) if fmt == AUTO else fmt
+    if (overrides or {}).get("dequantize"):
+        raise ValueError(f"{path}: dequantize applies to ONNX files (onnxruntime's DynamicQuantizeLSTM), not to {fmt}")
+    if fmt == "keras" and keras_file.is_keras_file(path):
+        options = {k: v for k, v in (overrides or {}).items() if k not in ("module", "layer", "node", "names", "scope",
+                                                                          "dequantize")}
+        return Chain([checkpoint.Checkpoint(model, weights, biases, checkpoint.model_config(model))
+                      for model, weights, biases in keras_file.read_chain(path, options)])
     if fmt not in TF_NAMED:
-        raise ValueError(f"{path}: a chain of one-layer models is read from TF-named files (checkpoint, tf), not {fmt}")
+        raise ValueError(f"{path}: a chain of one-layer models is read from TF-named files (checkpoint, tf) and Keras "
+                         f"files, not {fmt}")
     return load_chain(path, {k: v for k, v in (overrides or {}).items()
-                             if k not in ("module", "recurrent_activation", "layers")})
+                             if k not in ("module", "recurrent_activation", "layers", "dequantize")})
 
 
 def written_files(fmt: str, path: str | Path) -> list[Path]:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from reference import checkpoint
-from reference.formats import keras as keras_weights
+from reference.formats import keras as keras_weights, tf as tf_format
 from reference.formats.canonical import matrix_shape
 from reference.formats.files import load_json, replacing
 
@@ -52,7 +52,19 @@ def is_keras_file(path: str | Path) -> bool:
 
 def read(path: str | Path, options: dict | None = None) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
     """``(model, weights, biases)`` of a Keras file. ``options`` (config fields, ``None`` for not given) may
-    say only what the file cannot (relu from tanh in a weights file) and must agree with the rest."""
+    say only what the file cannot (relu from tanh in a weights file) and must agree with the rest. Layers
+    that differ in size are not one model: refused (``reference.formats.tf.UnevenLayers``; :func:`read_chain`)."""
+    (read_model,) = _read(path, options, chain=False)
+    return read_model
+
+
+def read_chain(path: str | Path, options: dict | None = None) -> list[tuple[object, list, list]]:
+    """The recurrent layers of a Keras file as :func:`read` reads a stack, one ``(model, weights, biases)``
+    per layer where they differ in size (a stack of 64 and then 32 units), else the one model."""
+    return _read(path, options, chain=True)
+
+
+def _read(path: str | Path, options: dict | None, chain: bool) -> list[tuple[object, list, list]]:
     require("h5py", "reading a Keras .keras or .h5 file")
     path = Path(path)
     with open(path, "rb"):  # a missing or unreadable file: the OSError that names it, as for every format
@@ -71,7 +83,14 @@ def read(path: str | Path, options: dict | None = None) -> tuple[object, list[np
         if chosen is not None and config is not None:
             raise ValueError("a choice of layers applies to weights files: a model file's config says which layers "
                              "are its stack")
-        return _model(_layers(config, h5, chosen), options, config is not None, era)
+        layers = _layers(config, h5, chosen)
+        try:
+            return [_model(layers, options, config is not None, era)]
+        except tf_format.UnevenLayers:
+            if not chain:
+                raise
+        stack_kind(layers, era)  # one mode and direction in every layer, as in a stack
+        return [_model([layer], options, config is not None, era) for layer in layers]
 
 
 PICK = "--layers NAME,NAME (options key layers)"
@@ -415,6 +434,14 @@ def _model(layers: list[Layer], options: dict, has_config: bool, era: Era = Era(
     if not layers:
         raise ValueError("the file holds no recurrent layer's weights")
     mode, direction = stack_kind(layers, era)
+    sizes = [(matrix_shape(f"layer {layer.name!r} kernel", layer.weights[0][0].shape)[0],
+              matrix_shape(f"layer {layer.name!r} recurrent kernel", layer.weights[0][1].shape)[0]) for layer in layers]
+    dirs = len(layers[0].weights)
+    if any(units != sizes[0][1] or (k and width != dirs * sizes[k - 1][1]) for k, (width, units) in enumerate(sizes)):
+        shown = ", ".join(f"{layer.name!r} {width} -> {units}" for layer, (width, units) in zip(layers, sizes))
+        raise tf_format.UnevenLayers(f"its recurrent layers differ in size ({shown}: inputs -> units), which one "
+                                     f"cuDNN stack cannot hold: `rnn-compat infer` runs them as a chain of one-layer "
+                                     f"models (reference.chain; convert.read_chain)", sizes)
     kernel = layers[0].weights[0][0]
     input_size, _ = matrix_shape(f"layer {layers[0].name!r} kernel", kernel.shape)
     units, _ = matrix_shape(f"layer {layers[0].name!r} recurrent kernel", layers[0].weights[0][1].shape)

@@ -19,6 +19,7 @@ from reference import checkpoint
 from reference.formats.files import load_json, replacing
 from reference.formats import onnx as onnx_weights
 
+from compat_tests.interop import onnx_dequantize
 from compat_tests.interop.onnx_stack import (DEFAULT_DOMAIN, RECURRENT_OPS, attributes, check_stack, check_starts,
                                               node_name, stack_paths)
 from compat_tests.optional import require
@@ -142,6 +143,8 @@ def _initializers(graph) -> dict[str, np.ndarray]:
 
 def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
     options = dict(options)
+    if options.pop("dequantize", None):  # onnxruntime's quantized LSTMs as float ones: an approximation, asked for
+        proto = onnx_dequantize.dequantized(proto)
     wanted = options.pop("node", None)
     if wanted is not None:
         return _import_node(proto, wanted, options)
@@ -181,7 +184,9 @@ def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[
 # Recurrent ops of other domains, and why they are not read.
 FOREIGN_RECURRENT = {
     "DynamicQuantizeLSTM": "its weights are int8 with scales and zero points, and onnxruntime quantizes its inputs "
-                           "at run time too, so no float model computes what it does; export the float model",
+                           "at run time too, so no float model computes what it does; export the float model, or "
+                           "read its weights dequantized, an approximation, with --dequantize (options key "
+                           "dequantize)",
     "AttnLSTM": "an LSTM with attention, which no cuDNN cell computes",
 }
 CONTROL_FLOW = ("If", "Loop", "Scan")
