@@ -469,8 +469,8 @@ def load(path: str | Path, overrides: dict | None = None) -> Checkpoint:
     """Restore a checkpoint written by :func:`save`; or a file of TF-named tensors without our config (a
     safetensors or ``.npz`` file, a TensorFlow checkpoint ``PREFIX``, or a frozen graph ``.pb``, whose
     ``CudnnRNN`` op's opaque buffer is read too: ``reference.formats.tf_graph``, ``node`` picks one of several
-    ops), whose config comes from its names and shapes with ``overrides`` on top (``rnn_mode`` tells relu from tanh, ``bias_mode`` a bias mode other
-    than the double bias, which TF's names do not tell, ``scope`` picks one of several variable scopes,
+    ops), whose config comes from its names and shapes with ``overrides`` on top (``rnn_mode`` tells relu
+    from tanh, ``bias_mode`` a bias mode other than the double bias, which TF's names do not tell, ``scope`` picks one of several variable scopes,
     ``names`` maps a tensor file's own names onto TF's: :func:`name_map`, ``layer`` reads one layer of a stack
     as a one-layer model: ``reference.formats.tf.pick_layer``). ``overrides`` must agree with a config the
     file carries. Errors name the file."""

@@ -9,8 +9,8 @@ model's, the recurrent module's tensors, picked by ``module`` where there are se
 ``keras_file``; or per pseudo-layer ``layer{k}/kernel``, ``layer{k}/recurrent_kernel``, ``layer{k}/bias`` in a safetensors or
 ``.npz`` file), ``onnx`` (an ``.onnx`` graph) and ``tf`` (a TensorFlow checkpoint: the tensor bundle
 ``PREFIX.index`` + ``PREFIX.data-*`` that ``tf.train.Saver`` writes and restores, with the canonical names
-of ``CudnnOpaqueParamsSaveable``; or, read only, a frozen graph ``.pb``: ``reference.formats.tf_graph``). Files this tool writes carry the model config, but for a ``tf``
-checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``checkpoint`` without our config
+of ``CudnnOpaqueParamsSaveable``; or, read only, a frozen graph ``.pb``: ``reference.formats.tf_graph``).
+Files this tool writes carry the model config, but for a ``tf`` checkpoint, which has no place for it; a foreign ``torch`` file, a TF-named ``checkpoint`` without our config
 and a ``tf`` checkpoint get it from their names and shapes (plus ``--mode`` for relu/tanh, ``--scope`` where
 TF-named tensors sit under several scopes), a foreign ``keras`` tensor file needs the config options (a Keras
 model file tells them), which may not contradict what a file carries or tells. A TF-named target keeps a
@@ -83,9 +83,9 @@ def detect(path: str | Path, names: dict | None = None) -> str:
     """The format of the file at ``path``, by its name and contents: ``.onnx`` is onnx; ``.keras``, ``.h5`` and
     ``.hdf5`` are keras; a safetensors or ``.npz`` file is torch where a name ends in ``weight_ih_l0`` or (a
     single cell's) ``weight_ih`` (a state_dict, of a whole model too), keras where one is ``layer0/kernel``
-    (the per-layer tensor file), else checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or ``PREFIX.index``) or
-    frozen graph (``.pb``) is tf; a file ``torch.save`` may
-    have written (a zip or a pickle, or named ``.pt``, ``.pth``, ``.bin``) is torch. Anything else is checkpoint,
+    (the per-layer tensor file), else checkpoint (TF names); a TensorFlow bundle (``PREFIX`` or
+    ``PREFIX.index``) or frozen graph (``.pb``) is tf; a file ``torch.save`` may have written (a zip or a
+    pickle, or named ``.pt``, ``.pth``, ``.bin``) is torch. Anything else is checkpoint,
     whose reader says what is wrong with it, as it does for a tensor file whose names cannot be read.
     ``names``: a tensor file's names as this map renames them (``checkpoint.name_map``)."""
     path = Path(path)
@@ -112,9 +112,9 @@ def read(fmt: str, path: str | Path, overrides: dict | None = None) -> Read:
     overrides = dict(overrides or {})
     with checkpoint.about(path):
         names = overrides.pop("names", None)
-        chosen = detect(path, None if names is None else checkpoint.name_map(names)) if fmt == AUTO else fmt
+        names = None if names is None else checkpoint.name_map(names)
+        chosen = detect(path, names) if fmt == AUTO else fmt
         if names is not None:
-            names = checkpoint.name_map(names)
             if Path(path).suffix not in checkpoint.SUFFIXES and not (
                     chosen == "torch" and torch_archive.is_torch_file(path) and not keras_file.is_keras_file(path)):
                 raise ValueError(f"a name map applies to tensor files ({' or '.join(checkpoint.SUFFIXES)}) and files "

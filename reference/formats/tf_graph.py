@@ -284,12 +284,10 @@ def params_size(gates: int, layers: int, units: int, input_size: int, dirs: int,
     ``[units, proj or units]``, a projection ``[proj, units]`` and two bias vectors a gate. Checked against
     the model's own ``params_size`` wherever it is used."""
     out_width = proj or units
-    total = 0
-    for layer in range(layers):
-        width = input_size if layer == 0 else dirs * out_width
-        per = (0 if layer == 0 and skip else gates * units * width) + gates * units * out_width + 2 * gates * units
-        total += dirs * (per + (proj * units if proj else 0))
-    return total
+    shared = gates * units * out_width + 2 * gates * units + (proj * units if proj else 0)  # every layer's
+    first = (0 if skip else gates * units * input_size) + shared
+    later = gates * units * dirs * out_width + shared
+    return dirs * (first + (layers - 1) * later)
 
 
 def _solve_units(size, values: int, hi: int) -> list[int]:
