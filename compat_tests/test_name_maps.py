@@ -31,6 +31,16 @@ def _gru_file(tmp_path, suffix: str):
     return path, gru
 
 
+def _computes_as(read, gru, x: np.ndarray):
+    """The model read runs ``x`` (float64) to what ``gru`` computes, to float64 rounding; its result."""
+    got = read.model.forward(x, None, read.model.canonical_to_params(read.weights, read.biases), is_training=False)
+    with torch.no_grad():
+        y, h = gru(torch.from_numpy(x))
+    np.testing.assert_allclose(got.output, y.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.output_h, h.numpy(), rtol=1e-12, atol=1e-12)
+    return got
+
+
 @pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
 def test_a_name_map_reads_a_file_of_its_own_names_as_torch_computes_it(suffix, tmp_path, capsys):
     path, gru = _gru_file(tmp_path, suffix)
@@ -43,13 +53,8 @@ def test_a_name_map_reads_a_file_of_its_own_names_as_torch_computes_it(suffix, t
         convert.read("auto", path, {"names": {own: ours for ours, own in OWN.items()}})
     # under a module path, the GRU's tensors are told from the rest (dec_proj, kept as it is, is another part's)
     mapping = {own: f"encoder.{ours}" for ours, own in OWN.items()}
-    read = convert.read("auto", path, {"names": mapping})
     x = np.random.default_rng(0).uniform(-1, 1, (T, B, I))
-    got = read.model.forward(x, None, read.model.canonical_to_params(read.weights, read.biases), is_training=False)
-    with torch.no_grad():
-        y, h = gru(torch.from_numpy(x))
-    np.testing.assert_allclose(got.output, y.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(got.output_h, h.numpy(), rtol=1e-12, atol=1e-12)
+    got = _computes_as(convert.read("auto", path, {"names": mapping}), gru, x)
     (tmp_path / "names.json").write_text(json.dumps(mapping))  # the command line's --names FILE.json
     np.save(tmp_path / "x.npy", x)
     assert cli.main(["infer", str(path), str(tmp_path / "x.npy"), "--names", str(tmp_path / "names.json"),
@@ -95,12 +100,7 @@ def test_a_name_map_reads_a_torch_save_file_of_its_own_names_as_torch_computes_i
     with pytest.raises(ValueError, match="holds no recurrent module"):
         convert.read("auto", tmp_path / "own.pt")
     read = convert.read("auto", tmp_path / "own.pt", {"names": {own: f"encoder.{ours}" for ours, own in OWN.items()}})
-    x = np.random.default_rng(1).uniform(-1, 1, (T, B, I))
-    got = read.model.forward(x, None, read.model.canonical_to_params(read.weights, read.biases), is_training=False)
-    with torch.no_grad():
-        y, h = gru(torch.from_numpy(x))
-    np.testing.assert_allclose(got.output, y.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(got.output_h, h.numpy(), rtol=1e-12, atol=1e-12)
+    _computes_as(read, gru, np.random.default_rng(1).uniform(-1, 1, (T, B, I)))
 
 
 def test_tf_lstm_cell_tensors_are_named_and_why_they_are_not_read(tmp_path):

@@ -163,10 +163,8 @@ def _const(node: Node) -> Const:
 class Graph:
     """A parsed ``GraphDef``: its nodes by name, its ``Const`` nodes declared (nothing read)."""
 
-    def __init__(self, data: bytes, what: str) -> None:
-        self.what = what
-        view = memoryview(data)
-        top = fields(view)
+    def __init__(self, data: bytes) -> None:
+        top = fields(memoryview(data))
         if any(n == 1 and not isinstance(v, MESSAGE) for n, v in top):  # SavedModel: field 1 is an int64
             raise ValueError("a SavedModel (saved_model.pb: its variables are a TensorFlow checkpoint in "
                              "variables/variables.index), not a frozen GraphDef")
@@ -185,9 +183,10 @@ class Graph:
         """Every ``Const``'s dtype name and shape (what ``checkpoint.from_tf_names`` reads names off)."""
         return {n: (c.describe_dtype(), c.shape) for n, c in self.consts.items()}
 
-    def stored(self, names=None) -> int:
-        """Values the file stores for the named constants (default: all): what a model may be checked against."""
-        return sum(c.values for n, c in self.consts.items() if names is None or n in names)
+    def stored(self) -> int:
+        """Values the file stores for its constants (a repeated last value counted once): what a model read off
+        their declared shapes may be checked against before anything of its size is made."""
+        return sum(c.values for c in self.consts.values())
 
     def read(self, names) -> dict[str, np.ndarray]:
         """The named constants' values, native byte order (fresh arrays)."""
@@ -242,7 +241,7 @@ def is_graph_file(path: str | Path) -> bool:
 
 
 def read_graph(path: str | Path) -> Graph:
-    return Graph(Path(path).read_bytes(), str(path))
+    return Graph(Path(path).read_bytes())
 
 
 # ---- a CudnnRNN op and its opaque buffer -------------------------------------------------------------------
