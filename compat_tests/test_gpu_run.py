@@ -33,8 +33,13 @@ ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "c
             "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"} | LADDER
 
 
+# The dry runs' report grid: six units over every dtype and study (the window grid's plan is test_report.py's;
+# the steps, not the grid's size, are under test here).
+TINY_GRID = str(ROOT / "compat_tests" / "data" / "tiny_grid.json")
+
+
 def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
-    """The script on the fake with ``args`` (by default the quick grid), the packages of ``GPU_IMAGE_LACKS``
+    """The script on the fake with ``args`` (by default :data:`TINY_GRID`), the packages of ``GPU_IMAGE_LACKS``
     unimportable in all its processes, its properties under the ``gpu-dry`` profile (the plumbing is under
     test, not the properties); its report without torch-cuda, which no CPU runs (and naming it would fail
     it)."""
@@ -44,7 +49,7 @@ def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess
            "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
            "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
            "RNN_COMPAT_HIDE": ",".join(GPU_IMAGE_LACKS), "GPU_RUN_PROFILE": "gpu-dry", **env_extra}
-    return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or ("quick",))], cwd=ROOT, env=env,
+    return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or (TINY_GRID,))], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
 
 
@@ -65,13 +70,13 @@ def members(archive: Path) -> set[str]:
 
 
 def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_a_report(tmp_path):
-    """The command as a GPU session sends it (the default budget, on what the GPU image has), with the quick
+    """The command as a GPU session sends it (the default budget, on what the GPU image has), with a six-unit
     grid for the window's (the same steps; the window grid's plan is ``test_report.py``'s): every step passes
     and the run comes back in few files; ``gpu_unpack.py`` then files it under its device and renders its
     report. (One test: the dry run is the suite's most expensive step, and a module fixture shared by two tests
     is made once per xdist worker that runs one of them.)"""
     out = tmp_path / "out"
-    run = gpu_run(out, 420, "quick")
+    run = gpu_run(out, 420)
     summary = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else "(none)"
     assert run.returncode == 0, f"summary:\n{summary}\nstdout:\n{run.stdout[-4000:]}\nstderr:\n{run.stderr[-2000:]}"
     assert {p.name for p in returned(out)} == {"gpu_run.tar.gz", "summary.txt", "versions.json"}
@@ -107,7 +112,7 @@ def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_
     second.mkdir()
     with tarfile.open(out / "gpu_run.tar.gz") as tar:
         tar.extractall(second / "files", filter="data")
-    (second / "files" / "summary.txt").write_text("gpu_run.sh: grid quick, 420 s, started later\n")
+    (second / "files" / "summary.txt").write_text("gpu_run.sh: grid tiny, 420 s, started later\n")
     shutil.rmtree(second / "files" / "report")  # its report rendered once already, above
     with tarfile.open(second / "gpu_run.tar.gz", "w:gz") as tar:
         tar.add(second / "files", arcname=".")
