@@ -86,10 +86,9 @@ def _read(path: str | Path, options: dict | None, chain: bool) -> list[tuple[obj
         layers = _layers(config, h5, chosen)
         try:
             return [_model(layers, options, config is not None, era)]
-        except tf_format.UnevenLayers:
+        except tf_format.UnevenLayers:  # raised once every layer was found to compute one mode and direction
             if not chain:
                 raise
-        stack_kind(layers, era)  # one mode and direction in every layer, as in a stack
         return [_model([layer], options, config is not None, era) for layer in layers]
 
 
