@@ -20,6 +20,7 @@ from compat_tests import cli
 from compat_tests.optional import MissingDependency, require
 
 ROOT = Path(__file__).resolve().parent.parent
+FROZEN = ROOT / "compat_tests" / "data" / "tf_graphs" / "cudnn_lstm_bidirectional_v3.pb"  # a CudnnRNNV3 graph
 # Everything the extras install or a machine may have: none of it may be needed for inference.
 BLOCKED = ("torch", "onnx", "onnxruntime", "onnxscript", "keras", "tensorflow", "jax", "cupy", "scipy",
            "hypothesis", "pytest", "matplotlib", "safetensors", "google", "nvidia", "h5py", "pandas")
@@ -93,7 +94,9 @@ def test_inference_conversion_and_a_reference_report_need_numpy_alone(tmp_path):
                        ("checkpoint->torch.save", ["convert", "--from", "checkpoint", "--to", "torch",
                                                    f"{t}/ck.safetensors", f"{t}/m.pt"]),
                        ("infer torch.save", ["infer", "--from", "torch", f"{t}/m.pt", f"{t}/x.npy",
-                                             "--out", f"{t}/y_pt.npz"])]:
+                                             "--out", f"{t}/y_pt.npz"]),
+                       ("frozen graph->checkpoint", ["convert", "--from", "tf", "--to", "checkpoint",
+                                                     str(FROZEN), f"{t}/frozen.npz"])]:
         run, tried = rnn_compat(name, *args)
         assert run.returncode == 0 and tried == [], (name, tried, run.stderr)
     expected = dict(np.load(tmp_path / "expected.npz", allow_pickle=False))
