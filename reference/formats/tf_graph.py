@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..modes import MODES
 from .protobuf import MESSAGE, fields, shape as _shape, typed, varint
 from .tf_bundle import DTYPE_NAMES, DTYPES
 
@@ -58,6 +59,7 @@ class Const:
     shape: tuple[int, ...]
     content: memoryview | None  # tensor_content, or None: typed values (``values`` of them)
     values: int  # how many values the file stores (the shape's count, or fewer, the last repeated)
+    tensor: list  # the TensorProto's parsed fields (its typed values are decoded from them when read)
 
     def describe_dtype(self) -> str:
         return np.dtype(DTYPES[self.dtype]).name if self.dtype in DTYPES else \
@@ -151,13 +153,13 @@ def _const(node: Node) -> Const:
         if itemsize is not None and len(content) != size * itemsize:
             raise ValueError(f"{what} holds {len(content)} bytes for its {list(shape)} {np.dtype(DTYPES[dtype]).name} "
                              f"values, which take {size * itemsize}")
-        return Const(node.name, dtype, shape, memoryview(content), size)
+        return Const(node.name, dtype, shape, memoryview(content), size, parsed)
     if dtype not in _VALUES:  # not a weight: declared, never read
-        return Const(node.name, dtype, shape, None, 0)
+        return Const(node.name, dtype, shape, None, 0, parsed)
     count = _packed_count(*_VALUES[dtype], parsed)
     if count > size:
         raise ValueError(f"{what} holds {count} values for its shape {list(shape)} of {size}")
-    return Const(node.name, dtype, shape, None, count)
+    return Const(node.name, dtype, shape, None, count, parsed)
 
 
 class Graph:
@@ -199,8 +201,7 @@ class Graph:
                 dtype = np.dtype(DTYPES[c.dtype])
                 out[name] = np.frombuffer(c.content, dtype.newbyteorder("<")).astype(dtype).reshape(c.shape)
                 continue
-            values = _typed_values(*_VALUES[c.dtype], fields(typed(fields(self.nodes[name].attrs["value"]), 8, bytes,
-                                                                   b"", name)))
+            values = _typed_values(*_VALUES[c.dtype], c.tensor)
             full = np.zeros(math.prod(c.shape), DTYPES[c.dtype])
             if len(values):  # TensorFlow's fill: the last value repeated
                 full[:len(values)] = values
@@ -378,7 +379,7 @@ def cudnn_config(graph: Graph, op: Node, options: dict) -> dict:
         raise ValueError(f"{what} computes in {np.dtype(DTYPES[code]).name}; its params, Const {const.name!r}, are "
                          f"{const.describe_dtype()}")
     dirs = 2 if direction == "bidirectional" else 1
-    gates = {"relu": 1, "tanh": 1, "lstm": 4, "gru": 3}[RNN_MODES[mode]]
+    gates = len(MODES[RNN_MODES[mode]].gates)
     known = {}
     x = graph.static_shape(op.inputs[0])
     h = graph.static_shape(op.inputs[1])
