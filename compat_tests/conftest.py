@@ -196,9 +196,10 @@ def grad_peer(grad_peer_name: str):
     return _available(grad_peer_name)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = []
-    for name in selected_peers(config):
-        ok, why = availability(PEERS[name])
-        lines.append(f"peer {name}: {'available, ' + why if ok else 'SKIPPED, ' + why}")
-    return lines
+def pytest_report_header(config: pytest.Config) -> str:
+    """One line naming the selected peers, none asked whether it is available here: that imports its framework
+    (torch, Keras: seconds), which every pytest this suite starts would pay (the ladder's children, the GPU
+    run's steps, ``rnn-compat test``). ``rnn-compat peers`` says what each one lacks; a test of a peer that is
+    not available skips naming why."""
+    return (f"peers: {', '.join(selected_peers(config))} (rnn-compat peers: which are available here; a test of "
+            "one that is not skips saying why)")

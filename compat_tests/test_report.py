@@ -114,6 +114,43 @@ def test_each_drift_line_has_one_colour_in_every_panel(tiny_report, monkeypatch)
     plt.close(figures[0])
 
 
+def _tick_labels(axis) -> list[tuple[float, str]]:
+    """``(location, label)`` of an axis's major and minor ticks within its view, those with a label."""
+    lo, hi = sorted(axis.get_view_interval())
+    ticks = []
+    for locator, formatter in ((axis.get_major_locator(), axis.get_major_formatter()),
+                               (axis.get_minor_locator(), axis.get_minor_formatter())):
+        locs = [loc for loc in locator() if lo <= loc <= hi]
+        formatter.set_locs(locs)
+        ticks += [(loc, formatter(loc, i)) for i, loc in enumerate(locs)]
+    return [(loc, text) for loc, text in ticks if text]
+
+
+def test_every_log_axis_of_every_figure_has_labelled_ticks(tiny_report, monkeypatch):
+    """The figures drop a log axis's minor ticks where its decades are labelled (two decades or more); a
+    narrower one keeps them, as they carry its only labels: in every figure of the tiny report (whose
+    GRU-variant panels span less than a decade), each log axis shows at least two tick labels."""
+    pytest.importorskip("matplotlib", reason="figures need matplotlib")
+    import matplotlib.pyplot as plt
+
+    from compat_tests.report import plots
+
+    _, _, report = tiny_report
+    saved, png = [], plots._png
+    monkeypatch.setattr(plots, "_png", lambda fig: (saved.append(fig), png(fig))[1])
+    assert set(plots.figures(report)) == {"heatmaps", "drift", "gru_variant", "amplification"}
+    widths = []
+    for fig in saved:
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                if ax.get_visible() and axis.get_scale() == "log":
+                    lo, hi = sorted(axis.get_view_interval())
+                    widths.append(hi / lo)
+                    assert len(_tick_labels(axis)) >= 2, (saved.index(fig), axis.axis_name, (lo, hi))
+    assert min(widths) < 10 <= 100 <= max(widths), "narrow and wide log axes both drawn"
+    plt.close("all")
+
+
 def test_the_policy_exceptions_of_the_run_s_backends_are_listed(tiny_report):
     """Every budget override and known divergence of a backend in the run is in both documents with its
     reason; those of backends not in the run are not."""

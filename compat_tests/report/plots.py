@@ -22,8 +22,18 @@ MODE_MARKERS = {"relu": "o", "tanh": "s", "lstm": "^", "gru": "D", "classic_gru"
 
 
 def _png(fig) -> str:
+    """The figure as base64 PNG, closed. A log axis over two decades or more has no minor ticks (its decades are
+    labelled, and each minor tick is an artist that the constrained layout measures on each of its passes: two
+    thirds of a figure's time); a narrower one keeps them, as they carry its only labels. The layout keeps
+    every label and legend inside the figure, so it is saved as laid out."""
+    from matplotlib.ticker import NullLocator
+
+    for ax in fig.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() == "log" and max(limits) >= 100 * min(limits) > 0:
+                axis.set_minor_locator(NullLocator())
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
