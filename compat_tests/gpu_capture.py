@@ -150,13 +150,20 @@ def _write(out_dir: Path, head: dict, entries: list[dict], arrays: dict[str, np.
         tmp.write_text(f'{text[:-2]},\n "entries": [\n{lines}\n ]\n}}\n')
 
 
-def load(capture_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """``(document, arrays)`` of a capture; arrays are read without pickles."""
+def load_document(capture_dir: Path) -> dict:
+    """A capture's ``capture.json``, its format checked (its arrays unread)."""
     capture_dir = Path(capture_dir)
     document = load_json((capture_dir / "capture.json").read_bytes(), str(capture_dir / "capture.json"))
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{capture_dir}: capture format {found!r}, this code reads {FORMAT}")
+    return document
+
+
+def load(capture_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """``(document, arrays)`` of a capture; arrays are read without pickles."""
+    capture_dir = Path(capture_dir)
+    document = load_document(capture_dir)
     arrays = checkpoint.load_arrays(capture_dir / "arrays.npz")  # each member inflated to its checked header's size
     if not isinstance(arrays, dict):
         raise ValueError(f"{capture_dir / 'arrays.npz'}: a single array, not the capture's .npz archive")
@@ -249,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except RuntimeError as exc:  # BackendUnavailable
             print(exc, file=sys.stderr)
             return 2
-        document, _ = load(target)
+        document = load_document(target)
         refused = [e for e in document["entries"] if e["status"] != "ok"]
         print(f"captured {len(document['entries'])} of {document['planned']} configs from {args.backend} into "
               f"{target} ({len(refused)} refused)")
