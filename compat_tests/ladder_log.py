@@ -3,6 +3,11 @@ starts and as it ends (outcome, seconds, the head of its failure, its notes, and
 command it recorded), flushed at once, so that a runner watching from outside knows which test is running
 and what every finished one did even when the process is killed.
 
+It also ends the process after a test that failed for any reason but wrong numbers: a test whose call ended
+in an ``AssertionError`` (the test's own checks of what the backend returned) leaves the process as healthy
+as it was, and the next test runs in it; any other exception (a CUDA error, which may stick to the context;
+an error in a fixture) stops the session, and the runner goes on in a fresh process.
+
 Tests record with ``request.node.user_properties``: ``("note", text)`` for a finding worth the table (a
 cuDNN refusal with its status), ``("reproduce", command)`` for the one-line command that re-runs a failure
 (a Hypothesis test records it on each failing example; the last is the shrunk one)."""
@@ -12,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
+
+import pytest
 
 
 def _write(event: dict) -> None:
@@ -50,3 +57,11 @@ def pytest_runtest_logreport(report) -> None:
     reproduce = [v for k, v in props if k == "reproduce"]
     _write({"event": "end", "nodeid": report.nodeid, **_outcomes.pop(report.nodeid),
             "notes": [v for k, v in props if k == "note"], "reproduce": reproduce[-1] if reproduce else None})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.failed and not (report.when == "call" and call.excinfo.errisinstance(AssertionError)):
+        why = call.excinfo.typename if call.excinfo else "a failure"
+        item.session.shouldstop = f"{item.nodeid} failed with {why} in its {report.when}: a fresh process goes on"

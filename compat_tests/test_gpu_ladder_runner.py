@@ -73,6 +73,55 @@ def climb(tmp_path: Path, *args: str, faults: str = "", seconds: float = 600) ->
     return {r["name"]: r for r in table["rungs"]}, time.monotonic() - t0
 
 
+WRONG_NUMBERS_THEN_AN_ERROR = """
+import os
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def ran(name):
+    with open(os.environ["LADDER_TEST_PIDS"], "a") as f:
+        f.write(f"{name} {os.getpid()}\\n")
+
+
+def test_wrong_numbers():
+    ran("wrong_numbers")
+    assert 1.0 == 2.0, "the backend's output differs from the truth"
+
+
+def test_after_wrong_numbers():
+    ran("after_wrong_numbers")
+
+
+def test_a_cuda_error():
+    ran("a_cuda_error")
+    raise RuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+
+
+def test_after_the_error():
+    ran("after_the_error")
+"""
+
+
+def test_wrong_numbers_keep_the_process_any_other_failure_ends_it(tmp_path, monkeypatch):
+    """A test that failed on its assertions (the backend's numbers are wrong) leaves its process healthy, and
+    the next test runs in it; one that raised anything else (a CUDA error may stick to the context) ends it,
+    and the next test runs in a fresh one. Told by the processes the tests ran in."""
+    (tmp_path / "test_ladder_stops.py").write_text(WRONG_NUMBERS_THEN_AN_ERROR)
+    monkeypatch.setenv("LADDER_TEST_PIDS", str(tmp_path / "pids.txt"))
+    monkeypatch.chdir(tmp_path)  # the node ids as pytest names them there
+    nodes = [f"test_ladder_stops.py::test_{name}" for name in ("wrong_numbers", "after_wrong_numbers",
+                                                                "a_cuda_error", "after_the_error")]
+    with open(tmp_path / "console.txt", "w") as console:
+        results = gpu_ladder.run_group(nodes, tmp_path / "log.jsonl", time.monotonic() + 120, [], lambda node: 60,
+                                       console)
+    assert [results[n]["outcome"] for n in nodes] == ["failed", "passed", "failed", "passed"], results
+    assert "the backend's output differs" in results[nodes[0]]["message"]
+    pid = dict(line.split() for line in (tmp_path / "pids.txt").read_text().splitlines())
+    assert pid["wrong_numbers"] == pid["after_wrong_numbers"] == pid["a_cuda_error"] != pid["after_the_error"], pid
+
+
 def test_a_hang_is_killed_the_rest_of_its_rung_is_not_run_and_the_next_rung_goes_on(tmp_path):
     """The rest of the hung rung is "not run": one hang's limit is spent, not one per algorithm (told by the
     outcomes, not by a clock)."""

@@ -14,7 +14,8 @@
 #   capture    cuDNN's layout, outputs and gradients for 66 small configs, as data (checked on every CPU run)
 #   ladder     the GPU suite rung by rung (compat_tests.gpu_ladder): one feature a rung, the risky rungs
 #              (dropout, persistent algorithms) in processes of their own, a hung test killed, a failure
-#              ending its process so that a CUDA error cannot stick to the next; ladder.md is its table
+#              other than wrong numbers ending its process so that a CUDA error cannot stick to the next;
+#              ladder.md is its table
 #   host-tests the binding's host side (declarations against the headers, descriptors, statuses)
 #   gpu-tests  the rest of `pytest -m gpu`: padding, backward reads, resource hygiene, torch-cuda's peer tests
 #   report     the divergence report on the window-sized grid, with --max-seconds so that it always writes
