@@ -246,6 +246,28 @@ def test_ctrl_c_keeps_a_reports_units_and_resume_completes_it(registry, tmp_path
     assert json.loads((out / "report.json").read_text())["complete"]
 
 
+def test_a_report_killed_in_a_unit_resumes_to_the_report_of_a_clean_run(registry, tmp_path):
+    """SIGKILL to the whole group while a unit runs (nothing of the run can act), its last record torn as if
+    killed while writing it: ``--resume`` (two workers) keeps the records written, runs each other unit once,
+    and writes the report a clean run of the same grid writes."""
+    ended, out = _interrupt(tmp_path, "worker-running", [(signal.SIGKILL, True)])
+    assert ended.returncode == -signal.SIGKILL, ended.stderr
+    kept = _kept(out)
+    assert sorted(r["config"]["seed"] for r in kept) == [0, 1]
+    with (out / RESULTS).open("a") as f:
+        f.write('{"id": "torn')
+    common = ["report", "--plugin", f"{tmp_path / 'slow_peer.py'}:SLOW", "--backends", "slow", "--grid",
+              str(tmp_path / "grid.json"), "--no-progress"]  # (no HOLD here: the units run through)
+    assert cli.main([*common, "--out", str(out), "--resume", "--jobs", "2"]) == 0
+    assert cli.main([*common, "--out", str(tmp_path / "clean"), "--jobs", "1"]) == 0
+    after = _kept(out)
+    assert after[:len(kept)] == kept, "resuming must keep the records already written, not redo them"
+    assert sorted(r["config"]["seed"] for r in after) == list(range(UNITS)), "each unit exactly once"
+    resumed, clean = (json.loads((folder / "report.json").read_text()) for folder in (out, tmp_path / "clean"))
+    differ = ("generated_utc", "environment")  # what legitimately differs between two runs
+    assert {k: v for k, v in resumed.items() if k not in differ} == {k: v for k, v in clean.items() if k not in differ}
+
+
 @pytest.mark.parametrize("signals", [[(signal.SIGTERM, False)], [(signal.SIGINT, True), (signal.SIGINT, True)]],
                          ids=["SIGTERM to the main process", "Ctrl-C twice"])
 def test_sigterm_to_the_main_process_or_a_second_ctrl_c_ends_a_report_leaving_no_process(registry, tmp_path, signals):

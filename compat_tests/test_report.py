@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -378,45 +377,6 @@ def test_a_native_crash_in_process_ends_the_run_and_resume_goes_on_past_it(regis
     assert not (out / IN_FLIGHT).exists()
     report, by_seed = _only_seed_3_died(out)
     assert read_records(out / RESULTS)[:3] == before
-
-
-def test_a_killed_run_resumes_to_the_same_report(tmp_path):
-    """Kill a run after its first records, resume it (with two workers), compare with a clean run."""
-    grid = tmp_path / "grid.json"  # enough units that the kill lands half-way
-    grid.write_text(json.dumps([{"study": "compat", "config": {"mode": mode, "seq_len": 60, "num_layers": 2,
-                                                               "dtype": "float32", "seed": k}}
-                                for k, mode in enumerate(["gru", "lstm", "tanh", "relu", "classic_gru"] * 6)]))
-    killed = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "compat_tests.cli", "report", "--grid", str(grid), "--backends", "reference",
-           "--jobs", "1", "--no-progress"]
-    log = tmp_path / "killed.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        results = killed / RESULTS
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if results.exists() and len(read_records(results)) >= 2:
-                break
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    before = read_records(results)
-    units, _ = plan(load_grid(str(grid), 0), [PEERS["reference"]])
-    assert 2 <= len(before) < len(units), ("the run must be killed half-way for this test to mean anything; "
-                                           f"its stderr:\n{log.read_text()}")
-    with results.open("a") as f:  # as if killed in the middle of writing a record
-        f.write('{"id": "torn')
-    common = ["report", "--grid", str(grid), "--backends", "reference", "--no-progress"]
-    resumed = cli.main([*common, "--out", str(killed), "--jobs", "2", "--resume"])
-    clean = tmp_path / "clean"
-    assert cli.main([*common, "--out", str(clean), "--jobs", "1"]) == resumed == 0
-    after = read_records(results)
-    assert after[:len(before)] == before, "resuming must keep the records already written, not redo them"
-    assert sorted(r["id"] for r in after) == sorted(u.id for u in units), "each unit exactly once"
-    a = json.loads((killed / "report.json").read_text())
-    b = json.loads((clean / "report.json").read_text())
-    assert deterministic(a) == deterministic(b)
 
 
 class UnitClock:
