@@ -76,7 +76,7 @@ def test_the_hook_hides_exactly_the_named_packages():
 # Forks one collection a package named in argv[2:], that package hidden, each writing its output to
 # argv[1]/PACKAGE.txt; prints the exit statuses as JSON. torch is imported once, after its own child.
 COLLECT = """
-import importlib.util, json, os, sys, traceback
+import gc, importlib.util, json, os, sys, traceback
 import pytest
 import sitecustomize  # compat_tests/fake_site's, run at startup
 
@@ -94,6 +94,7 @@ def collect(package, log):
 out, codes = sys.argv[1], {}
 for package in sys.argv[2:]:
     sys.stdout.flush()
+    gc.freeze()  # the children's collections leave what this process imported alone (no copy of its pages)
     pid = os.fork()
     if pid == 0:  # the child never returns to this loop
         code = 4
