@@ -19,13 +19,12 @@ marked ``isolated`` (dropout, the persistent algorithms and their NVRTC builds: 
 CUDA error is likeliest there) runs in a process of its own; those come last.
 
 :func:`climb` runs the rungs' tests in child pytest processes and watches them test by test (a plugin,
-``compat_tests.ladder_log``, writes a line as each test starts and ends): a test that failed for any reason
-but wrong numbers (an ``AssertionError``) ends its process (a CUDA error may stick) and the rest go on in a
-fresh one; a test over its rung's time limit is
-killed with its process group and recorded as hung, the rest of its rung is not run and the next rung goes
-on; when the window's time is up, what did not run is recorded as not run. The result is a table, rung by rung (passed / failed / hung / skipped /
-not run, with the first failing test's one-line reproduce command), printed and written as ``ladder.json``
-and ``ladder.md``.
+``compat_tests.ladder_log``, writes a line as each test starts and ends): a test that failed for any reason but
+wrong numbers (an ``AssertionError``) ends its process (a CUDA error may stick) and the rest go on in a fresh
+one; a test over its rung's time limit is killed with its process group and recorded as hung, the rest of its
+rung is not run and the next rung goes on; when the window's time is up, what did not run is recorded as not
+run. The result is a table, rung by rung (passed / failed / hung / skipped / not run, with the first failing
+test's one-line reproduce command), printed and written as ``ladder.json`` and ``ladder.md``.
 
     python -m compat_tests.gpu_ladder --out DIR [--seconds N] [--rungs NAME,...] [--expect-cudnn]
     python -m compat_tests.gpu_ladder --failed LADDER_JSON|RUNS   # the rungs that did not pass, comma-separated
@@ -209,10 +208,11 @@ def _stop(process: subprocess.Popen) -> int | None:
 
 def run_group(nodes: list[str], log: Path, deadline: float, pytest_args: Sequence[str], limit_of,
               console=sys.stdout, results: dict[str, dict] | None = None) -> dict[str, dict]:
-    """Run ``nodes`` in child pytest processes until each has a result or the deadline passes: a failure other
-    than wrong numbers ends its process and the rest go on in a new one (``ladder_log``), a test over ``limit_of(node)`` seconds is killed (hung) and
-    the rest of its rung is not run, a process that dies takes only the test it was running (crashed).
-    ``results`` (returned) is filled as tests end, so that an interrupted run keeps what finished."""
+    """Run ``nodes`` in child pytest processes until each has a result or the deadline passes: a failure other than
+    wrong numbers ends its process and the rest go on in a new one (``ladder_log``), a test over ``limit_of(node)``
+    seconds is killed (hung) and the rest of its rung is not run, a process that dies takes only the test it was
+    running (crashed). ``results`` (returned) is filled as tests end, so that an interrupted run keeps what
+    finished."""
     results = {} if results is None else results
     pending = list(nodes)
     while pending:
