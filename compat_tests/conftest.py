@@ -2,7 +2,9 @@
 
 Profiles (``pytest --hypothesis-profile NAME`` or ``rnn-compat test --profile NAME``):
 ``ci`` (what ``make test`` runs: Hypothesis's default of 100 examples a property, derandomized, so that the
-suite stays under 8 minutes on 2 busy cores; the same examples every run), ``dev`` (the default: 300 examples,
+suite stays under 8 minutes on 2 busy cores; the same examples every run; no shrinking: a failure prints the
+example it found and its reproduce command, the same every run, and the strict xfails of the ledger, which
+fail at once, cost no search for a smaller failure), ``dev`` (the default: 300 examples,
 fresh randomness each run, so that each developer's runs search further), ``thorough`` (a long hunt before a
 release: 2000 examples, and every row of the sweeps that otherwise run their pairwise rows, the ``sweep``
 fixture and ``strategies.swept``), ``gpu`` (derandomized,
@@ -30,7 +32,8 @@ from compat_tests.strategies import swept
 from reference import buffers
 
 _common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("ci", max_examples=100, derandomize=True, **_common)
+NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+settings.register_profile("ci", max_examples=100, derandomize=True, phases=NO_SHRINK, **_common)
 settings.register_profile("dev", max_examples=300, **_common)
 settings.register_profile("thorough", max_examples=2000, **_common)
 # A GPU window (scripts/gpu_run.sh): every rung of the ladder draws from a narrow space of its own.
@@ -38,8 +41,7 @@ settings.register_profile("gpu", max_examples=40, derandomize=True, **_common)
 # gpu_run.sh's dry runs on a CPU (test_gpu_run.py, GPU_RUN_PROFILE): the script's plumbing, every GPU test once
 # more on the fake; the properties themselves run in the CPU suite. No shrinking: a planted fault's first
 # failing example names its rung as well as the smallest would, at a fraction of the time.
-settings.register_profile("gpu-dry", max_examples=8, derandomize=True,
-                          phases=(Phase.explicit, Phase.reuse, Phase.generate), **_common)
+settings.register_profile("gpu-dry", max_examples=8, derandomize=True, phases=NO_SHRINK, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
