@@ -100,7 +100,7 @@ def _report_run(args: argparse.Namespace, specs: list, seed: int, out: Path, fle
                   runner=None if fleet is None else fleet.runner())
         except KeyboardInterrupt as exc:
             return _report_interrupted(args, out, units, getattr(exc, "signum", signal.SIGINT))
-        return _rendered(out)
+        return _rendered(out, figures=not args.no_figures)
 
 
 # What a report run writes in its folder: its own files (the plan, the records, the unit running in-process, a
@@ -142,6 +142,8 @@ def _resume_command(args: argparse.Namespace, out: Path) -> str:
         words += ["--seed", str(args.seed)]
     for spec in args.plugin:
         words += ["--plugin", spec]
+    if args.no_figures:
+        words.append("--no-figures")
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -178,12 +180,13 @@ def _report_stopped(args: argparse.Namespace, out: Path, why: str) -> int:
     return 1
 
 
-def _rendered(out: Path) -> int:
-    """Write the report of the run in ``out``, print its summary, and return the exit status."""
+def _rendered(out: Path, figures: bool = True) -> int:
+    """Write the report of the run in ``out`` (``figures``: with the page's figures), print its summary, and
+    return the exit status."""
     from .report.render import terminal_summary
     from .report.run_plan import render
 
-    report = render(out)
+    report = render(out, figures)
     print(terminal_summary(report, str(out)))
     return 0 if report["passed"] and report["complete"] else 1
 
@@ -276,7 +279,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    return _rendered(Path(args.dir))
+    return _rendered(Path(args.dir), figures=not args.no_figures)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -721,6 +724,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--fanout", action="store_true",
                         help="with --scheduler: every unit on each distinct environment of the cluster's workers")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
+    report.add_argument("--no-figures", action="store_true",
+                        help="index.html without its figures (every table stays; rnn-compat render draws them later)")
     report.add_argument("--max-seconds", type=float,
                         help="start no unit after this many seconds; the report then covers the units that ran "
                              "(marked incomplete, exit status 1) and --resume runs the rest")
@@ -729,6 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "run.json and results.jsonl", "For a stopped run, or the figures on a machine "
                                                                    "with matplotlib.")
     render.add_argument("dir", help="the folder of a report run (--out of rnn-compat report)")
+    render.add_argument("--no-figures", action="store_true", help="index.html without its figures")
 
     diff = _command(sub, "diff", "what changed between two report runs, unit by unit",
                     "Verdicts that changed (exit status 1 where a unit passed in RUN_A and fails in RUN_B), errors "

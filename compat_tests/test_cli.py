@@ -76,7 +76,7 @@ def test_a_report_of_a_grid_file_is_named_after_it(tmp_path, monkeypatch, name, 
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "dtype": "float32", "seq_len": 2}}]))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["report", "--grid", f"grids/{name}", "--backends", "reference", "--jobs", "1",
-                     "--no-progress"]) == 0
+                     "--no-progress", "--no-figures"]) == 0
     [run] = (tmp_path / "reports" / "_scratch").iterdir()
     assert run.name.startswith(f"{Path(name).stem}-")
     assert json.loads((run / "report.json").read_text())["grid"] == label

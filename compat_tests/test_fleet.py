@@ -62,7 +62,9 @@ def _grid(tmp_path: Path) -> Path:
 
 
 def _report(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "compat_tests.cli", "report", "--no-progress", *args], cwd=ROOT,
+    """``rnn-compat report`` in a child process, its page without figures (the figures are test_report's)."""
+    return subprocess.run([sys.executable, "-m", "compat_tests.cli", "report", "--no-progress", "--no-figures", *args],
+                          cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
 
 
@@ -79,7 +81,7 @@ def test_a_local_fleet_gives_the_local_runs_records_bit_for_bit_and_the_same_rep
     and the worker's environment each fleet record carries) and the same report."""
     local, remote = tmp_path / "local", tmp_path / "fleet"
     assert cli.main(["report", "--grid", str(TINY), "--backends", "reference", "--out", str(local), "--jobs", "1",
-                     "--no-progress"]) == 0
+                     "--no-progress", "--no-figures"]) == 0
     done = _report("--grid", str(TINY), "--backends", "reference", "--out", str(remote), "--scheduler", "local:2")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "the Dask cluster local:2" in done.stdout and "Traceback" not in done.stderr
@@ -186,7 +188,7 @@ def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
     out = tmp_path / "run"
     return [sys.executable, "-m", "compat_tests.cli", "report", "--plugin", f"{tmp_path / 'slow_peer.py'}:SLOW",
             "--backends", "slow", "--grid", str(_grid(tmp_path)), "--out", str(out), "--no-progress",
-            "--scheduler", "local:2"], out
+            "--no-figures", "--scheduler", "local:2"], out
 
 
 @pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],

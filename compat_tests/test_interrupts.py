@@ -108,7 +108,8 @@ def _run(tmp_path: Path) -> tuple[list[str], Path]:
                                                                "dtype": "float32", "seed": k}} for k in range(UNITS)]))
     out = tmp_path / "run"
     return [sys.executable, str(tmp_path / "driver.py"), "report", "--plugin", f"{tmp_path / 'slow_peer.py'}:SLOW",
-            "--backends", "slow", "--grid", str(grid), "--out", str(out), "--no-progress", "--jobs", "2"], out
+            "--backends", "slow", "--grid", str(grid), "--out", str(out), "--no-progress", "--no-figures", "--jobs",
+            "2"], out
 
 
 def processes_with(variable: str) -> list[int]:
@@ -239,7 +240,7 @@ def test_ctrl_c_keeps_a_reports_units_and_resume_completes_it(registry, tmp_path
     kept = _kept(out)
     resume = re.search(r"to run the rest:\n  rnn-compat (.*)\n", ended.stderr).group(1).split()
     assert resume[:7] == ["report", "--grid", str(tmp_path / "grid.json"), "--out", str(out), "--resume",
-                          "--backends"], resume
+                          "--backends"] and resume[-1] == "--no-figures", resume  # the run's own choice kept
     assert cli.main([*resume, "--jobs", "1", "--no-progress"]) == 0  # (no HOLD here: the units run through)
     after = _kept(out)
     assert after[:len(kept)] == kept and len(after) == UNITS
@@ -257,7 +258,7 @@ def test_a_report_killed_in_a_unit_resumes_to_the_report_of_a_clean_run(registry
     with (out / RESULTS).open("a") as f:
         f.write('{"id": "torn')
     common = ["report", "--plugin", f"{tmp_path / 'slow_peer.py'}:SLOW", "--backends", "slow", "--grid",
-              str(tmp_path / "grid.json"), "--no-progress"]  # (no HOLD here: the units run through)
+              str(tmp_path / "grid.json"), "--no-progress", "--no-figures"]  # (no HOLD here: the units run through)
     assert cli.main([*common, "--out", str(out), "--resume", "--jobs", "2"]) == 0
     assert cli.main([*common, "--out", str(tmp_path / "clean"), "--jobs", "1"]) == 0
     after = _kept(out)

@@ -61,7 +61,7 @@ def test_a_time_limit_beyond_what_a_wait_takes_runs_the_whole_grid(tmp_path):
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "tanh", "seq_len": 2, "dtype": "float32"}}]))
     assert cli.main(["report", "--grid", str(grid), "--backends", "reference", "--out", str(tmp_path / "run"),
-                     "--jobs", "2", "--max-seconds", "1e300", "--no-progress"]) == 0
+                     "--jobs", "2", "--max-seconds", "1e300", "--no-progress", "--no-figures"]) == 0
 
 
 # ---- report folders: what exists is continued, replaced with --force, or refused ---------------------------
@@ -70,7 +70,7 @@ def test_a_time_limit_beyond_what_a_wait_takes_runs_the_whole_grid(tmp_path):
 def _one_unit_grid(tmp_path: Path) -> list[str]:
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"study": "compat", "config": {"mode": "gru", "seq_len": 2, "dtype": "float32"}}]))
-    return ["report", "--grid", str(grid), "--backends", "reference", "--jobs", "1", "--no-progress"]
+    return ["report", "--grid", str(grid), "--backends", "reference", "--jobs", "1", "--no-progress", "--no-figures"]
 
 
 def test_a_report_into_a_folder_that_holds_a_run_or_a_report_needs_resume_or_force(tmp_path, capsys):

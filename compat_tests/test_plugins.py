@@ -267,7 +267,7 @@ def test_a_report_judges_a_plugin_peer_by_its_declared_budget_in_its_workers(reg
                                                                "batch": 2, "seed": k}} for k in range(2)]))
     out = tmp_path / "run"
     assert cli.main(["report", "--plugin", spec, "--backends", "loose-reference", "--grid", str(grid),
-                     "--out", str(out), "--jobs", "2", "--no-progress"]) == 0
+                     "--out", str(out), "--jobs", "2", "--no-progress", "--no-figures"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert [(r["forward"]["output"]["budget"], r["forward"]["output_h"]["budget"]) for r in report["records"]] \
         == [(20.0, 16.0)] * 2
@@ -498,7 +498,7 @@ def test_report_runs_plugin_peers_in_worker_processes(registry, tmp_path):
                                 for k, m in enumerate(("gru", "gru", "lstm"))]))
     out = tmp_path / "run"
     status = cli.main(["report", "--plugin", BOTH, "--backends", "my-gru,my-textbook-gru", "--grid", str(grid),
-                       "--out", str(out), "--jobs", "2", "--no-progress"])
+                       "--out", str(out), "--jobs", "2", "--no-progress", "--no-figures"])
     assert status == 1  # the textbook port fails
     report = json.loads((out / "report.json").read_text())
     assert [(b["name"], b["plugin"]) for b in report["backends"]] == [("my-gru", BOTH), ("my-textbook-gru", BOTH)]

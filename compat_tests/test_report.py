@@ -270,7 +270,7 @@ def test_a_requested_backend_that_cannot_run_fails_the_run(tiny_report, tmp_path
     """Named by --backends, an unavailable backend fails the run (what could run, ran); left to the default
     (every available backend, as in the tiny report), it is only listed."""
     monkeypatch.setitem(PEERS, "unavailable", Unavailable())
-    assert run(tmp_path / "named", "--backends", "reference,unavailable") == 1
+    assert run(tmp_path / "named", "--backends", "reference,unavailable", "--no-figures") == 1
     report = json.loads((tmp_path / "named" / "report.json").read_text())
     note = "NOT RUN: backend unavailable was requested but is unavailable: no such device (test double)"
     assert not report["passed"] and report["totals"]["failed"] == 0 and report["totals"]["compat_units"] > 0
@@ -398,7 +398,7 @@ def test_a_run_stopped_at_its_time_limit_reports_what_ran_and_resumes(tmp_path, 
     clock = UnitClock(sweep_module.run_unit)
     monkeypatch.setattr(sweep_module, "time", clock)
     monkeypatch.setattr(sweep_module, "run_unit", clock.run_unit)
-    assert run(tmp_path, "--max-seconds", "2.5") == 1, "a run that stopped early must not exit 0"
+    assert run(tmp_path, "--max-seconds", "2.5", "--no-figures") == 1, "a run that stopped early must not exit 0"
     partial = json.loads((tmp_path / "report.json").read_text())
     _validate(partial)
     planned = json.loads((tmp_path / "run.json").read_text())["units"]
@@ -411,7 +411,7 @@ def test_a_run_stopped_at_its_time_limit_reports_what_ran_and_resumes(tmp_path, 
     assert notice in capsys.readouterr().out
     headline = (tmp_path / "report.md").read_text().split("## Summary")[0]
     assert "Verdict: incomplete, no failure among the units that ran" in headline and "Verdict: passed" not in headline
-    assert run(tmp_path, "--resume") == 0
+    assert run(tmp_path, "--resume", "--no-figures") == 0
     resumed = json.loads((tmp_path / "report.json").read_text())
     assert resumed["complete"] and deterministic(resumed) == deterministic(tiny_report[2])
 
@@ -419,7 +419,7 @@ def test_a_run_stopped_at_its_time_limit_reports_what_ran_and_resumes(tmp_path, 
 def test_a_time_limit_stops_worker_processes_too(tmp_path):
     """With worker processes, units not yet started when the time is up are dropped (those already handed
     to a worker finish) and the report of the rest is written."""
-    assert run(tmp_path, "--jobs", "2", "--max-seconds", "1e-9") == 1
+    assert run(tmp_path, "--jobs", "2", "--max-seconds", "1e-9", "--no-figures") == 1
     report = json.loads((tmp_path / "report.json").read_text())
     assert not report["complete"] and report["totals"]["units"] < report["totals"]["planned_units"]
     assert len(read_records(tmp_path / RESULTS)) == report["totals"]["units"]
@@ -440,6 +440,24 @@ def test_render_writes_the_report_of_the_run_not_of_the_renderer(tmp_path, tiny_
     page = (copy / "index.html").read_text()
     assert "the machine that ran it" in page and "GPU 7" in page
     assert (copy / "report.md").read_text().startswith("# cudnn-rnn-compat divergence report")
+
+
+def test_no_figures_leaves_out_the_pages_figures_alone_and_render_draws_them(tmp_path, tiny_report):
+    """``--no-figures``: index.html without a figure, saying how to draw them, every table and the report's
+    numbers as with them; ``rnn-compat render DIR`` then draws the four."""
+    copy = _copied_run(tiny_report, tmp_path)
+    assert cli.main(["render", str(copy), "--no-figures"]) == 0
+    bare = (copy / "index.html").read_text()
+    assert "data:image/png" not in bare and "written with --no-figures" in bare and "matplotlib was not" not in bare
+    assert deterministic(json.loads((copy / "report.json").read_text())) == deterministic(tiny_report[2])
+    assert cli.main(["render", str(copy)]) == 0
+    drawn = (copy / "index.html").read_text()
+    assert drawn.count("data:image/png;base64,") == 4 and "--no-figures" not in drawn
+
+    def tables(page: str) -> list[str]:
+        return re.findall(r"<table.*?</table>", page, re.S)
+
+    assert tables(bare) == tables(drawn) and len(tables(bare)) > 3
 
 
 def _copied_run(tiny_report, tmp_path, edit_plan=None) -> Path:
@@ -470,14 +488,14 @@ def test_render_shows_the_policy_that_judged_the_run_not_the_renderer_s(tmp_path
 
     copy = _copied_run(tiny_report, tmp_path, _policy_of_another_version)
     monkeypatch.setattr(aggregate.tolerances, "OVERRIDES", [])  # the renderer's version has no override at all
-    assert cli.main(["render", str(copy)]) == 0
+    assert cli.main(["render", str(copy), "--no-figures"]) == 0
     rendered = json.loads((copy / "report.json").read_text())
     _validate(rendered)
     assert rendered["policy"] == json.loads((copy / "run.json").read_text())["policy"]
     assert "budget override: torch-cpu float32 output: 99 conditioned eps. an override of the version that ran it" \
         in (copy / "report.md").read_text()
     older = _copied_run(tiny_report, tmp_path / "older", lambda plan: plan.pop("policy"))
-    assert cli.main(["render", str(older)]) == 0
+    assert cli.main(["render", str(older), "--no-figures"]) == 0
     assert json.loads((older / "report.json").read_text())["policy"] == aggregate.policy_summary()
     assert "budget override" not in (older / "report.md").read_text()
 
@@ -493,14 +511,14 @@ def test_resume_refuses_a_run_that_another_policy_judged(tmp_path, tiny_report, 
 
 def test_a_render_that_dies_before_it_ends_leaves_the_old_report_whole(tmp_path, tiny_report, kill_before_replacing):
     copy = _copied_run(tiny_report, tmp_path)
-    assert cli.main(["render", str(copy)]) == 0
+    assert cli.main(["render", str(copy), "--no-figures"]) == 0
     before = {p.name: p.read_bytes() for p in copy.iterdir()}
     plan = json.loads((copy / "run.json").read_text())
     (copy / "run.json").write_text(json.dumps({**plan, "environment": {"cpu": "another"}}))  # every document changes
     before["run.json"] = (copy / "run.json").read_bytes()
     kill_before_replacing()
     with pytest.raises(Killed):
-        cli.main(["render", str(copy)])
+        cli.main(["render", str(copy), "--no-figures"])
     assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
 
 
@@ -759,7 +777,7 @@ def test_resume_refuses_a_plan_other_than_the_runs(tmp_path, capsys):
     out = tmp_path / "run"
     first = _grid(tmp_path, [("compat", SMALL_GRU)])
     assert cli.main(["report", "--grid", str(first), "--backends", "reference", "--out", str(out), "--jobs", "1",
-                     "--no-progress"]) == 0
+                     "--no-progress", "--no-figures"]) == 0
     plan_before, results_before = (out / "run.json").read_text(), (out / RESULTS).read_text()
     other = tmp_path / "other.json"
     other.write_text(json.dumps([{"study": "compat", "config": {**SMALL_GRU, "mode": "lstm"}}]))
@@ -773,7 +791,7 @@ def test_resume_refuses_a_plan_other_than_the_runs(tmp_path, capsys):
                      "--no-progress", "--resume"]) == 2
     assert f"{out / RESULTS} holds records of 1 units" in capsys.readouterr().err
     assert cli.main(["report", "--grid", str(first), "--backends", "reference", "--out", str(out), "--jobs", "1",
-                     "--no-progress", "--resume"]) == 0
+                     "--no-progress", "--resume", "--no-figures"]) == 0
 
 
 def test_a_config_planned_but_not_yet_run_is_not_called_unrunnable(tmp_path):
@@ -852,7 +870,7 @@ def test_a_config_listed_twice_is_counted_once_among_those_not_run(tmp_path):
     grid = _grid(tmp_path, [("compat", {**SMALL_GRU, "mode": "classic_gru"})] * 2)
     out = tmp_path / "run"
     assert cli.main(["report", "--grid", str(grid), "--backends", "reference,torch-cpu", "--out", str(out),
-                     "--jobs", "1", "--no-progress"]) == 0
+                     "--jobs", "1", "--no-progress", "--no-figures"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["totals"]["units"] == 1 and [s["count"] for s in report["skipped"]] == [1]
 

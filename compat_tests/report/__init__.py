@@ -18,11 +18,11 @@ from .render import html_page, markdown
 SCHEMA = Path(__file__).with_name("report.schema.json")
 
 
-def write_report(out: Path, report: dict) -> None:
-    """``report.json``, ``report.md`` and ``index.html`` into ``out``, each whole (an earlier report stays as
-    it was until its replacement is complete)."""
+def write_report(out: Path, report: dict, figures: bool = True) -> None:
+    """``report.json``, ``report.md`` and ``index.html`` (with its figures unless ``figures`` is false) into
+    ``out``, each whole (an earlier report stays as it was until its replacement is complete)."""
     for name, text in (("report.json", json.dumps(report, indent=1, sort_keys=True) + "\n"),
-                       ("report.md", markdown(report)), ("index.html", html_page(report))):
+                       ("report.md", markdown(report)), ("index.html", html_page(report, figures))):
         with replacing(out / name) as partial:
             partial.write_text(text)
 

@@ -562,8 +562,10 @@ CSS = ("body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 
        "nav{font-size:14px;margin:.5em 0}nav a{margin-right:1em}.note{color:#444;font-size:14px}")
 
 
-def html_page(report: dict) -> str:
-    figures = plots.figures(report)
+def html_page(report: dict, figures: bool = True) -> str:
+    """``index.html`` of ``report``: its tables, and its figures unless ``figures`` is false (``--no-figures``)
+    or matplotlib is missing, which the page then says."""
+    drawn = plots.figures(report) if figures else {}
     verdict = _verdict(report)
     failures = _failures(report)
     closest = _closest_calls(report)
@@ -583,11 +585,14 @@ def html_page(report: dict) -> str:
         f"<p class='note'>Measure: {html.escape(MEASURE)}.</p>",
         "<a id='summary'></a><h2>Summary</h2>", _html_table(SUMMARY_HEAD, _backend_rows(report)),
     ]
-    if figures.get("heatmaps"):
-        parts.append(_figure("heatmaps", figures["heatmaps"], _heat_caption(report)))
+    if drawn.get("heatmaps"):
+        parts.append(_figure("heatmaps", drawn["heatmaps"], _heat_caption(report)))
     parts += ["<details><summary>The worst share of the budget per mode, as a table</summary>",
               _html_table(["backend", "dtype", *MODE_NAMES], _mode_rows(report)), "</details>"]
     if not figures:
+        parts.append("<p><em>No figures: this page was written with --no-figures. <code>rnn-compat render DIR</code> "
+                     "writes it again with them.</em></p>")
+    elif not drawn:
         parts.append("<p><em>No figures: matplotlib was not installed where this page was written. With "
                      "pip install '.[report]', <code>rnn-compat render DIR</code> writes it again with them.</em></p>")
     parts.append(f"<a id='failures'></a><h2>Failures ({len(failures)})</h2>")
@@ -606,7 +611,7 @@ def html_page(report: dict) -> str:
     if published_rows:
         parts += ["<h3>cuDNN's published checksums</h3>", f"<p class='note'>{html.escape(PUBLISHED_NOTE)}</p>",
                   _html_table(published_head, published_rows)]
-    parts += _study(figures, "drift", "Drift over long sequences",
+    parts += _study(drawn, "drift", "Drift over long sequences",
                     "The error at each time step of the configs of at least 100 steps, in the tables' unit: the "
                     "step's error in conditioned eps (the config's kappa) / the quantity's budget, so 1 (the "
                     "shaded band above it) is the budget. Rows: output and input gradient; columns: dtype; one "
@@ -616,14 +621,14 @@ def html_page(report: dict) -> str:
     if report["studies"]["drift"]:
         parts += _collapsed("Per config: output error / budget at steps 1, 10, 100, 1000", DRIFT_HEAD,
                             _drift_rows(report))
-    parts += _study(figures, "gru_variant", "cuDNN GRU vs textbook GRU under the same weights",
+    parts += _study(drawn, "gru_variant", "cuDNN GRU vs textbook GRU under the same weights",
                     "Not a compatibility check: how far the two GRU formulations (cuDNN's reset gate after "
                     "the recurrent matmul, the textbook's before) drift apart under the same weights, per "
                     "weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))), in absolute output units.")
     variant_rows, variant_head = _variant_rows(report)
     parts += _collapsed("GRU variants: max |output difference| per weight scale and length", ["scale", *variant_head],
                         variant_rows)
-    parts += _study(figures, "amplification", "Forward vs backward error amplification",
+    parts += _study(drawn, "amplification", "Forward vs backward error amplification",
                     "One point per comparison with gradients: its forward pass's worst share of the budget "
                     "(x) against its gradients' (y), both conditioned error / budget as in the tables. One "
                     "panel per backend, one colour per dtype, one marker per mode. The dashed lines at 1 are "

@@ -69,10 +69,11 @@ def read_plan(path: Path) -> dict:
     return plan
 
 
-def render(out: Path) -> dict:
+def render(out: Path, figures: bool = True) -> dict:
     """Build the report of the run in ``out`` from its ``run.json`` and ``results.jsonl`` (the planned units
-    that have a record, in plan order), write ``report.json``, ``report.md`` and ``index.html`` there, and
-    return the report. Its ``complete`` says whether every planned unit ran."""
+    that have a record, in plan order), write ``report.json``, ``report.md`` and ``index.html`` (with its
+    figures unless ``figures`` is false) there, and return the report. Its ``complete`` says whether every
+    planned unit ran."""
     path = out / PLAN
     if not path.is_file():
         raise ValueError(f"{out} holds no {PLAN}: it is not the folder of an rnn-compat report run")
@@ -82,7 +83,7 @@ def render(out: Path) -> dict:
     skipped = [(s["backend"], s["reason"], RNNConfig.from_dict(s["config"])) for s in plan["skipped"]]
     report = build_report(records, plan["grid"], plan["seed"], plan["backends"], skipped,
                           env=plan["environment"], planned=plan["units"], policy=plan.get("policy"))
-    write_report(out, report)
+    write_report(out, report, figures)
     return report
 
 
