@@ -18,7 +18,8 @@
 #              ladder.md is its table
 #   host-tests the binding's host side (declarations against the headers, descriptors, statuses)
 #   gpu-tests  the rest of `pytest -m gpu`: padding, backward reads, resource hygiene, torch-cuda's peer tests
-#   report     the divergence report on the window-sized grid, with --max-seconds so that it always writes
+#   report     the divergence report on the window-sized grid, with --max-seconds so that it always writes;
+#              without figures (gpu_unpack.py renders the report again with them, where the run is filed)
 # Where versions.json says the backend is available, a test skipped because it is not (in that process)
 # fails its step (RNN_COMPAT_EXPECT_CUDNN).
 #
@@ -147,7 +148,7 @@ if ((!rerun)); then
     units_until=$(($(left) - 30))  # then the units in flight finish, the report is written and packed
     step report $((units_until > 0 ? units_until + 20 : 0)) report.txt "$python" -m compat_tests.cli report \
         --grid "$grid" --backends "${BACKENDS:-reference,cudnn,cudnn-tf32,torch-cuda}" --jobs "${JOBS:-8}" \
-        --no-progress --max-seconds "$units_until" --out "$work/report"
+        --no-progress --no-figures --max-seconds "$units_until" --out "$work/report"
     if [ -f "$work/report/report.json" ]; then
         say "report verdict: $("$python" - "$work/report/report.json" <<'PY'
 import json, sys
