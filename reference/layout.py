@@ -18,6 +18,7 @@ change this module, nothing else, if they differ.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -160,18 +161,20 @@ def _opaque_order(entry: tuple[str, int, int, tuple[int, ...]]) -> tuple[int, in
 
 def canonical_layout(spec: LayoutSpec) -> list[Region]:
     """Every region, in canonical order, each with its offset in the opaque buffer."""
-    return _layout(spec)[0]
+    return list(_layout(spec)[0])
 
 
-def _layout(spec: LayoutSpec) -> tuple[list[Region], int]:
-    """The regions in canonical order, and the elements of the whole weight space (holes included)."""
+@functools.lru_cache(maxsize=512)
+def _layout(spec: LayoutSpec) -> tuple[tuple[Region, ...], int]:
+    """The regions in canonical order, and the elements of the whole weight space (holes included). Computed
+    once per spec (a frozen dataclass) and kept immutable: every model of one architecture has the same."""
     entries = _weight_space_entries(spec)
     offsets: dict[tuple[str, int, int], int] = {}
     offset = 0
     for kind, pseudo_layer, lin, shape in sorted(entries, key=_opaque_order):
         offsets[(kind, pseudo_layer, lin)] = offset
         offset += math.prod(map(int, shape))
-    return [Region(k, p, i, offsets[(k, p, i)], s) for k, p, i, s in entries if k != "hole"], offset
+    return tuple(Region(k, p, i, offsets[(k, p, i)], s) for k, p, i, s in entries if k != "hole"), offset
 
 
 def opaque_layout(spec: LayoutSpec) -> list[Region]:
