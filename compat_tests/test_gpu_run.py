@@ -90,8 +90,8 @@ def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_
     assert json.loads((out / "versions.json").read_text())["available"]
     with tarfile.open(out / "gpu_run.tar.gz") as tar:
         environment = json.load(tar.extractfile("./report/report.json"))["environment"]
-        assert "written with --no-figures" in tar.extractfile("./report/index.html").read().decode()  # the window's
-        # seconds go to the units; gpu_unpack.py draws the figures (below)
+        # the window's seconds go to the units; gpu_unpack.py draws the figures (below)
+        assert "written with --no-figures" in tar.extractfile("./report/index.html").read().decode()
     assert environment["onnx"] is None, "the report's processes ran without onnx, as on the GPU image"
     for rung in gpu_ladder.RUNGS:  # the ladder's table, a row a rung
         assert re.search(rf"\| {gpu_ladder.rung_id(rung)} \| .* \| \*\*passed\*\* \|", summary), (rung, summary)
