@@ -24,6 +24,7 @@ from .config import BIAS_MODE_NAMES, DTYPE_NAMES, MODE_NAMES, RNNConfig, json_lo
 from .interop.convert import AUTO, FORMATS
 from .interrupts import terminated_as_interrupted
 from .optional import MissingDependency
+from .report.folder import REPORT_FILES, RUN_FILES, check_own
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -49,6 +50,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .report.fleet import parse_scheduler
 
         parse_scheduler(args.scheduler)  # refused before anything starts
+        _reach(args).check(args.scheduler)
+    elif _reach_options(args):
+        raise ValueError(f"{_reach_options(args)[0]} says how to reach a Dask scheduler: it needs --scheduler")
     seed = args.seed or 0
     specs = load_grid(args.grid, seed)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -59,11 +63,36 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_run(args, specs, seed, out, None)
     from .report.fleet import FleetLost, open_fleet
 
+    reached = False
     try:
-        with open_fleet(args.scheduler, out / FLEET_LOG) as fleet:
+        with open_fleet(args.scheduler, out / FLEET_LOG, _reach(args)) as fleet:
+            reached = True
             return _report_run(args, specs, seed, out, fleet)
     except FleetLost as exc:
         return _report_stopped(args, out, f"the Dask cluster was lost: {exc}")
+    except KeyboardInterrupt as exc:
+        if reached:
+            raise
+        print(f"rnn-compat report: interrupted while reaching the scheduler {args.scheduler}, before any unit ran",
+              file=sys.stderr, flush=True)
+        return 128 + getattr(exc, "signum", signal.SIGINT)
+
+
+# report's options that say how to reach a Dask scheduler (--scheduler's), and their fields of fleet.Reach
+REACH_OPTIONS = (("--scheduler-wait", "scheduler_wait", "wait"), ("--tls-ca-file", "tls_ca_file", "ca_file"),
+                 ("--tls-cert", "tls_cert", "cert"), ("--tls-key", "tls_key", "key"))
+
+
+def _reach_options(args: argparse.Namespace) -> list[str]:
+    """The options of :data:`REACH_OPTIONS` given, as ``--name value`` words (for the resume command too)."""
+    return [word for option, dest, _ in REACH_OPTIONS if getattr(args, dest) is not None
+            for word in (option, str(getattr(args, dest)))]
+
+
+def _reach(args: argparse.Namespace):
+    from .report.fleet import Reach
+
+    return Reach(**{field: getattr(args, dest) for _, dest, field in REACH_OPTIONS if getattr(args, dest) is not None})
 
 
 def _report_run(args: argparse.Namespace, specs: list, seed: int, out: Path, fleet) -> int:
@@ -103,11 +132,7 @@ def _report_run(args: argparse.Namespace, specs: list, seed: int, out: Path, fle
         return _rendered(out, figures=not args.no_figures)
 
 
-# What a report run writes in its folder: its own files (the plan, the records, the unit running in-process, a
-# fleet run's log), and the report of them.
-RUN_FILES = ("run.json", "results.jsonl", "in_flight", "fleet.log")
 FLEET_LOG = RUN_FILES[3]  # a fleet run's: Dask's own messages in this process (a connection lost and retried)
-REPORT_FILES = ("report.json", "report.md", "index.html")
 
 
 def _check_run_folder(out: Path, args: argparse.Namespace) -> None:
@@ -117,6 +142,7 @@ def _check_run_folder(out: Path, args: argparse.Namespace) -> None:
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
+    check_own(out)
     has_run = any((out / name).is_file() for name in RUN_FILES[:2])
     if args.resume and not has_run:
         raise ValueError(f"--resume: there is no run in {out} to resume (no {RESULTS}); --out names the folder of "
@@ -135,7 +161,7 @@ def _resume_command(args: argparse.Namespace, out: Path) -> str:
     """The command that continues this run: its grid, backends, seed and plugins, with --resume."""
     words = ["rnn-compat", "report", "--grid", args.grid, "--out", str(out), "--resume"]
     if args.scheduler:
-        words += ["--scheduler", args.scheduler] + (["--fanout"] if args.fanout else [])
+        words += ["--scheduler", args.scheduler] + (["--fanout"] if args.fanout else []) + _reach_options(args)
     if args.backends:
         words += ["--backends", args.backends]
     if args.seed is not None:
@@ -259,6 +285,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     result = differ.diff(a, b, band)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"diff-{stamp}"
+    check_own(out, differ.FILES)
     present = [name for name in differ.FILES if (out / name).exists()]
     if present and not args.force:
         raise ValueError(f"--out {out} holds {', '.join(present)} already: name another folder, or --force")
@@ -271,6 +298,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     for name, text in documents.items():
         with replacing(out / name) as partial:
             partial.write_text(text)
+    for line in differ.regressions(result):
+        print(line)
     print(f"{len(result['regressed'])} regressed, {len(result['fixed'])} fixed, {len(result['moved'])} moved beyond "
           f"{band:g} conditioned eps, {result['identical']} identical, {result['within_band']} within the band; "
           f"{len(result['only_a'])} only in A, {len(result['only_b'])} only in B\ndiff: {out / 'diff.md'}, "
@@ -720,7 +749,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"worker processes (default: the CPU count, {os.cpu_count() or 1} here)")
     report.add_argument("--scheduler", metavar="ADDRESS",
                         help="run the units on a Dask cluster (the fleet extra): a scheduler's address "
-                             "(tcp://HOST:8786), or local:N for one of N workers started here (see docs/fleet.md)")
+                             "(tls://HOST:8786 with --tls-*, tcp://HOST:8786), the scheduler file it wrote, or "
+                             "local:N for one of N workers started here (see docs/fleet.md)")
+    report.add_argument("--scheduler-wait", type=float, metavar="SECONDS",
+                        help="with --scheduler: how long to wait for the scheduler to connect and greet (default 5)")
+    report.add_argument("--tls-ca-file", metavar="PEM", help="with a tls:// --scheduler: the CA its certificate is "
+                                                              "signed by (docs/fleet.md)")
+    report.add_argument("--tls-cert", metavar="PEM", help="with a tls:// --scheduler: the client's certificate")
+    report.add_argument("--tls-key", metavar="PEM", help="with --tls-cert: its key, unless the certificate's file "
+                                                          "holds it")
     report.add_argument("--fanout", action="store_true",
                         help="with --scheduler: every unit on each distinct environment of the cluster's workers")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -180,6 +180,20 @@ def damaged(data, blob: bytes) -> bytes:
     return bytes(out if cut is None else out[:cut])
 
 
+# How an HDF5 file's member can point outside the file (``compat_tests.interop.hdf5_tree`` refuses each).
+HDF5_POINTERS = ("external_storage", "external_link", "soft_link", "virtual_dataset", "plugin_filter")
+
+
+@st.composite
+def hdf5_pointers(draw: st.DrawFn, datasets: int) -> tuple[str, int, bool, bool]:
+    """A member of an HDF5 file of ``datasets`` datasets that points outside it: ``(kind, at, beside,
+    relative)``, one of :data:`HDF5_POINTERS`, put in place of the file's dataset number ``at`` or (``beside``)
+    as a new member of that dataset's group, its target named by a relative path (``relative``) or an
+    absolute one."""
+    return (draw(st.sampled_from(HDF5_POINTERS), label="kind"), draw(st.integers(0, datasets - 1), label="at"),
+            draw(st.booleans(), label="beside"), draw(st.booleans(), label="relative"))
+
+
 def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfig]:
     """Configs of one rung of the GPU ladder (``compat_tests.gpu_ladder.Rung``) for a peer with ``capabilities``:
     the rung's dtypes and bias modes, only the features it offers, every feature it requires."""

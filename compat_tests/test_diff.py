@@ -56,8 +56,12 @@ def test_planted_changes_are_reported_exactly_and_a_regression_exits_1(run_a, tm
     (b / "report.json").write_text(json.dumps(changed))
 
     assert cli.main(["diff", str(run_a), str(b), "--out", str(tmp_path / "d")]) == 1
-    assert "1 regressed, 0 fixed, 1 moved beyond 1 conditioned eps, 1 identical, 1 within the band; 1 only in A, " \
-           "0 only in B" in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("REGRESSED compat reference ") and "(passed -> failed, worst share of budget " \
+        in printed[0], "the regressed unit, named in the terminal before the counts"
+    assert printed[1:3] == [f"  {regressed['reproduce'][kind]}" for kind in ("forward", "gradients")]
+    assert printed[3].startswith("1 regressed, 0 fixed, 1 moved beyond 1 conditioned eps, 1 identical, 1 within the "
+                                 "band; 1 only in A, 0 only in B")
     d = json.loads((tmp_path / "d" / "diff.json").read_text())
     assert [e["id"] for e in d["regressed"]] == [regressed["id"]]
     assert d["regressed"][0]["verdict"] == ["passed", "failed"]
@@ -75,6 +79,22 @@ def test_planted_changes_are_reported_exactly_and_a_regression_exits_1(run_a, tm
     back = json.loads((tmp_path / "back" / "diff.json").read_text())
     assert [e["id"] for e in back["fixed"]] == [regressed["id"]]
     assert [e["id"] for e in back["only_b"]] == [dropped["id"]]
+
+
+def test_the_terminal_lists_twenty_regressed_units_with_their_commands_then_counts_the_rest():
+    """A CI log gating an upgrade on the diff's exit status shows which units regressed: the first 20, each with
+    the commands that re-run it in B, then how many more."""
+    from compat_tests.report import diff
+
+    units = [{"id": f"u{k}", "unit": f"compat torch-cpu gru seed {k}", "verdict": ["passed", "failed"],
+              "worst_share": [0.5, 3.0 + k], "reproduce": {"a": [f"a{k}"], "b": [f"rnn-compat check {k}"]}}
+             for k in range(23)]
+    lines = diff.regressions({"regressed": units})
+    assert len(lines) == 2 * 20 + 1
+    assert lines[0] == "REGRESSED compat torch-cpu gru seed 0 (passed -> failed, worst share of budget 0.5 -> 3)"
+    assert lines[1] == "  rnn-compat check 0" and lines[39] == "  rnn-compat check 19"
+    assert lines[-1] == "... and 3 more regressed units (diff.md lists every one)"
+    assert diff.regressions({"regressed": units[:1]}) == lines[:2] and diff.regressions({"regressed": []}) == []
 
 
 def test_bad_arguments_are_refused_naming_them(run_a, tmp_path, capsys):

@@ -5,7 +5,9 @@ A local fleet (``local:2``: a scheduler and two workers started by the command) 
 libcudnn of ``fake_site``). The same grid gives the local run's records, bit for bit; a worker that dies
 costs its attempt; Ctrl-C and a scheduler that goes away end the run keeping its units, leaving no process;
 GPU units go only to the worker that declares one; ``--fanout`` runs every unit on every environment, and
-``diff RUN@KEY RUN@KEY`` compares two of them."""
+``diff RUN@KEY RUN@KEY`` compares two of them. An address where no Dask scheduler greets (nothing, a silent
+port, an HTTP server, TLS where plain TCP was given, or the reverse) is said so within seconds, exit status 2;
+a TLS fleet runs with the client's certificates."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -283,17 +288,177 @@ def test_identical_machines_share_an_environment_key():
     assert fleet.environment_key(env) != fleet.environment_key({**env, "numpy": "2.5"})
 
 
-def test_a_scheduler_that_does_not_answer_is_said_so_before_any_unit(tmp_path, monkeypatch, capsys):
-    """``--scheduler`` naming a port where nothing listens: exit status 1, one line saying so, no run folder
-    filled, no traceback."""
-    monkeypatch.setattr(fleet, "CONNECT_SECONDS", 2.0)
-    out = tmp_path / "run"
+TLS = ROOT / "compat_tests" / "data" / "tls"
+TLS_FILES = ["--tls-ca-file", str(TLS / "dask.pem"), "--tls-cert", str(TLS / "dask.pem"), "--tls-key",
+             str(TLS / "dask.key")]
+
+
+class _Listener:
+    """A server on a port of 127.0.0.1 that is not a Dask scheduler, in threads of this process: ``silent``
+    accepts and never speaks (a stalled service), ``http`` answers HTTP requests (the Dask dashboard's port),
+    ``tls`` speaks TLS with the fleet's test certificate and wants the client's (a TLS scheduler), ``closed``
+    is a port where nothing listens."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.held = kind, []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        if kind == "closed":
+            self.sock.close()
+            return
+        if kind == "tls":
+            self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(TLS / "dask.pem"))
+            self.context.load_cert_chain(TLS / "dask.pem", TLS / "dask.key")
+            self.context.verify_mode = ssl.CERT_REQUIRED
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.held.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if self.kind == "http":  # (a request it cannot parse, such as a TLS hello, gets a 400)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<title>Dask: Status</title>"
+                             if conn.recv(4096).startswith(b"GET ") else b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            elif self.kind == "tls":
+                self.held.append(self.context.wrap_socket(conn, server_side=True))
+        except OSError:  # (a client that is no TLS client, or gone)
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def listener(request):
+    server = _Listener(request.param)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("listener, scheme, options, message", [
+    ("closed", "tcp", [], "nothing listens there (connection refused): is the scheduler running"),
+    ("silent", "tcp", [], "it accepted the connection and said nothing for 1 s: not a Dask scheduler"),
+    ("http", "tcp", [], "an HTTP server answered (HTTP/1.1 200 OK), not a Dask scheduler: this looks like the Dask "
+                        "dashboard; the scheduler listens on its own port, 8786 by default"),
+    ("tls", "tcp", [], "a TLS endpoint answered, not a plain Dask scheduler: give tls://HOST:PORT with the "
+                       "certificates the scheduler wants (--tls-ca-file, --tls-cert, --tls-key"),
+    ("tls", "tls", [], "a TLS scheduler is reached with --tls-ca-file and --tls-cert (--tls-key), or with Dask's "
+                       "own TLS configuration (distributed.comm.tls); none is given"),
+    ("tls", "tls", ["--tls-ca-file", str(TLS / "other.pem"), *TLS_FILES[2:]],
+     "the TLS handshake failed (CERTIFICATE_VERIFY_FAILED): the scheduler's certificate must be one --tls-ca-file "
+     "trusts"),
+    ("tls", "tls", [*TLS_FILES[:2], "--tls-cert", str(TLS / "other.pem"), "--tls-key", str(TLS / "other.key")],
+     "the scheduler refused this client over TLS ("),  # (the alert's name is OpenSSL's, by version)
+    ("http", "tls", TLS_FILES, "it does not speak TLS (a scheduler without TLS is reached at tcp://)"),
+    ("silent", "tls", TLS_FILES, "no TLS handshake within 1 s: not a TLS endpoint"),
+], indirect=["listener"])
+def test_what_answers_at_a_scheduler_address_that_is_none_is_said_within_seconds(listener, scheme, options, message,
+                                                                                 tmp_path, capsys):
+    """``--scheduler`` at a port where no Dask scheduler is (the most common slip: the dashboard's port): the
+    client waited for a handshake without end. Now exit status 2 within a few seconds, naming the address and
+    what answered there, no traceback, nothing written."""
+    out, address = tmp_path / "run", f"{scheme}://127.0.0.1:{listener.port}"
+    t0 = time.monotonic()
     assert cli.main(["report", "--grid", str(TINY), "--backends", "reference", "--out", str(out), "--scheduler",
-                     "tcp://127.0.0.1:9", "--no-progress"]) == 1
-    assert not (out / RESULTS).exists() and not (out / "run.json").exists()
+                     address, "--scheduler-wait", "1", "--no-progress", *options]) == 2
     err = capsys.readouterr().err
-    assert "stopped before any unit ran, the Dask cluster was lost: no Dask scheduler answers at tcp://127.0.0.1:9" \
-        in err and "Traceback" not in err, err
+    assert f"rnn-compat report: --scheduler {address}: {message}" in err and "Traceback" not in err, err
+    assert time.monotonic() - t0 < 10 and not out.exists()
+
+
+@pytest.mark.parametrize("listener", ["http"], indirect=True)
+def test_a_scheduler_file_is_read_for_its_address_which_is_checked_as_one_given(listener, tmp_path, capsys):
+    """A scheduler file whose address is the dashboard's is refused as that address is; one without an address,
+    or naming a scheme the fleet does not speak, is refused naming the file."""
+    file = tmp_path / "scheduler.json"
+    argv = ["report", "--grid", str(TINY), "--backends", "reference", "--out", str(tmp_path / "run"), "--scheduler",
+            str(file), "--scheduler-wait", "1", "--no-progress"]
+    file.write_text(json.dumps({"address": f"tcp://127.0.0.1:{listener.port}"}))
+    assert cli.main(argv) == 2
+    assert "an HTTP server answered (HTTP/1.1 200 OK), not a Dask scheduler" in capsys.readouterr().err
+    for document, message in (({"type": "Scheduler"}, "this one does not"),
+                              ({"address": "ws://127.0.0.1:1"}, "the fleet reaches a scheduler over tcp:// or tls://, "
+                                                                "not ws://")):
+        file.write_text(json.dumps(document))
+        assert cli.main(argv) == 2
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tls-ca-file", "ca.pem"], "--tls-ca-file says how to reach a Dask scheduler: it needs --scheduler"),
+    (["--scheduler", "local:1", *TLS_FILES], "--tls-ca-file: a local fleet listens on 127.0.0.1 alone, without TLS"),
+    (["--scheduler", "tcp://127.0.0.1:1", *TLS_FILES], "the TLS options reach a tls:// scheduler; --scheduler "
+                                                       "tcp://127.0.0.1:1 is not one"),
+    (["--scheduler", "tls://127.0.0.1:1", "--tls-cert", str(TLS / "dask.pem")], "with --tls-ca-file"),
+    (["--scheduler", "tls://127.0.0.1:1", "--tls-ca-file", "missing.pem", "--tls-cert", str(TLS / "dask.pem")],
+     "No such file or directory: 'missing.pem'"),
+    (["--scheduler", "tls://127.0.0.1:1", "--tls-ca-file", str(TINY), "--tls-cert", str(TINY)],
+     "the TLS files do not load"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-wait", "0"], "--scheduler-wait must be a finite number"),
+    (["--scheduler", "tcp://127.0.0.1:99999"], "port 99999 is not 1..65535"),
+])
+def test_the_options_that_reach_a_scheduler_are_refused_naming_what_is_wrong(argv, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(TINY), "--backends", "reference", "--out", str(out), "--no-progress",
+                     *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("listener", ["silent"], indirect=True)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_waiting_for_a_scheduler_ends_the_command_at_once_without_a_traceback(listener, signum,
+                                                                                            tmp_path):
+    """Ctrl-C or SIGTERM while the command waits for a silent port to greet: it ends at once (Dask's client
+    printed a traceback a minute later), saying no unit ran."""
+    process = subprocess.Popen([sys.executable, "-m", "compat_tests.cli", "report", "--grid", str(TINY), "--backends",
+                                "reference", "--out", str(tmp_path / "run"), "--no-progress", "--scheduler",
+                                f"tcp://127.0.0.1:{listener.port}", "--scheduler-wait", "60"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not listener.held and time.monotonic() < deadline:  # (connected: waiting for the greeting)
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    process.send_signal(signum)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum and time.monotonic() - t0 < 5, output
+    assert f"interrupted while reaching the scheduler tcp://127.0.0.1:{listener.port}, before any unit ran" in output
+    assert "Traceback" not in output and not (tmp_path / "run").exists(), output
+
+
+def test_a_tls_fleet_runs_the_report_with_the_certificates_and_refuses_a_client_without_them(tmp_path):
+    """A scheduler and a worker that speak TLS alone (the fleet docs/fleet.md recommends beyond one machine):
+    with ``--tls-ca-file``, ``--tls-cert`` and ``--tls-key`` the report runs there, reached through the
+    scheduler file, and its resume command keeps them; without them, or at tcp://, the command says what to
+    give."""
+    tls = fleet.Reach(ca_file=str(TLS / "dask.pem"), cert=str(TLS / "dask.pem"), key=str(TLS / "dask.key"))
+    with fleet.local_cluster(1, tls=tls) as (address, _, file):
+        assert address.startswith("tls://")
+        out = tmp_path / "run"
+        done = _report("--grid", str(TINY), "--backends", "reference", "--out", str(out), "--scheduler", str(file),
+                       *TLS_FILES)  # (the scheduler file names the tls:// address, as docs/fleet.md runs it)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert len(_records(out)) == 5 and "warning" not in done.stderr
+        bare = _report("--grid", str(TINY), "--backends", "reference", "--out", str(tmp_path / "bare"), "--scheduler",
+                       address, "--scheduler-wait", "2")
+        assert bare.returncode == 2 and "a TLS scheduler is reached with --tls-ca-file and --tls-cert" in bare.stderr
+        plain = _report("--grid", str(TINY), "--backends", "reference", "--out", str(tmp_path / "plain"),
+                        "--scheduler", address.replace("tls://", "tcp://"), "--scheduler-wait", "1")
+        assert plain.returncode == 2 and "a TLS endpoint answered, not a plain Dask scheduler" in plain.stderr
+        assert "Traceback" not in bare.stderr + plain.stderr
+    args = cli.build_parser().parse_args(["report", "--grid", str(TINY), "--scheduler", address, *TLS_FILES])
+    resume = cli._resume_command(args, out)
+    assert all(word in resume for word in TLS_FILES)
 
 
 class _Client:

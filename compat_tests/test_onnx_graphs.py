@@ -479,7 +479,8 @@ MALFORMED_LINKS = {  # link, constants, what the refusal says
     "constant-in-another-file": ([_EXPORTED_LINK[0],
                                   ("Constant", [], "c", {"value": partial(_tensor, 7, external=True)}),
                                   ("Reshape", ["Yt0", "c"], "layer0_output", {})], {},
-                                 "Constant node link1 cannot be read: it keeps its data in another file"),
+                                 "attribute 'value' of Constant node link1 keeps its data in another file "
+                                 "(shape.bin)"),
 }
 
 

@@ -6,6 +6,14 @@ without a word. Here a crash, or a read that does not end, is a ValueError. The 
 as an ``.npz`` (arrays) with a JSON description of the tree, loaded without pickle. A float dataset that
 declares more bytes than the whole file stores (compressed, which Keras never does: a decompression bomb) is
 refused before it is read.
+
+Bytes come from the named file alone. HDF5 lets a file point elsewhere: a dataset may keep its bytes in another
+file of the reader's machine (external storage), map other files' datasets (a virtual dataset) or pass them
+through a filter that a plugin library provides, and a group member may be an external link into another file,
+a soft link to a path, or a link of a user-defined class. The child checks every member for these, from the
+file's own metadata, before it reads any dataset's bytes, and refuses the file at the first naming the member
+and what it points at (:func:`_elsewhere`); h5py follows none of them while it checks, and no plugin can be
+loaded in the child (``HDF5_PLUGIN_PRELOAD="::"``, an empty plugin path). Keras writes none of them.
 """
 
 from __future__ import annotations
@@ -71,7 +79,8 @@ def read(source: str | Path | BinaryIO) -> Group:
         out = Path(folder, "tree.npz")
         try:
             run = subprocess.run([sys.executable, __file__, str(source), str(out)], capture_output=True, text=True,
-                                 timeout=TIMEOUT_S)  # as a script: it imports NumPy and h5py alone
+                                 timeout=TIMEOUT_S, env={**os.environ, "HDF5_PLUGIN_PRELOAD": "::"})  # no plugin
+            # (as a script: it imports NumPy and h5py alone)
         except subprocess.TimeoutExpired:
             raise ValueError(f"reading it as HDF5 took over {TIMEOUT_S} s (a damaged file?)") from None
         if run.returncode < 0:
@@ -123,10 +132,81 @@ def _text_attrs(attrs) -> dict:
     return found
 
 
+# The filters HDF5 defines itself (H5Zpublic.h); any other is a plugin's, loaded from a shared library.
+BUILT_IN_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset"}
+REFUSED = "refused: a model file is read from its own bytes alone (nothing it points at was opened or loaded)"
+
+
+def _elsewhere(h5) -> str | None:
+    """The first member of the open file ``h5`` that points outside it, said in words (the member's path and
+    what it points at), else None. Reads the file's metadata alone: links are read as links, never followed,
+    and a dataset's creation properties are read, never its bytes. The members are those hard links reach,
+    each object once (``visititems``, which follows hard links alone)."""
+    import h5py
+    from h5py import h5d, h5l
+
+    def where(group, name: str) -> str:
+        return f"{group.name.rstrip('/')}/{name}".lstrip("/") or "/"
+
+    def link(group, name: str) -> str | None:
+        key = name.encode()
+        kind = group.id.links.get_info(key).type
+        if kind == h5l.TYPE_HARD:
+            return None
+        if kind == h5l.TYPE_SOFT:
+            return f"member {where(group, name)} is a soft link to {_text(group.id.links.get_val(key))}"
+        if kind == h5l.TYPE_EXTERNAL:
+            file, target = group.id.links.get_val(key)
+            return f"member {where(group, name)} is an external link to {_text(target)} in the file {_text(file)}"
+        return f"member {where(group, name)} is a link of the user-defined class {kind}"
+
+    def dataset(name: str, obj) -> str | None:
+        plist = obj.id.get_create_plist()
+        if plist.get_external_count():
+            files = [plist.get_external(i) for i in range(plist.get_external_count())]
+            return (f"dataset {name} keeps its bytes in another file (HDF5 external storage): "
+                    + ", ".join(f"{_text(f)} (offset {offset}, {size} bytes)" for f, offset, size in files))
+        if plist.get_layout() == h5d.VIRTUAL:
+            sources = [(plist.get_virtual_dsetname(i), plist.get_virtual_filename(i))
+                       for i in range(plist.get_virtual_count())]
+            return (f"dataset {name} is a virtual dataset mapping "
+                    + ", ".join(f"{_text(d)} in the file {_text(f)}" for d, f in sources))
+        for i in range(plist.get_nfilters()):
+            code, _, _, label = plist.get_filter(i)
+            if code not in BUILT_IN_FILTERS:
+                return (f"dataset {name} passes its bytes through the filter {code} ({_text(label) or 'unnamed'}), "
+                        f"which HDF5 does not define itself (a plugin library's)")
+        return None
+
+    def check(name: str, obj) -> str | None:
+        if isinstance(obj, h5py.Dataset):
+            return dataset(name, obj)
+        for member in obj:
+            found = link(obj, member)
+            if found:
+                return found
+        return None
+
+    return check("/", h5) or h5.visititems(check)
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _no_plugins(h5py) -> None:
+    """No filter plugin can be loaded in this process: the plugin search path emptied (with the parent's
+    ``HDF5_PLUGIN_PRELOAD="::"``, which turns plugin loading off where the library reads it)."""
+    while h5py.h5pl.size():
+        h5py.h5pl.remove(0)
+
+
 def _dump(source: str, out: str) -> int:
-    """The child: read ``source`` with h5py, write its tree and float datasets to ``out``."""
+    """The child: read ``source`` with h5py, write its tree and float datasets to ``out``; a file with a member
+    that points outside it (:func:`_elsewhere`) is refused before any dataset's bytes are read."""
     import h5py
 
+    _no_plugins(h5py)
     try:
         f = h5py.File(source, "r")
     except OSError as exc:
@@ -155,6 +235,10 @@ def _dump(source: str, out: str) -> int:
 
     try:  # whatever h5py raises on a damaged file (OSError, KeyError, TypeError, ...) means the same here
         with f:
+            outside = _elsewhere(f)
+            if outside:
+                print(f"{outside}: {REFUSED}", file=sys.stderr)
+                return 1
             visit("", f)
             f.visititems(visit)
         description = json.dumps(tree).encode()

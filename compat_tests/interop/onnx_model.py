@@ -141,7 +141,55 @@ def _initializers(graph) -> dict[str, np.ndarray]:
     return inits
 
 
+def elsewhere(proto) -> str | None:
+    """The first tensor of the model ``proto`` that keeps its data in another file, said in words (where it
+    lies in the model, and the file it names), else None. Every tensor is looked at, wherever it lies: the
+    graphs' initializers and sparse initializers, every tensor, tensor list and sparse tensor a node's
+    attributes hold, the subgraphs of control flow (If, Loop, Scan) at any depth, the model's functions and
+    its training graphs; nothing is loaded or opened."""
+    import onnx
+
+    def said(what: str, tensors) -> str | None:
+        for t in tensors:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                where = next((e.value for e in t.external_data if e.key == "location"), "unnamed")
+                return f"{what} keeps its data in another file ({where})"
+        return None
+
+    def sparse(what: str, items) -> str | None:
+        return next(filter(None, (said(what, (st.values, st.indices)) for st in items)), None)
+
+    def nodes(items, where: str) -> str | None:
+        for node in items:
+            for a in node.attribute:
+                what = f"attribute {a.name!r} of {node.op_type} node {node_name(node)}{where}"
+                found = (said(what, [a.t] if a.HasField("t") else []) or said(what, a.tensors)
+                         or sparse(what, [a.sparse_tensor] if a.HasField("sparse_tensor") else [])
+                         or sparse(what, a.sparse_tensors)
+                         or next(filter(None, (graph(g, f" in a subgraph of {what}")
+                                               for g in ([a.g] if a.HasField("g") else []) + list(a.graphs))), None))
+                if found:
+                    return found
+        return None
+
+    def graph(g, where: str) -> str | None:
+        return (next(filter(None, (said(f"initializer {t.name!r}{where}", [t]) for t in g.initializer)), None)
+                or next(filter(None, (sparse(f"sparse initializer {st.values.name!r}{where}", [st])
+                                      for st in g.sparse_initializer)), None)
+                or nodes(g.node, where))
+
+    return (graph(proto.graph, "")
+            or next(filter(None, (nodes(f.node, f" in the function {f.name!r}") for f in proto.functions)), None)
+            or next(filter(None, (graph(g, " in a training graph") for info in proto.training_info
+                                  for g in (info.initialization, info.algorithm))), None))
+
+
 def _import_proto(proto, options: dict) -> tuple[object, list[np.ndarray], list[np.ndarray]]:
+    outside = elsewhere(proto)  # before anything of the model is read
+    if outside:
+        raise ValueError(f"{outside}; a model is read from its own bytes alone, so it is refused (nothing it points "
+                         f"at was opened): save it with its weights inside (onnx.save(..., "
+                         f"save_as_external_data=False))")
     options = dict(options)
     if options.pop("dequantize", None):  # onnxruntime's quantized LSTMs as float ones: an approximation, asked for
         proto = onnx_dequantize.dequantized(proto)

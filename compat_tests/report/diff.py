@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..config import RNNConfig
 from .aggregate import budget_share
+from .folder import check_own
 from .render import record_verdict
 from .units import unit_command
 
@@ -39,6 +40,7 @@ def load_run(folder: str | Path) -> dict:
     text = str(folder)
     plain = (Path(text) / "report.json").is_file() or "@" not in Path(text).name  # (a folder named with an @)
     base, _, key = (text, "", "") if plain else text.rpartition("@")
+    check_own(base, ("report.json",))
     path = Path(base) / "report.json"
     if not path.is_file():
         raise ValueError(f"{base} holds no report.json: give the folder of a report run (rnn-compat report "
@@ -135,6 +137,24 @@ def diff(a: dict, b: dict, band: float = NOISE_BAND) -> dict:
                       "changed": i in changed}
                      for i in sorted(ra.keys() & rb.keys()) if ra[i].get("study") == "compat"]
     return out
+
+
+TERMINAL_LIMIT = 20  # regressed units listed in the terminal; diff.md lists them all
+
+
+def regressions(d: dict, limit: int = TERMINAL_LIMIT) -> list[str]:
+    """The terminal's lines for the regressed units of diff ``d`` (pytest's short summary, for a CI log that
+    gates on the exit status): a line each, its verdicts and worst shares of budget A -> B, and under it the
+    commands that re-run it in B; at most ``limit`` units, then a line counting the rest."""
+    lines = []
+    for e in d["regressed"][:limit]:
+        lines.append(f"REGRESSED {e['unit']} ({e['verdict'][0]} -> {e['verdict'][1]}, worst share of budget "
+                     f"{_share_text(e['worst_share'][0])} -> {_share_text(e['worst_share'][1])})")
+        lines += [f"  {command}" for command in e["reproduce"]["b"]]
+    rest = len(d["regressed"]) - limit
+    if rest > 0:
+        lines.append(f"... and {rest} more regressed unit{'s' if rest > 1 else ''} (diff.md lists every one)")
+    return lines
 
 
 def _share_text(v: float | None) -> str:

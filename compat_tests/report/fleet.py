@@ -34,7 +34,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -46,9 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .reach import (LOCAL, Reach, check_scheduler, plain_beyond_this_machine, scheduler_address, split_address,
+                    tls_context)
 from .units import Unit, died_record, run_unit
 
-LOCAL = re.compile(r"local(?::(\d+))?")
 MAX_LOCAL_WORKERS = 64
 ALLOWED_FAILURES = 2  # a local fleet's scheduler: the attempts a unit may kill a worker in, beyond the first
 POLL = 0.1  # seconds between looks at the futures (the main thread sleeps; a signal lands between looks)
@@ -82,6 +82,8 @@ def parse_scheduler(text: str) -> tuple[str, int | None]:
         return "local", n
     if text.startswith("local"):
         raise ValueError(f"--scheduler {text!r}: local takes a number of workers, local:N")
+    if not text.endswith(".json"):
+        split_address(text)  # tcp:// or tls://, a port in range
     return text.strip(), None
 
 
@@ -167,13 +169,15 @@ class WorkerSpec:
 
 
 @contextmanager
-def local_cluster(workers: int | list[WorkerSpec], gpu: bool = False) -> Iterator[tuple[str, list, Path]]:
+def local_cluster(workers: int | list[WorkerSpec], gpu: bool = False,
+                  tls: Reach | None = None) -> Iterator[tuple[str, list, Path]]:
     """A scheduler and single-threaded workers on this machine: ``workers`` of them (``gpu``: each declares
     ``GPU=1``), or one per :class:`WorkerSpec`, each worker a nanny process that starts the worker process
-    again where it dies. Yields, once every worker has joined the scheduler (a run plans on the workers
-    connected when it starts), ``(address, [scheduler process, nanny processes...], scheduler file)``, and
-    kills them all after (each process's group: a nanny with its worker). Each has one BLAS thread and this
-    process's environment (with a spec's variables)."""
+    again where it dies; ``tls``: all of them speak TLS with its files (its CA, and its certificate and key for
+    every one of them), as ``docs/fleet.md`` shows a fleet of one's own. Yields, once every worker has joined
+    the scheduler (a run plans on the workers connected when it starts), ``(address, [scheduler process,
+    nanny processes...], scheduler file)``, and kills them all after (each process's group: a nanny with its
+    worker). Each has one BLAS thread and this process's environment (with a spec's variables)."""
     specs = [WorkerSpec(gpu=gpu)] * workers if isinstance(workers, int) else list(workers)
     folder = Path(tempfile.mkdtemp(prefix="rnn-compat-fleet-"))
     file = folder / "scheduler.json"
@@ -192,15 +196,17 @@ def local_cluster(workers: int | list[WorkerSpec], gpu: bool = False) -> Iterato
         started.append(process)
         return process
 
+    secure = [] if tls is None else ["--tls-ca-file", tls.ca_file, "--tls-cert", tls.cert] + (
+        ["--tls-key", tls.key] if tls.key else [])
     try:
         scheduler = start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                           "--scheduler-file", str(file)], base)
+                           "--scheduler-file", str(file)] + (["--protocol", "tls"] if tls else []) + secure, base)
         address = _wait_for_scheduler(file, scheduler, folder)
         for n, spec in enumerate(specs):
             start(["worker", address, "--nthreads", "1", "--no-dashboard", "--name", f"local-{n}",
-                   "--local-directory", str(folder)] + (["--resources", "GPU=1"] if spec.gpu else []),
+                   "--local-directory", str(folder)] + (["--resources", "GPU=1"] if spec.gpu else []) + secure,
                   {**base, **dict(spec.env)})
-        with _client(address, len(specs)):
+        with _client(address, len(specs), None if tls is None else tls.security()):
             pass
         yield address, started, file
     finally:
@@ -229,15 +235,15 @@ def _wait_for_scheduler(file: Path, scheduler: subprocess.Popen, folder: Path) -
 
 # ------------------------------------------------------------------------------------------------- the sweep
 
-def connect(address: str, timeout: float | None = None):
-    """A client of the scheduler at ``address``, or of the one a scheduler file (``.json``) names (a FleetLost
-    where none answers)."""
+def connect(address: str, timeout: float | None = None, security=None):
+    """A client of the scheduler at ``address`` (``security``: Dask's ``Security`` for a tls:// one), a
+    FleetLost where none answers. Dask waits for the handshake without a limit: a remote address is first
+    :func:`~compat_tests.report.handshake.check_scheduler`'s (:func:`open_fleet`)."""
     from distributed import Client
 
-    where = {"scheduler_file": address} if address.endswith(".json") else {"address": address}
     timeout = CONNECT_SECONDS if timeout is None else timeout
     try:
-        return Client(**where, timeout=timeout, set_as_default=False)
+        return Client(address=address, timeout=timeout, set_as_default=False, security=security)
     except (OSError, TimeoutError) as exc:
         raise FleetLost(f"no Dask scheduler answers at {address} ({type(exc).__name__}: {exc})") from None
 
@@ -405,18 +411,32 @@ class Fleet:
 
 
 @contextmanager
-def open_fleet(scheduler: str, log: Path) -> Iterator[Fleet]:
+def open_fleet(scheduler: str, log: Path, reach: Reach = Reach()) -> Iterator[Fleet]:
     """A :class:`Fleet` on ``--scheduler`` (``local[:N]``: one started here, and stopped after), its client
-    closed after the block. Dask's own messages in this process (a connection lost and retried, with its
-    traceback) go to the file ``log`` (:func:`_dask_log`), not to the terminal: what the run says of a lost
-    cluster is :class:`FleetLost`'s."""
+    closed after the block. A remote scheduler must greet within ``reach.wait`` seconds, else a
+    :class:`~compat_tests.report.handshake.NotAScheduler` (a ValueError) says what answered instead; one
+    reached over plain tcp:// from another machine is warned of on stderr. Dask's own messages in this
+    process (a connection lost and retried, with its traceback) go to the file ``log`` (:func:`_dask_log`),
+    not to the terminal: what the run says of a lost cluster is :class:`FleetLost`'s."""
     require_distributed()
     where, workers = parse_scheduler(scheduler)
-    _dask_log(log)
+    reach.check(scheduler)
     if where != "local":
-        with _client(where, 1) as client:
+        address = scheduler_address(where)
+        if reach.ca_file is not None and split_address(address)[0] != "tls":
+            raise ValueError(f"--tls-ca-file: the scheduler file {where} names {address}, not a tls:// scheduler")
+        security = reach.security()
+        tls = tls_context(security, address) if split_address(address)[0] == "tls" else None
+        check_scheduler(address, reach.wait, tls)
+        if plain_beyond_this_machine(address):
+            print(f"rnn-compat report: warning: {address} is reached without TLS; a Dask scheduler runs whatever "
+                  f"its clients send it, so a fleet beyond one machine should use tls:// (docs/fleet.md)",
+                  file=sys.stderr, flush=True)
+        _dask_log(log)
+        with _client(address, 1, security) as client:
             yield Fleet(client, scheduler)
         return
+    _dask_log(log)
     with local_cluster(workers, gpu=_gpu_here()) as (address, processes, _), _client(address, 1) as client:
         yield Fleet(client, scheduler, alive=lambda: processes[0].poll() is None)
 
@@ -437,8 +457,8 @@ def _dask_log(path: Path) -> None:
 
 
 @contextmanager
-def _client(address: str, workers: int):
-    client = connect(address)
+def _client(address: str, workers: int, security=None):
+    client = connect(address, security=security)
     try:
         wait_for_workers(client, workers)
         yield client

@@ -21,6 +21,7 @@ from reference.formats.files import load_json, replacing
 from ..config import RNNConfig
 from . import write_report
 from .aggregate import build_report, environment, policy_summary
+from .folder import check_own
 from .sweep import RESULTS, read_records
 from .units import Unit
 
@@ -74,6 +75,7 @@ def render(out: Path, figures: bool = True) -> dict:
     that have a record, in plan order), write ``report.json``, ``report.md`` and ``index.html`` (with its
     figures unless ``figures`` is false) there, and return the report. Its ``complete`` says whether every
     planned unit ran."""
+    check_own(out)
     path = out / PLAN
     if not path.is_file():
         raise ValueError(f"{out} holds no {PLAN}: it is not the folder of an rnn-compat report run")
