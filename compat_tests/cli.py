@@ -226,10 +226,10 @@ FEATURES = (("skip_input", "skip_input"), ("projection", "projection"), ("length
 def peer_summary(peer) -> dict:
     """What ``rnn-compat peers`` says of one peer: availability, where a plugin came from, what it runs, and
     its exceptions to the tolerance policy (budget overrides and known divergences, each with its reason)."""
-    from .known_divergences import divergences_of
+    from .judge.known_divergences import divergences_of
     from .peers.base import availability
     from .peers.plugins import SPECS
-    from .tolerances import overrides_of
+    from .judge.tolerances import overrides_of
 
     ok, why = availability(peer)
     caps, notes = peer.capabilities, dict(peer.capabilities.notes)
@@ -312,7 +312,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .compare import compare_peer
+    from .judge.compare import compare_peer
     from .peers import get_peer
     from .peers.base import availability
 

@@ -312,20 +312,3 @@ class GradOutputs(NamedTuple):
     d_input_h: np.ndarray
     d_input_c: np.ndarray | None
     d_params: np.ndarray
-
-
-# Moved to compat_tests.run (the running of a config, beside this module's data); old imports still work.
-_MOVED = ("forward_case", "misaligned", "run_reference", "run_reference_backward", "ground_truth",
-          "ground_truth_backward")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import warnings
-
-        from . import run
-
-        warnings.warn(f"compat_tests.config.{name} moved to compat_tests.run.{name}", DeprecationWarning,
-                      stacklevel=2)
-        return getattr(run, name)
-    raise AttributeError(f"module 'compat_tests.config' has no attribute {name!r}")

@@ -24,7 +24,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from compat_tests.gpu_ladder import LADDERED_PEERS
+from compat_tests.gpu.ladder import LADDERED_PEERS
 from compat_tests.peers import BUILT_IN, GPU_PEERS, PEERS, load_plugins, plugins
 from compat_tests.peers.base import availability
 from compat_tests import strategies
@@ -48,7 +48,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 def pytest_configure(config: pytest.Config) -> None:
     strategies.WHOLE_SWEEPS = profile(config) == "thorough"  # before any test module is collected (swept)
     if config.getoption("--fake-cuda"):  # before any test module asks cudnn_backend.available()
-        from compat_tests import fake_cuda
+        from compat_tests.gpu import fake_cuda
 
         fake_cuda.install()
     try:  # after the fake, which a plugin's import may meet; before any test is generated for the peers
@@ -72,7 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--peers", default=os.environ.get("RNN_COMPAT_PEERS", ""),
                      help="comma-separated peers to test (default: every registered peer)")
     parser.addoption("--fake-cuda", action="store_true",
-                     help="replace CuPy and libcudnn by compat_tests.fake_cuda (the reference computing): a dry "
+                     help="replace CuPy and libcudnn by compat_tests.gpu.fake_cuda (the reference computing): a dry "
                           "run of the GPU suite's own code on a CPU, not a test of cuDNN")
 
 

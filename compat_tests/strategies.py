@@ -3,7 +3,7 @@
 Every draw is labelled, so a failing example prints as a readable config. Sizes stay small (the property
 tests run many examples) and weight scales stay where the dynamics are not chaotic, so a tolerance
 failure means an implementation difference rather than an ill-conditioned example (see
-``compat_tests.conditioning``). ``rnn_configs(capabilities)`` draws only what a peer supports.
+``compat_tests.judge.conditioning``). ``rnn_configs(capabilities)`` draws only what a peer supports.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def hdf5_pointers(draw: st.DrawFn, datasets: int) -> tuple[str, int, bool, bool]
 
 
 def rung_configs(rung, capabilities: Capabilities) -> st.SearchStrategy[RNNConfig]:
-    """Configs of one rung of the GPU ladder (``compat_tests.gpu_ladder.Rung``) for a peer with ``capabilities``:
+    """Configs of one rung of the GPU ladder (``compat_tests.gpu.ladder.Rung``) for a peer with ``capabilities``:
     the rung's dtypes and bias modes, only the features it offers, every feature it requires."""
     offers = rung.offers
     limited = Capabilities(modes=capabilities.modes, dtypes=rung.dtypes, bias_modes=capabilities.bias_modes,

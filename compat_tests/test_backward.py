@@ -8,12 +8,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import reference
-from compat_tests.compare import compare_peer
+from compat_tests.judge.compare import compare_peer
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.run import forward_case
-from compat_tests.known_divergences import known
+from compat_tests.judge.known_divergences import known
 from compat_tests.strategies import rnn_configs
-from compat_tests.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
+from compat_tests.judge.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
 
 TINY = dict(max_layers=2, max_units=3, max_input=3, max_time=4, max_batch=2)
 

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reference
-from compat_tests.compare import assert_agree_within_policy, assert_peer_agrees
+from compat_tests.judge.compare import assert_agree_within_policy, assert_peer_agrees
 from compat_tests.config import BIAS_MODE_NAMES, Case, Outputs, RNNConfig, make_case
 from compat_tests.peers.base import Capabilities
 from compat_tests.run import forward_case, ground_truth

@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cudnn_backend
-from compat_tests import fake_cuda
-from compat_tests.compare import Recorded, assert_agree_within_policy, assert_peer_agrees, compare_peer
+from compat_tests.gpu import fake_cuda
+from compat_tests.judge.compare import Recorded, assert_agree_within_policy, assert_peer_agrees, compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig, make_case
 from compat_tests.peers import PEERS
 from compat_tests.peers.base import Capabilities

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import BIAS_MODE_NAMES, Case, Outputs, RNNConfig, make_case
 from compat_tests.run import forward_case, run_reference
-from compat_tests.tolerances import DROPOUT_RATE_SIGMAS
+from compat_tests.judge.tolerances import DROPOUT_RATE_SIGMAS
 from reference.formats.canonical import by_pseudo_layer
 from reference.layout import BIAS_MODES
 

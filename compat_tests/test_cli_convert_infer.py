@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from compat_tests import cli
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.run import run_reference
 from reference import checkpoint

@@ -12,7 +12,7 @@ import pytest
 
 import cudnn_backend
 import reference
-from compat_tests import fake_cuda
+from compat_tests.gpu import fake_cuda
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.test_spec import ENGINE, imports_reached
 from reference import contract

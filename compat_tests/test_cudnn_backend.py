@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 import cudnn_backend
 import reference
-from compat_tests import fake_cuda
+from compat_tests.gpu import fake_cuda
 from compat_tests.peers.base import Capabilities
 from compat_tests.strategies import rnn_configs
-from compat_tests.tolerances import DESCRIPTOR_CHURN_RSS
+from compat_tests.judge.tolerances import DESCRIPTOR_CHURN_RSS
 from cudnn_backend import _lib
 from cudnn_backend import model as backend_model
 from cudnn_backend.descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
@@ -37,7 +37,7 @@ try:
 except _lib.LibraryNotFound as exc:
     LIB, NO_LIBRARY = None, str(exc)
 if fake_cuda.is_fake(LIB):  # a dry run (gpu_run.sh on a CPU): no libcudnn to ask
-    LIB, NO_LIBRARY = None, "compat_tests.fake_cuda is in place of it"
+    LIB, NO_LIBRARY = None, "compat_tests.gpu.fake_cuda is in place of it"
 
 needs_library = pytest.mark.skipif(
     LIB is None, reason=f"host-side cuDNN tests need libcudnn.so.9 (`make test-cudnn-host` installs it): {NO_LIBRARY}")
@@ -91,7 +91,7 @@ def test_weight_regions_must_be_packed_row_major(dims, strides, packed):
 
 
 @pytest.mark.skipif(not hasattr(cudnn_backend.available, "__wrapped__"),
-                    reason="available() is replaced here (a dry run: compat_tests/fake_site, FAKE_CUDA_UNAVAILABLE)")
+                    reason="available() is replaced here (a dry run: compat_tests/gpu/fake_site, FAKE_CUDA_UNAVAILABLE)")
 def test_available_tells_a_missing_cupy_from_a_broken_one(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy: ModuleNotFoundError, name "cupy"
     ok, why = cudnn_backend.available.__wrapped__()

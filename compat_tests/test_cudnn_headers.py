@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import cudnn_backend
-from compat_tests import cudnn_headers, fake_cuda
+from compat_tests.gpu import cudnn_headers, fake_cuda
 from cudnn_backend import _lib
 from cudnn_backend.descriptors import RNNDescriptor
 from reference.layout import BIAS_MODES
@@ -88,7 +88,7 @@ def test_the_headers_are_those_of_the_library_when_it_loads():
     except _lib.LibraryNotFound as exc:
         pytest.skip(f"libcudnn.so.9 does not load here ({exc}); the headers alone are checked")
     if fake_cuda.is_fake(lib):
-        pytest.skip("compat_tests.fake_cuda is in place of libcudnn.so.9; the headers alone are checked")
+        pytest.skip("compat_tests.gpu.fake_cuda is in place of libcudnn.so.9; the headers alone are checked")
     major, minor, _ = HEADERS.version
     assert (major, minor) == (lib.version // 10000, lib.version // 100 % 100), (HEADERS.include_dir, lib.path)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import cudnn_backend
-from compat_tests import fake_cuda
+from compat_tests.gpu import fake_cuda
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.run import forward_case, misaligned
 from cudnn_backend import _lib
@@ -251,7 +251,7 @@ def test_a_fresh_weight_gradient_starts_from_zeros(fake):
 def test_the_cudnn_peer_through_the_fake_is_the_reference(fake, name, backward):
     """With the reference doing the fake's arithmetic, the cudnn peer (backend, layouts, canonical repacking
     of the weight gradient) must come out as the reference: a misplaced transpose or buffer does not."""
-    from compat_tests.compare import compare_peer
+    from compat_tests.judge.compare import compare_peer
     from compat_tests.peers import PEERS
 
     verdict = compare_peer(PEERS["cudnn"], CONFIGS[name], backward=backward)
@@ -260,7 +260,7 @@ def test_the_cudnn_peer_through_the_fake_is_the_reference(fake, name, backward):
 
 def test_a_capture_through_the_fake_replays_against_the_reference(fake, tmp_path):
     """``gpu_capture``'s cuDNN branch, end to end: environment, every config recorded, and the check."""
-    from compat_tests import gpu_capture
+    from compat_tests.gpu import capture as gpu_capture
 
     configs = gpu_capture.capture_configs()[::11]
     out = gpu_capture.capture(tmp_path, backend="cudnn", configs=configs)

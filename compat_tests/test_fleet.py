@@ -107,7 +107,7 @@ def test_a_local_fleet_gives_the_local_runs_records_bit_for_bit_and_the_same_rep
 def cluster():
     """A scheduler and three workers: two environments on the CPU (OpenBLAS's kernels chosen apart), and a third
     that declares a GPU and has the fake CuPy and libcudnn (``fake_site``)."""
-    fake = os.pathsep.join([str(ROOT / "compat_tests" / "fake_site"), str(ROOT)])
+    fake = os.pathsep.join([str(ROOT / "compat_tests" / "gpu" / "fake_site"), str(ROOT)])
     specs = [fleet.WorkerSpec(), fleet.WorkerSpec(env=(("OPENBLAS_CORETYPE", "Sandybridge"),)),
              fleet.WorkerSpec(env=(("PYTHONPATH", fake),), gpu=True)]
     with fleet.local_cluster(specs) as (address, _, _):

@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat_tests.compare import compare_peer
+from compat_tests.judge.compare import compare_peer
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.run import ground_truth
-from compat_tests.known_divergences import known
-from compat_tests.metrics import error_stats
+from compat_tests.judge.known_divergences import known
+from compat_tests.judge.metrics import error_stats
 from compat_tests.peers import PEERS
 from compat_tests.strategies import rnn_configs
-from compat_tests.tolerances import TORCH_FLOAT64_AGREEMENT
+from compat_tests.judge.tolerances import TORCH_FLOAT64_AGREEMENT
 
 
 @pytest.mark.laddered

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import cudnn_backend
-from compat_tests.compare import Recorded, compare_peer
+from compat_tests.judge.compare import Recorded, compare_peer
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.run import forward_case, misaligned
 from compat_tests.peers.cudnn_gpu import gradients
-from compat_tests.tolerances import GPU_CALLS_POOL_BYTES, GPU_CALLS_RSS
+from compat_tests.judge.tolerances import GPU_CALLS_POOL_BYTES, GPU_CALLS_RSS
 
 OK, WHY = cudnn_backend.available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"cuDNN backend unavailable: {WHY}")]
@@ -94,12 +94,12 @@ def backward_reads_what_forward_read(disturbance: str, closing, request) -> None
 
 def test_no_growth_over_many_calls(closing):
     """Neither CuPy's pool nor the process grows over 2,000 forward and backward calls after 100 (the budgets
-    of ``tolerances.GPU_CALLS_*``). Where ``compat_tests.fake_cuda`` stands in for cuDNN (a dry run), each call
+    of ``tolerances.GPU_CALLS_*``). Where ``compat_tests.gpu.fake_cuda`` stands in for cuDNN (a dry run), each call
     is the reference's arithmetic on the CPU: 200 calls there run the test's and the binding's code, and the
     GPU's 2,000 find the smaller leaks."""
     import cupy
 
-    from compat_tests import fake_cuda
+    from compat_tests.gpu import fake_cuda
 
     cfg = RNNConfig("gru", num_layers=2, num_units=32, input_size=16, seq_len=10, batch=4, dtype="float32")
     case = make_case(cfg)

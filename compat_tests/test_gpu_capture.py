@@ -1,4 +1,4 @@
-"""cuDNN ground truth kept as data (``compat_tests/gpu_capture.py``): every capture committed under
+"""cuDNN ground truth kept as data (``compat_tests/gpu/capture.py``): every capture committed under
 ``reports/gpu/*/capture/`` is checked against the reference on every run, on a CPU; and the capture and
 its check are themselves tested here with the reference standing in for cuDNN."""
 
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from compat_tests import gpu_capture
+from compat_tests.gpu import capture as gpu_capture
 from compat_tests.config import DTYPE_NAMES, RNNConfig
 from reference import spec
 

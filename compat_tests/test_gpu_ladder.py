@@ -1,8 +1,8 @@
-"""The GPU suite's ladder (``compat_tests.gpu_ladder``): real cuDNN against the float64 reference, one rung a
+"""The GPU suite's ladder (``compat_tests.gpu.ladder``): real cuDNN against the float64 reference, one rung a
 feature, each test's id starting with its rung (``test_forward[03-bidirectional]``). ``pytest -m gpu`` runs
-it like any test file; ``python -m compat_tests.gpu_ladder`` climbs it within a GPU window, rung by rung.
+it like any test file; ``python -m compat_tests.gpu.ladder`` climbs it within a GPU window, rung by rung.
 
-Rung 00 runs cuDNN's own published RNN sample (``compat_tests.published``) and holds the backend to cuDNN's
+Rung 00 runs cuDNN's own published RNN sample (``compat_tests.judge.published``) and holds the backend to cuDNN's
 published checksums and to the float64 truth. Every other rung's properties draw only that rung's configs
 (``strategies.rung_configs``), so a wrong guess about cuDNN fails its own rung and leaves the others to report. Refusals cuDNN is entitled to (a persistent
 algorithm that does not take a shape, tensor-op math for FLOAT data) pass with a note naming the status:
@@ -17,14 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cudnn_backend
-from compat_tests import gpu_ladder
-from compat_tests.compare import compare_peer, judge_results, reproduce_command
+from compat_tests.gpu import ladder as gpu_ladder
+from compat_tests.judge.compare import compare_peer, judge_results, reproduce_command
 from compat_tests.config import GradOutputs, Outputs, RNNConfig, make_case
 from compat_tests.run import ground_truth
 from compat_tests.peers import PEERS
 from compat_tests.strategies import rung_configs
 from compat_tests.test_layout import random_bits
-from compat_tests.tolerances import DROPOUT_RATE_SIGMAS, DROPOUT_SCALE_RTOL
+from compat_tests.judge.tolerances import DROPOUT_RATE_SIGMAS, DROPOUT_SCALE_RTOL
 
 OK, WHY = cudnn_backend.available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"cuDNN backend unavailable: {WHY}")]
@@ -67,9 +67,9 @@ def test_published(rung, value, request, closing):
     them is the backend's fault, and meeting them while a later rung fails points at a guess of ours."""
     import cupy
 
-    from compat_tests import published
+    from compat_tests.judge import published
     from compat_tests.peers.cudnn_gpu import gradients
-    from compat_tests.tolerances import float32_sum_rtol, published_rtol
+    from compat_tests.judge.tolerances import float32_sum_rtol, published_rtol
 
     cfg = published.config(value, "float32")
     case = published.case(cfg)
@@ -175,7 +175,7 @@ def test_float16_rounding(rung, value, monkeypatch, closing, request):
     second run's probe 9; the 30-step share the second run measured, 0.73, was before that)."""
     import cupy
 
-    from compat_tests.metrics import ulp_distance
+    from compat_tests.judge.metrics import ulp_distance
     from reference import precision
 
     decided = precision.HALF_ROUNDS
@@ -220,7 +220,7 @@ def algorithm_run(request, closing, algo: str, math_type: str | None):
     recorded as a note (never silently)."""
     import cupy
 
-    from compat_tests.conditioning import sensitivity
+    from compat_tests.judge.conditioning import sensitivity
 
     cfg = RNNConfig("gru", num_units=64, input_size=32, seq_len=20, batch=8, dtype="float32")
     case = make_case(cfg)
@@ -263,7 +263,7 @@ def test_persist_rebuild(rung, value, request, closing):
 def test_tf32_divergence(rung, value, request):
     """TF32 is shown, not hidden: cudnn-tf32 is a peer of its own, judged by its own (wider) budget. If
     default math did not engage TF32 for this shape, a note says so (the test does not pass vacuously)."""
-    from compat_tests.conditioning import sensitivity
+    from compat_tests.judge.conditioning import sensitivity
 
     cfg = RNNConfig("lstm", num_layers=2, num_units=256, input_size=128, seq_len=50, batch=32, dtype="float32")
     case = make_case(cfg)

@@ -1,4 +1,4 @@
-"""The GPU ladder's table and its runner (``compat_tests.gpu_ladder``) on a CPU: the ids it runs are the ones
+"""The GPU ladder's table and its runner (``compat_tests.gpu.ladder``) on a CPU: the ids it runs are the ones
 pytest collects, the rungs are grouped as documented, and a climb under the CPU fakes (``fake_site``) records
 passes, failures with their reproduce command, hangs and the window's end. ``test_gpu_run.py`` climbs the
 whole ladder through ``scripts/gpu_run.sh`` with a fault planted per rung."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests import gpu_ladder
+from compat_tests.gpu import ladder as gpu_ladder
 from compat_tests.test_interrupts import as_at_a_terminal, processes_with
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,9 +61,9 @@ def test_a_rungs_outcome_is_its_worst_tests():
 def climb(tmp_path: Path, *args: str, faults: str = "", seconds: float = 600) -> tuple[dict, float]:
     """The runner on the fake over ``args``' rungs within a window of ``seconds`` (generous by default: a busy
     machine must not run out of window), its table by rung name, and how long it took."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}", "FAKE_CUDA_FAULTS": faults}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'gpu' / 'fake_site'}", "FAKE_CUDA_FAULTS": faults}
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--seconds",
+    done = subprocess.run([sys.executable, "-m", "compat_tests.gpu.ladder", "--out", str(tmp_path), "--seconds",
                            str(seconds), *args, "--", "--hypothesis-profile=gpu"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=seconds + 300)
     table = json.loads((tmp_path / "ladder.json").read_text())
@@ -164,8 +164,8 @@ def test_a_torn_last_line_of_the_log_waits_for_the_next_read(tmp_path):
 def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_path):
     """gpu_run.sh ends a step out of time with SIGINT to the runner; its child pytest (a session of its own,
     here hung in a persistent algorithm) must end with it, and the table of what finished must be written."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}", "FAKE_CUDA_FAULTS": "persist_hang"}
-    runner = subprocess.Popen([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--rungs",
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'gpu' / 'fake_site'}", "FAKE_CUDA_FAULTS": "persist_hang"}
+    runner = subprocess.Popen([sys.executable, "-m", "compat_tests.gpu.ladder", "--out", str(tmp_path), "--rungs",
                                "algorithms", "--seconds", "300", "--", "--hypothesis-profile=gpu"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=as_at_a_terminal)
     log = tmp_path / "ladder-log.jsonl"
@@ -188,9 +188,9 @@ def test_an_interrupted_climb_writes_its_table_and_leaves_no_test_process(tmp_pa
 
 
 def test_tests_pytest_does_not_run_are_reported_at_once_not_started_again_until_the_window_ends(tmp_path):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'fake_site'}"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'compat_tests' / 'gpu' / 'fake_site'}"}
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(tmp_path), "--rungs", "base",
+    done = subprocess.run([sys.executable, "-m", "compat_tests.gpu.ladder", "--out", str(tmp_path), "--rungs", "base",
                            "--seconds", "120", "--", "-k", "no_such_test"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=200)
     assert done.returncode == 1 and time.monotonic() - t0 < 60
@@ -199,7 +199,7 @@ def test_tests_pytest_does_not_run_are_reported_at_once_not_started_again_until_
 
 
 def test_rung_00_is_cudnns_published_sample_and_runs_before_every_other():
-    from compat_tests import published
+    from compat_tests.judge import published
 
     first = gpu_ladder.RUNGS[0]
     assert (gpu_ladder.rung_id(first), first.peer, first.checks) == ("00-published", "cudnn", ("published",))

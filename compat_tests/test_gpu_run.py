@@ -1,5 +1,5 @@
-"""``scripts/gpu_run.sh`` end to end on a CPU, with ``compat_tests.fake_cuda`` in place of CuPy and libcudnn
-in every process (``compat_tests/fake_site``), then ``scripts/gpu_unpack.py`` on what it returned.
+"""``scripts/gpu_run.sh`` end to end on a CPU, with ``compat_tests.gpu.fake_cuda`` in place of CuPy and libcudnn
+in every process (``compat_tests/gpu/fake_site``), then ``scripts/gpu_unpack.py`` on what it returned.
 
 A GPU session is rare and short, so the script must not fail there for a reason a CPU can see: each step
 runs here (``pytest -m gpu`` included, so a broken GPU test fails here too), what it returns fits the
@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 
-from compat_tests import fake_cuda, gpu_capture, gpu_ladder, strategies
+from compat_tests import strategies
+from compat_tests.gpu import capture as gpu_capture, fake_cuda, ladder as gpu_ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the device tool returns from $OUT: at most 8 files of at most 16 MiB, at most 2 folders down.
@@ -50,7 +51,7 @@ def gpu_run(out: Path, seconds: int, *args: str, **env_extra: str) -> subprocess
     # spinning threads, oversubscribed, once made a ladder test take over its 120 s limit there.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "OUT": str(out), "PYTHON": sys.executable, "GPU_RUN_SECONDS": str(seconds), "JOBS": "2",
-           "PYTHONPATH": str(ROOT / "compat_tests" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
+           "PYTHONPATH": str(ROOT / "compat_tests" / "gpu" / "fake_site"), "BACKENDS": "reference,cudnn,cudnn-tf32",
            "RNN_COMPAT_HIDE": ",".join(GPU_IMAGE_LACKS), "GPU_RUN_PROFILE": "gpu-dry", **env_extra}
     return subprocess.run(["bash", "scripts/gpu_run.sh", *(args or (TINY_GRID,))], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -165,7 +166,7 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
     assert not report["passed"] and report["records"], "what could run, ran"
 
 
-# One planted fault a rung (compat_tests.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
+# One planted fault a rung (compat_tests.gpu.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
 PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
            "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes",
            "padding_fill_ignored": "padding_fill", "cell_clip_ignored": "cell_clip", "packed_by_sequence": "packed"}

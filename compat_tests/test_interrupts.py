@@ -383,7 +383,7 @@ def test_a_signal_to_the_gpu_ladder_stops_its_child_and_keeps_its_table(tmp_path
     does not reach it, and the runner stops it (gpu_run.sh's time limit sends the runner SIGINT; a kill, SIGTERM). Either signal ends the runner with one line naming its table
     (written: the rungs that finished), status 128 + the signal, no traceback, nothing left running."""
     out = tmp_path / "ladder"
-    ended, held = _held([sys.executable, "-m", "compat_tests.gpu_ladder", "--out", str(out), "--seconds", "600",
+    ended, held = _held([sys.executable, "-m", "compat_tests.gpu.ladder", "--out", str(out), "--seconds", "600",
                          "--rungs", "base"], tmp_path, "ladder-child", [(signum, group)], PYTHONPATH=_site(tmp_path))
     assert len(held) == 1
     assert ended.returncode == 128 + signum, ended.stdout

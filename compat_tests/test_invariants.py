@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import Case, Outputs, RNNConfig, make_case
 from compat_tests.run import forward_case, ground_truth, run_reference
 from compat_tests.strategies import rnn_configs
-from compat_tests.tolerances import GRU_VARIANTS_DIFFER_BY
+from compat_tests.judge.tolerances import GRU_VARIANTS_DIFFER_BY
 import reference
 from reference import precision, spec
 from reference.formats.canonical import by_pseudo_layer

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compat_tests.compare import Recorded, compare_peer
+from compat_tests.judge.compare import Recorded, compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig
 
 DATA = Path(__file__).parent / "data" / "keras2"

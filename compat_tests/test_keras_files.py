@@ -19,16 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compat_tests import cli
-from compat_tests.compare import assert_agree_within_policy
-from compat_tests.conditioning import sensitivity
+from compat_tests.judge.compare import assert_agree_within_policy
+from compat_tests.judge.conditioning import sensitivity
 from compat_tests.config import RNNConfig, make_case
 from compat_tests.run import run_reference
 from compat_tests.interop import convert, hdf5_tree, keras_file
-from compat_tests.metrics import error_stats
+from compat_tests.judge.metrics import error_stats
 from compat_tests.peers.base import Capabilities
 from compat_tests.peers.keras_peer import import_keras
 from compat_tests.strategies import damaged, examples, rnn_configs, swept
-from compat_tests.tolerances import judge
+from compat_tests.judge.tolerances import judge
 from reference import checkpoint
 from reference.formats import keras as keras_format
 

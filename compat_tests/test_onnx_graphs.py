@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import Outputs, RNNConfig, make_case
-from compat_tests.metrics import error_stats
+from compat_tests.judge.metrics import error_stats
 from compat_tests.run import run_reference
 from reference.formats import onnx as onnx_format
 from reference.formats import torch as torch_format

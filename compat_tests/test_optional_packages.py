@@ -3,7 +3,7 @@ needs one at import time (a test that needs it skips instead), so a machine that
 lacks onnx, onnxscript, keras, h5py, jsonschema, safetensors and dask.distributed; a CPU-only install may lack
 torch, onnxruntime or matplotlib) still runs the rest.
 
-Each package is hidden in turn (``compat_tests/fake_site``'s hook, which ``RNN_COMPAT_HIDE`` drives; the
+Each package is hidden in turn (``compat_tests/gpu/fake_site``'s hook, which ``RNN_COMPAT_HIDE`` drives; the
 CUDA fakes are in place too, as on a GPU) and ``pytest --collect-only -q`` over the whole suite must report
 no error. One collection a package: hiding them all at once would let a module skipped for one package hide
 an unguarded import of another after it. The collections are forked from one process that imports torch
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE_SITE = ROOT / "compat_tests" / "fake_site"
+FAKE_SITE = ROOT / "compat_tests" / "gpu" / "fake_site"
 OPTIONAL = ("torch", "onnx", "onnxscript", "keras", "h5py", "jsonschema", "safetensors", "onnxruntime",
             "matplotlib", "distributed")
 
@@ -78,7 +78,7 @@ def test_the_hook_hides_exactly_the_named_packages():
 COLLECT = """
 import gc, importlib.util, json, os, sys, traceback
 import pytest
-import sitecustomize  # compat_tests/fake_site's, run at startup
+import sitecustomize  # compat_tests/gpu/fake_site's, run at startup
 
 def collect(package, log):
     os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)

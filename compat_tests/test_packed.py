@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import cudnn_backend
 import reference
-from compat_tests import fake_cuda
-from compat_tests.compare import assert_agree_within_policy, assert_peer_agrees
+from compat_tests.gpu import fake_cuda
+from compat_tests.judge.compare import assert_agree_within_policy, assert_peer_agrees
 from compat_tests.config import MODE_NAMES, Outputs, RNNConfig, make_case
 from compat_tests.peers import PEERS
 from compat_tests.run import forward_case, ground_truth, ground_truth_backward, packed_like, padded

@@ -24,8 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cudnn_backend
-from compat_tests import cli, fake_cuda
-from compat_tests.compare import Recorded, assert_peer_agrees, compare_peer, unfilled
+from compat_tests import cli
+from compat_tests.gpu import fake_cuda
+from compat_tests.judge.compare import Recorded, assert_peer_agrees, compare_peer, unfilled
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.peers import PEERS
 from compat_tests.run import forward_case, ground_truth

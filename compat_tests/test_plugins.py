@@ -17,16 +17,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat_tests import cli, known_divergences, tolerances
-from compat_tests.compare import compare_peer
+from compat_tests import cli
+from compat_tests.judge import known_divergences, tolerances
+from compat_tests.judge.compare import compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig
 from compat_tests.run import run_reference
-from compat_tests.known_divergences import Divergence
-from compat_tests.metrics import error_stats
+from compat_tests.judge.known_divergences import Divergence
+from compat_tests.judge.metrics import error_stats
 from compat_tests.peers import PEERS, Capabilities, Peer, get_peer, load_plugin, plugins
 from compat_tests.report.aggregate import policy_summary
 from compat_tests.strategies import rnn_configs
-from compat_tests.tolerances import Budget, Override
+from compat_tests.judge.tolerances import Budget, Override
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "my_gru_peer.py"
@@ -242,7 +243,7 @@ _NAN_EATERS = [_NanEater("nan-eater", declares=False), _NanEater("nan-eater-decl
 _LOOSE_REFERENCE = """
 from compat_tests.run import run_reference
 from compat_tests.peers import Capabilities, Peer
-from compat_tests.tolerances import Budget, Override
+from compat_tests.judge.tolerances import Budget, Override
 
 
 class LooseReference(Peer):
@@ -347,8 +348,9 @@ def entry_points(**kw):  # counts the reads of the peers' group (other packages 
 
 
 importlib.metadata.entry_points = entry_points
-import compat_tests.calibration, compat_tests.cli, compat_tests.conftest, compat_tests.report.sweep
-from compat_tests import peers, tolerances
+import compat_tests.judge.calibration, compat_tests.cli, compat_tests.conftest, compat_tests.report.sweep
+from compat_tests import peers
+from compat_tests.judge import tolerances
 
 assert list(peers.PEERS) == list(peers.BUILT_IN) and not peers.plugins.SPECS and asked == [], (peers.PEERS, asked)
 assert tolerances.all_overrides() == tolerances.OVERRIDES
@@ -538,13 +540,12 @@ def test_an_unknown_peer_in_pytest_names_the_plugin_variable():
 
 @pytest.mark.parametrize("name", ["run_reference", "run_reference_backward", "ground_truth", "ground_truth_backward",
                                   "forward_case", "misaligned"])
-def test_what_moved_out_of_config_still_imports_from_there_with_a_deprecation(name):
-    """A plugin written against ``compat_tests.config``'s running functions (now ``compat_tests.run``'s) keeps
-    working, warned."""
+def test_the_running_of_a_config_is_compat_tests_run_not_config(name):
+    """A plugin runs a config with ``compat_tests.run`` (docs/peers.md); ``compat_tests.config`` holds the config
+    and its arrays alone, with no shim that imports ``run`` back (the two imported each other)."""
     import compat_tests.config as config
     from compat_tests import run
 
-    with pytest.warns(DeprecationWarning, match=f"compat_tests.config.{name} moved to compat_tests.run.{name}"):
-        assert getattr(config, name) is getattr(run, name)
-    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        config.nothing_here
+    assert callable(getattr(run, name))
+    with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+        getattr(config, name)

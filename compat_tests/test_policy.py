@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat_tests import conditioning, known_divergences, policy, tolerances
-from compat_tests.compare import Recorded, compare_peer, judge_results
-from compat_tests.conditioning import sensitivity
+from compat_tests.judge import conditioning, known_divergences, peer_exceptions, tolerances
+from compat_tests.judge.compare import Recorded, compare_peer, judge_results
+from compat_tests.judge.conditioning import sensitivity
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.run import ground_truth, ground_truth_backward
-from compat_tests.metrics import error_stats, ulp_distance
+from compat_tests.judge.metrics import error_stats, ulp_distance
 from compat_tests.peers import BUILT_IN, PEERS
 
 
@@ -211,13 +211,13 @@ def test_every_budget_has_a_reason_and_a_known_key():
 
 
 def test_the_built_in_exceptions_pass_the_check_every_plugin_s_pass():
-    """One check for every peer's exceptions (``policy.problem``): the built-in tables, per peer, pass what a
+    """One check for every peer's exceptions (``peer_exceptions.problem``): the built-in tables, per peer, pass what a
     plugin peer's must as it loads, with the areas of the one-peer tests besides."""
     for name in BUILT_IN:
         peer = PEERS[name]
         overrides = [o for o in tolerances.OVERRIDES if o.peer == name]
         divergences = [d for d in known_divergences.KNOWN if d.peer == name]
-        assert policy.problem(name, peer.capabilities.modes, overrides, divergences, areas=policy.AREAS) is None
+        assert peer_exceptions.problem(name, peer.capabilities.modes, overrides, divergences, areas=peer_exceptions.AREAS) is None
         assert peer.overrides == () and peer.known_divergences == ()  # a built-in peer's are in the tables
     assert {o.peer for o in tolerances.OVERRIDES} | {d.peer for d in known_divergences.KNOWN} <= set(BUILT_IN)
 

@@ -1,4 +1,4 @@
-"""The reference against cuDNN's own published numbers (``compat_tests.published``): the checksums NVIDIA's cuDNN
+"""The reference against cuDNN's own published numbers (``compat_tests.judge.published``): the checksums NVIDIA's cuDNN
 RNN sample printed on an M40 (and once more on an RTX 3060), forward and backward, for relu, tanh, LSTM and
 cuDNN's GRU, in the float64 truth and the float32 engine, each within the bound the policy derives
 (``tolerances.published_rtol``: the 7 printed digits and float32's worst case for the longest sum behind a
@@ -16,10 +16,10 @@ import json
 import numpy as np
 import pytest
 
-from compat_tests import published
+from compat_tests.judge import published
 from compat_tests.peers import PEERS
 from compat_tests.run import ground_truth, ground_truth_backward
-from compat_tests.tolerances import (PUBLISHED_PRINT_RTOL, TEXTBOOK_GRU_MISSES_BY, float32_sum_rtol,
+from compat_tests.judge.tolerances import (PUBLISHED_PRINT_RTOL, TEXTBOOK_GRU_MISSES_BY, float32_sum_rtol,
                                      published_rtol)
 
 MODES = ("relu", "tanh", "lstm", "gru")

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reference
-from compat_tests.compare import Recorded, compare_peer
+from compat_tests.judge.compare import Recorded, compare_peer
 from compat_tests.config import make_case
 from compat_tests.run import run_reference, run_reference_backward
 from compat_tests.strategies import rnn_configs

@@ -17,13 +17,13 @@ import pytest
 from compat_tests import cli
 from compat_tests.config import Outputs
 from compat_tests.conftest import Killed
-from compat_tests.known_divergences import KNOWN
+from compat_tests.judge.known_divergences import KNOWN
 from compat_tests.peers import GPU_PEERS, PEERS
 from compat_tests.peers.reference_peer import ReferencePeer
 from compat_tests.report import SCHEMA
 from compat_tests.report.grids import GRIDS, load_grid, plan
 from compat_tests.report.sweep import IN_FLIGHT, RESULTS, read_records
-from compat_tests.tolerances import OVERRIDES
+from compat_tests.judge.tolerances import OVERRIDES
 from compat_tests.report import sweep as sweep_module
 
 TINY = Path(__file__).with_name("data") / "tiny_grid.json"
@@ -963,7 +963,7 @@ def test_the_default_and_window_grids_hold_every_mode_under_every_bias_mode():
 
 
 def test_the_default_and_window_grids_set_every_mode_beside_cudnns_published_numbers():
-    from compat_tests import published
+    from compat_tests.judge import published
 
     for name in ("default", "window", "full"):
         specs = [cfg for study, cfg in GRIDS[name](0) if study == "published"]

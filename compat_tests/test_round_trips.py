@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from compat_tests.compare import assert_agree_within_policy
-from compat_tests.conditioning import sensitivity
+from compat_tests.judge.compare import assert_agree_within_policy
+from compat_tests.judge.conditioning import sensitivity
 from compat_tests.config import Outputs, RNNConfig, make_case
-from compat_tests.metrics import error_stats
+from compat_tests.judge.metrics import error_stats
 from compat_tests.peers import PEERS
 from compat_tests.peers.keras_peer import import_keras, keras_layers
 from compat_tests.run import run_reference
 from compat_tests.strategies import SMALL, rnn_configs
-from compat_tests.tolerances import judge
+from compat_tests.judge.tolerances import judge
 from reference.formats import keras as keras_format
 from reference.formats import onnx as onnx_format
 from reference.formats import torch as torch_format

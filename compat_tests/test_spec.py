@@ -22,11 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reference
-from compat_tests.compare import Comparison, Recorded, compare_peer
+from compat_tests.judge.compare import Comparison, Recorded, compare_peer
 from compat_tests.config import Case, GradOutputs, Outputs, RNNConfig, make_case
 from compat_tests.run import forward_case, ground_truth, ground_truth_backward, packed_like, padded
 from compat_tests.strategies import rnn_configs
-from compat_tests.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
+from compat_tests.judge.tolerances import FINITE_DIFFERENCE_RTOL, FINITE_DIFFERENCE_STEP
 from reference import recurrence, spec
 from reference.spec import gru, network
 from reference.spec.cell import input_term, recurrent_term, sigmoid

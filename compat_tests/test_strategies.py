@@ -84,7 +84,7 @@ def test_a_required_feature_is_in_every_drawn_config(feature, data):
 
 @given(data=st.data())
 def test_a_rung_draws_its_feature_and_nothing_it_does_not_offer(data):
-    from compat_tests import gpu_ladder
+    from compat_tests.gpu import ladder as gpu_ladder
     from compat_tests.strategies import rung_configs
 
     drawing = [r for r in gpu_ladder.RUNGS if set(gpu_ladder.STRUCTURE) <= set(r.checks)]  # base .. combined

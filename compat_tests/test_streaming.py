@@ -10,7 +10,7 @@ import pytest
 from hypothesis import event, given
 
 import reference
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.peers.base import Capabilities
 from compat_tests.run import forward_case

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compat_tests import cli
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import Outputs, RNNConfig, make_case
 from compat_tests.run import run_reference
 from compat_tests.strategies import SMALL, rnn_configs

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from compat_tests import cli
-from compat_tests.compare import Recorded, compare_peer
+from compat_tests.judge.compare import Recorded, compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig, make_case
 from compat_tests.interop import convert
 from reference import checkpoint

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compat_tests.compare import Recorded, compare_peer
+from compat_tests.judge.compare import Recorded, compare_peer
 from compat_tests.config import Case, Outputs, RNNConfig
 from reference.formats import tf as tf_format
 

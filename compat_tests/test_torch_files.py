@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from compat_tests import cli
 import reference
-from compat_tests.compare import assert_agree_within_policy
+from compat_tests.judge.compare import assert_agree_within_policy
 from compat_tests.config import Outputs, make_case
 from compat_tests.run import run_reference
 from compat_tests.peers import PEERS

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compat_tests.config import RNNConfig, make_case  # noqa: E402
-from compat_tests.metrics import ulp_distance  # noqa: E402
+from compat_tests.judge.metrics import ulp_distance  # noqa: E402
 from compat_tests.run import ground_truth  # noqa: E402
 
 
@@ -301,7 +301,7 @@ def probe_half_gradients(models, to_host) -> None:
     print("conditioned error / budget per quantity, for cuDNN's standard and persistent algorithms and PyTorch")
     print("| config | peer | quantity | conditioned error | budget |")
     print("|---|---|---|---|---|")
-    from compat_tests.compare import compare_peer
+    from compat_tests.judge.compare import compare_peer
     from compat_tests.peers import PEERS
 
     names = ("reference",) if models is None else ("cudnn", "cudnn-persist", "torch-cuda")

@@ -12,7 +12,7 @@
 # holds the machine's start, this run and one re-run):
 #   versions   cuDNN, CUDA, CuPy, the device, torch (versions.json)
 #   capture    cuDNN's layout, outputs and gradients for 66 small configs, as data (checked on every CPU run)
-#   ladder     the GPU suite rung by rung (compat_tests.gpu_ladder): one feature a rung, the risky rungs
+#   ladder     the GPU suite rung by rung (compat_tests.gpu.ladder): one feature a rung, the risky rungs
 #              (dropout, persistent algorithms) in processes of their own, a hung test killed, a failure
 #              other than wrong numbers ending its process so that a CUDA error cannot stick to the next;
 #              ladder.md is its table
@@ -44,7 +44,7 @@ while (($#)); do
         --rerun-failed)
             rerun=1
             runs=${GPU_RUNS:-reports/gpu}  # the newest run unpacked there, by the start stamp of its summary
-            rungs=$(${PYTHON:-python3} -m compat_tests.gpu_ladder --failed "$runs") || exit 2
+            rungs=$(${PYTHON:-python3} -m compat_tests.gpu.ladder --failed "$runs") || exit 2
             if [ -z "$rungs" ]; then
                 echo "gpu_run.sh: --rerun-failed: every rung of the newest run in $runs passed; nothing to re-run" >&2
                 exit 2
@@ -121,7 +121,7 @@ expect=
 if "$python" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["available"] else 1)' \
         "$work/versions.json" 2>/dev/null; then
     expect=1
-    step capture "$(min $(($(left) - (rerun ? 60 : 150))) 90)" capture.txt "$python" -m compat_tests.gpu_capture --out "$work/capture" --check
+    step capture "$(min $(($(left) - (rerun ? 60 : 150))) 90)" capture.txt "$python" -m compat_tests.gpu.capture --out "$work/capture" --check
 else
     say "capture: SKIPPED, cuDNN backend unavailable (versions.json or versions.log has the reason)"
     failed=1
@@ -130,7 +130,7 @@ fi
 export RNN_COMPAT_EXPECT_CUDNN=$expect
 # The ladder stops itself 10 s before its step's limit, writing its table; the limit is the backstop.
 ladder_seconds=$(min $(($(left) - (rerun ? 5 : 120))) 240)
-step ladder $((ladder_seconds > 10 ? ladder_seconds : 0)) ladder.txt "$python" -m compat_tests.gpu_ladder \
+step ladder $((ladder_seconds > 10 ? ladder_seconds : 0)) ladder.txt "$python" -m compat_tests.gpu.ladder \
     --out "$work" --seconds $((ladder_seconds - 10)) ${rungs:+--rungs "$rungs"} ${expect:+--expect-cudnn} \
     ${LADDER_RISKY_SECONDS:+--risky-seconds "$LADDER_RISKY_SECONDS"} -- --hypothesis-profile="$profile"
 if [ -f "$work/ladder.md" ]; then

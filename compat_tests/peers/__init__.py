@@ -65,6 +65,20 @@ def get_peer(name: str) -> Peer:
                          f"--plugin MODULE:ATTR or {plugins.ENV})") from None
 
 
+def exceptions_of(peer, field: str) -> tuple:
+    """The exceptions to the policy that ``peer`` carries (``field``: ``"overrides"`` or
+    ``"known_divergences"``): a peer's own; for a name (or anything with a ``name``, such as
+    ``compare.Recorded`` results) the registered peer's of that name, if any. A built-in peer's are ``()``:
+    its exceptions are in the tables (``compat_tests.judge``)."""
+    holder = peer if isinstance(peer, Peer) else PEERS.get(peer if isinstance(peer, str) else peer.name)
+    return tuple(getattr(holder, field, ()))
+
+
+def declared_exceptions(field: str) -> tuple:
+    """Every registered peer's own exceptions (``field`` as in :func:`exceptions_of`), in registration order."""
+    return tuple(x for p in PEERS.values() for x in getattr(p, field, ()))
+
+
 def choose(names: str | None) -> tuple[list[Peer], list[dict]]:
     """The available peers among ``names`` (comma-separated; default: all), and every considered backend's
     status (``{name, available, detail, requested}``, ``requested``: named in ``names``, so that its being
@@ -88,5 +102,5 @@ def choose(names: str | None) -> tuple[list[Peer], list[dict]]:
     return available, status
 
 
-__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "choose", "get_peer", "load_plugin",
-           "load_plugins"]
+__all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "choose", "declared_exceptions", "exceptions_of",
+           "get_peer", "load_plugin", "load_plugins"]

@@ -8,14 +8,14 @@ masked steps, so the final state is the last valid step's, and with ``zero_outpu
 ``Bidirectional`` sets itself) padded steps output zeros, cuDNN's semantics. Gradients come from torch
 autograd through the Keras layers: the torch backend's variables are ``torch.nn.Parameter``. float16
 layers compute in half precision, not cuDNN's float32 math on half storage: a tolerance override with its
-measurement (``compat_tests/tolerances.py``).
+measurement (``compat_tests/judge/tolerances.py``).
 
 Not run here: LSTM projection and skip_input (Keras has neither); float64, because Keras 3 computes
 ``keras.ops.matmul`` of two float64 tensors in float32 on every backend but TensorFlow (``result_type``
 maps 64-bit to 32-bit dtypes, JAX's default). ``SimpleRNN`` and ``GRU(reset_after=False)`` always step
 through that op, ``LSTM`` and ``GRU(reset_after=True)`` whenever a mask is given (unmasked, the torch
 backend runs them in float64), so a float64 Keras RNN is mostly float32-accurate: ledgered in
-``compat_tests/known_divergences.py`` and tested by strict xfails.
+``compat_tests/judge/known_divergences.py`` and tested by strict xfails.
 """
 
 from __future__ import annotations

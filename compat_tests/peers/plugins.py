@@ -33,7 +33,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .. import policy
+from ..judge import peer_exceptions
 from ..config import Case, Outputs, RNNConfig
 from .base import Capabilities, Peer
 
@@ -109,7 +109,7 @@ def _check(peer: Peer, spec: str) -> None:
     if not isinstance(caps, Capabilities):
         raise TypeError(f"plugin {spec!r}: peer {name!r} must have capabilities of type "
                         f"compat_tests.peers.Capabilities, got {type(caps).__name__}")  # which check their fields
-    problem = policy.problem(name, caps.modes, peer.overrides, peer.known_divergences)
+    problem = peer_exceptions.problem(name, caps.modes, peer.overrides, peer.known_divergences)
     if problem:
         raise ValueError(f"plugin {spec!r}: peer {name!r}: {problem}")
 

@@ -15,7 +15,8 @@ import platform
 import statistics
 from collections import Counter, defaultdict
 
-from .. import host, known_divergences, published, tolerances
+from .. import host
+from ..judge import known_divergences, published, tolerances
 from ..config import MODE_NAMES, RNNConfig
 from .units import Unit, unit_command
 

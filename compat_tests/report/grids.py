@@ -5,7 +5,7 @@ the config (``compat``, and ``published`` in float32) or one per config (``gru_v
 float64: computed by the float64 truth of reference.spec), and counts what was left out and why. A grid may
 also come from a JSON file: a list of objects ``{"study": "compat" | "gru_variant" | "published", "config":
 {RNNConfig fields}}``; a ``published`` entry's config is cuDNN's published sample's
-(``compat_tests.published.config(mode, dtype)``).
+(``compat_tests.judge.published.config(mode, dtype)``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import itertools
 import json
 from pathlib import Path
 
-from .. import published
+from ..judge import published
 from ..config import BIAS_MODE_NAMES, DTYPE_NAMES, MODE_NAMES, RNNConfig, json_loads
 from ..peers import Peer
 from .units import STUDIES, Unit
@@ -193,7 +193,7 @@ def load_grid(name: str, seed: int) -> list[Spec]:
                              f"{cfg.mode!r}")
         if entry["study"] == "published" and not published.is_sample(cfg):
             raise ValueError(f"grid file {name}: entry {k}: the published study runs cuDNN's published sample, so "
-                             f"its config must be compat_tests.published.config(mode, dtype) for a mode among "
+                             f"its config must be compat_tests.judge.published.config(mode, dtype) for a mode among "
                              f"{published.modes()} and a dtype among {published.DTYPES}, got {cfg.short()}")
         specs.append((entry["study"], cfg))
     return specs

@@ -23,7 +23,7 @@ from .aggregate import WORST_CASES, budget_share, config_label, group_worst, una
 
 MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
            "config's measured sensitivity; shown as error / budget, both in conditioned eps, and as the share of "
-           "the budget used (error / budget: above 1 fails) (compat_tests/tolerances.py)")
+           "the budget used (error / budget: above 1 fails) (compat_tests/judge/tolerances.py)")
 CLOSEST_CALLS = 20  # passes nearest their budget, listed after the failures
 KINDS = ("forward", "gradients")
 
@@ -192,7 +192,7 @@ PUBLISHED_NOTE = ("cuDNN's own checksums, printed by NVIDIA's cuDNN RNN sample o
                   "gradients 1; compat_tests/data/cudnn_rnn_sample.json), beside the float64 truth's and each "
                   "backend's float32 run's. A cell: the value (its relative difference from the first published "
                   "run; its bound). The drift between the published runs is the scale of GPU-to-GPU variation; the "
-                  "bound is the policy's (compat_tests/tolerances.py, published_rtol: the 7 printed digits and "
+                  "bound is the policy's (compat_tests/judge/tolerances.py, published_rtol: the 7 printed digits and "
                   "float32's worst case for the longest sum behind a checksum), checked against every published "
                   "run. The weights are uniform per matrix, so these numbers confirm the cell equations, the double "
                   "bias and backpropagation through time, not the opaque layout.")
@@ -249,7 +249,7 @@ AMPLIFICATION_NOTE = ("Share of budget: the worst conditioned error / its budget
 
 def _exceptions(report: dict) -> list[str]:
     """The policy's exceptions for the backends of this run, one line each: budget overrides (quantities of
-    one budget together) and known divergences (the ledger of compat_tests/known_divergences.py); those a
+    one budget together) and known divergences (the ledger of compat_tests/judge/known_divergences.py); those a
     plugin peer declares for itself say so."""
     ran = {r["backend"] for r in report["records"]}
     plugin = {b["name"] for b in report["backends"] if b.get("plugin")}

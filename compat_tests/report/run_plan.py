@@ -59,7 +59,7 @@ def check_resumable(out: Path, units: list[Unit]) -> None:
     current = policy_summary()
     if path.is_file() and plan.get("policy", current) != current:
         raise ValueError(f"--resume: the tolerance policy changed since the run in {out} began (another version of "
-                         f"rnn-compat, or an edited compat_tests/tolerances.py or known_divergences.py), so its "
+                         f"rnn-compat, or an edited compat_tests/judge/tolerances.py or known_divergences.py), so its "
                          f"records and this run's would be judged by two policies: start a new run in another --out")
 
 

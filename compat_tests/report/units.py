@@ -12,7 +12,7 @@ Studies:
   float64 reference, every quantity measured and judged by the tolerance policy;
 - ``gru_variant``: how far cuDNN's reset-after GRU and the textbook GRU drift apart under the same weights
   (both float64 references), per time step: the quantitative side of "no accuracy impact";
-- ``published``: cuDNN's own published checksums (its RNN sample, ``compat_tests.published``) beside the
+- ``published``: cuDNN's own published checksums (its RNN sample, ``compat_tests.judge.published``) beside the
   float64 truth's (a float64 unit, computed by reference.spec) or a backend's float32 run's, each checksum's
   relative difference from every published run, passed where each is within the policy's bound
   (``tolerances.published_rtol``).
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import published
-from ..compare import Comparison, compare_peer, reproduce_command
+from ..judge import published
+from ..judge.compare import Comparison, compare_peer, reproduce_command
 from ..config import RNNConfig, json_loads, make_case
 from ..run import ground_truth
-from ..metrics import error_stats
+from ..judge.metrics import error_stats
 from ..peers import PEERS, load_plugins
-from ..tolerances import published_rtol
+from ..judge.tolerances import published_rtol
 
 STUDIES = ("compat", "gru_variant", "published")
 TRUTH = "float64 truth (reference.spec)"  # what a float64 published unit computes, whatever its backend field

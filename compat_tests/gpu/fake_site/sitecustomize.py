@@ -1,4 +1,4 @@
-"""Puts ``compat_tests.fake_cuda`` in place of CuPy and libcudnn in every Python process started with this
+"""Puts ``compat_tests.gpu.fake_cuda`` in place of CuPy and libcudnn in every Python process started with this
 folder on ``PYTHONPATH`` (worker processes included), so that ``scripts/gpu_run.sh`` runs end to end on a
 CPU (``test_gpu_run.py``). A dry run of the script's own plumbing: its numbers are the reference's.
 ``FAKE_CUDA_UNAVAILABLE=REASON`` makes the backend unavailable instead, for that reason.
@@ -36,7 +36,7 @@ _hidden = [n.strip() for n in os.environ.get("RNN_COMPAT_HIDE", "").split(",") i
 if _hidden:  # before the fake, so that nothing it imports can reach a hidden package either
     hide(_hidden)
 
-from compat_tests import fake_cuda  # noqa: E402
+from compat_tests.gpu import fake_cuda  # noqa: E402
 
 fake_cuda.install()
 if os.environ.get("FAKE_CUDA_UNAVAILABLE"):  # a GPU whose cuDNN backend cannot start, for this reason

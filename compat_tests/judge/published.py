@@ -11,7 +11,7 @@ GRU's variant among them), the double bias, backpropagation through time.
 
 Here: the sample as an ``RNNConfig`` (:func:`config`) and its arrays as a ``Case`` (:func:`case`), a run's
 results (:func:`run`) and their checksums (:func:`checksums`), the published runs (:func:`runs`) and how far
-apart they are (:func:`drift`). The bounds are the policy's (``compat_tests.tolerances.published_rtol``).
+apart they are (:func:`drift`). The bounds are the policy's (``compat_tests.judge.tolerances.published_rtol``).
 The data file is read on first use, never at import.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 
 from reference.formats.files import load_json
 
-from .config import Case, GradOutputs, Outputs, RNNConfig
+from ..config import Case, GradOutputs, Outputs, RNNConfig
 
-DATA = Path(__file__).with_name("data") / "cudnn_rnn_sample.json"
+DATA = Path(__file__).resolve().parent.parent / "data" / "cudnn_rnn_sample.json"
 # The sample's checksums by the name it prints them under -> the policy's quantity (and the result's field).
 CHECKSUMS: dict[str, str] = {"y": "output", "hy": "output_h", "cy": "output_c", "dx": "d_input",
                              "dhx": "d_input_h", "dcx": "d_input_c", "dw": "d_params"}
@@ -146,7 +146,7 @@ def case(cfg: RNNConfig) -> Case:
 def run(cfg: RNNConfig, peer=None) -> tuple[Outputs, GradOutputs | None]:
     """The sample's results for ``cfg``: the float64 truth of ``reference.spec`` (``peer`` None; ``cfg`` in
     float64), or ``peer``'s forward pass and, where it has one, its gradients (``None`` without)."""
-    from .run import ground_truth, ground_truth_backward
+    from ..run import ground_truth, ground_truth_backward
 
     arrays = case(cfg)
     if peer is None:

@@ -12,11 +12,11 @@ import numpy as np
 
 from . import tolerances
 from .conditioning import sensitivity
-from .config import Case, GradOutputs, Outputs, RNNConfig, make_case
-from .run import ground_truth, ground_truth_backward
+from ..config import Case, GradOutputs, Outputs, RNNConfig, make_case
+from ..run import ground_truth, ground_truth_backward
 from .metrics import error_stats
-from .peers import Peer
-from .peers.plugins import SPECS
+from ..peers import Peer
+from ..peers.plugins import SPECS
 
 
 @dataclass(frozen=True)

@@ -479,7 +479,7 @@ def _caller_layout(sequence: np.ndarray, desc: DataDesc) -> np.ndarray:
 
 def is_fake(lib) -> bool:
     """Whether ``lib`` (what ``cudnn_backend._lib.load()`` returned) is this module's fake cuDNN, as in a dry
-    run where ``install`` or ``compat_tests/fake_site`` put it in place."""
+    run where ``install`` or ``compat_tests/gpu/fake_site`` put it in place."""
     return isinstance(lib, FakeCudnn)
 
 

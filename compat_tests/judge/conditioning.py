@@ -19,8 +19,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .config import Case, RNNConfig
-from .run import ground_truth
+from ..config import Case, RNNConfig
+from ..run import ground_truth
 
 Evaluate = Callable[[RNNConfig, Case], NamedTuple]
 

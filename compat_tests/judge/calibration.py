@@ -1,4 +1,4 @@
-"""The sweep the tolerance budgets were set from: ``python -m compat_tests.calibration [--seed S]``.
+"""The sweep the tolerance budgets were set from: ``python -m compat_tests.judge.calibration [--seed S]``.
 
 Options: ``--configs N`` (random configs per dtype, default 150), ``--peers a,b`` (default: every peer).
 
@@ -16,9 +16,9 @@ from collections import defaultdict
 import numpy as np
 
 from .compare import compare_peer
-from .config import DTYPE_NAMES, MODE_NAMES, RNNConfig
-from .peers import PEERS, get_peer, load_plugins
-from .peers.base import availability
+from ..config import DTYPE_NAMES, MODE_NAMES, RNNConfig
+from ..peers import PEERS, get_peer, load_plugins
+from ..peers.base import availability
 
 
 def random_configs(n: int, seed: int) -> list[RNNConfig]:

@@ -5,11 +5,11 @@ The measure is the *conditioned error*
     max|actual - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa))
 
 i.e. the error in machine epsilons of the tested dtype, relative to the tensor's magnitude, divided by the
-problem's condition estimate ``kappa`` (``compat_tests.conditioning``). A correct implementation scores
+problem's condition estimate ``kappa`` (``compat_tests.judge.conditioning``). A correct implementation scores
 O(1) whatever the config; a wrong one scores far above, unless the example is so ill-conditioned that
 nothing can be told apart (the strategies keep property tests away from that regime).
 
-The budgets come from ``python -m compat_tests.calibration --seed 1`` and ``--seed 2``: 2 x 150 random
+The budgets come from ``python -m compat_tests.judge.calibration --seed 1`` and ``--seed 2``: 2 x 150 random
 configs per dtype (every mode, 1-3 layers, H and input size 1-64, T 1-200, weight scales 0.5-4 reaching
 chaotic and exploding dynamics, both directions) against the float64 reference. Largest conditioned
 errors seen, forward: float64 8.6 (torch-cpu), float32 10.5 (keras), 8.8 (onnxruntime), 5.3 (torch-cpu),
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import policy
+from . import peer_exceptions
 from .metrics import ErrorStats
-from .policy import FORWARD_QUANTITIES, GRADIENT_QUANTITIES, Budget, Override  # noqa: F401 (re-exported)
+from .peer_exceptions import FORWARD_QUANTITIES, GRADIENT_QUANTITIES, Budget, Override  # noqa: F401 (re-exported)
 
 
 # (dtype, quantity kind) -> budget in conditioned epsilons
@@ -50,7 +50,7 @@ DEFAULTS: dict[tuple[str, str], Budget] = {
 
 
 # The built-in peers' narrow exceptions, each with its reason. Divergences that are defects (wrong semantics
-# rather than more rounding) are listed in compat_tests/known_divergences.py instead. Any other peer carries
+# rather than more rounding) are listed in compat_tests/judge/known_divergences.py instead. Any other peer carries
 # its own (``Peer.overrides``, checked by ``compat_tests.policy.problem`` as its plugin loads).
 _TORCH_HALF = Budget(8.0, "PyTorch's CPU float16 RNNs round more intermediates to half precision than "
                           "cuDNN's HALF-data/FLOAT-math contract (the reference and onnxruntime stay "
@@ -112,13 +112,17 @@ def kind_of(quantity: str) -> str:
 def overrides_of(peer) -> tuple[Override, ...]:
     """``peer``'s overrides (a peer, or a name: the registered peer of that name): the built-in table's for
     its name, then those the peer carries (``Peer.overrides``)."""
-    name = policy.name_of(peer)
-    return (*(o for o in OVERRIDES if o.peer == name), *policy.own(peer, "overrides"))
+    from ..peers import exceptions_of
+
+    name = peer_exceptions.name_of(peer)
+    return (*(o for o in OVERRIDES if o.peer == name), *exceptions_of(peer, "overrides"))
 
 
 def all_overrides() -> tuple[Override, ...]:
     """The built-in overrides, then those the registered peers carry (plugin peers loaded in this process)."""
-    return (*OVERRIDES, *policy.declared("overrides"))
+    from ..peers import declared_exceptions
+
+    return (*OVERRIDES, *declared_exceptions("overrides"))
 
 
 def budget(peer, dtype: str, quantity: str) -> Budget:
@@ -218,7 +222,7 @@ GPU_CALLS_RSS = 32 * 2**20  # host memory growth over the same calls
 GRU_VARIANTS_DIFFER_BY = 1e-2
 
 
-# cuDNN's published checksums (compat_tests/published.py, compat_tests/data/cudnn_rnn_sample.json): sums in
+# cuDNN's published checksums (compat_tests/judge/published.py, compat_tests/data/cudnn_rnn_sample.json): sums in
 # double of every element of a float32 result, printed with 7 significant digits, on GPUs that are not ours.
 # The bound is derived, not fitted:
 # - the print: %E keeps 7 significant digits, so a printed value is within half a unit of its 7th digit, at

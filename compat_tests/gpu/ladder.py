@@ -8,7 +8,7 @@ equal lengths) and is its own set of tests (``compat_tests/test_gpu_ladder.py``)
 A wrong guess fails its own rung and nothing else; ``combined`` then crosses the established features.
 
 Rung 00 comes before all of them: cuDNN's own published numbers (its RNN sample's checksums,
-``compat_tests.published``) through the backend, checked against those numbers and against the float64
+``compat_tests.judge.published``) through the backend, checked against those numbers and against the float64
 truth. Its truth rests on no decision of ours, so it tells "the backend drives cuDNN wrongly" (it misses the
 published numbers, which the reference meets on every CPU run) apart from "our reference guessed wrongly"
 (a later rung fails while this one passes).
@@ -19,15 +19,15 @@ marked ``isolated`` (dropout, the persistent algorithms and their NVRTC builds: 
 CUDA error is likeliest there) runs in a process of its own; those come last.
 
 :func:`climb` runs the rungs' tests in child pytest processes and watches them test by test (a plugin,
-``compat_tests.ladder_log``, writes a line as each test starts and ends): a test that failed for any reason but
+``compat_tests.gpu.ladder_log``, writes a line as each test starts and ends): a test that failed for any reason but
 wrong numbers (an ``AssertionError``) ends its process (a CUDA error may stick) and the rest go on in a fresh
 one; a test over its rung's time limit is killed with its process group and recorded as hung, the rest of its
 rung is not run and the next rung goes on; when the window's time is up, what did not run is recorded as not
 run. The result is a table, rung by rung (passed / failed / hung / skipped / not run, with the first failing
 test's one-line reproduce command), printed and written as ``ladder.json`` and ``ladder.md``.
 
-    python -m compat_tests.gpu_ladder --out DIR [--seconds N] [--rungs NAME,...] [--expect-cudnn]
-    python -m compat_tests.gpu_ladder --failed LADDER_JSON|RUNS   # the rungs that did not pass, comma-separated
+    python -m compat_tests.gpu.ladder --out DIR [--seconds N] [--rungs NAME,...] [--expect-cudnn]
+    python -m compat_tests.gpu.ladder --failed LADDER_JSON|RUNS   # the rungs that did not pass, comma-separated
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .interrupts import stopped_quietly
+from ..interrupts import stopped_quietly
 
 TEST_FILE = "compat_tests/test_gpu_ladder.py"
 # Peers whose comparisons run rung by rung here, not in the generic properties over every peer (marked laddered).
@@ -83,7 +83,7 @@ def _rung(name: str, adds: str, *features: str, **more) -> Rung:
 
 
 ALL = frozenset({"layers", "bidirectional", "ragged", "batch_major", "projection"})
-# The published sample's modes (compat_tests.published.modes(), held equal by test_gpu_ladder_runner.py: the
+# The published sample's modes (compat_tests.judge.published.modes(), held equal by test_gpu_ladder_runner.py: the
 # data file is not read at import).
 PUBLISHED_MODES = ("relu", "tanh", "lstm", "gru")
 RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00, before every other
@@ -221,7 +221,7 @@ def run_group(nodes: list[str], log: Path, deadline: float, pytest_args: Sequenc
                 results[node] = {"outcome": "not run", "message": "no time left in the window"}
             break
         log.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "pytest", *pending, "-m", "gpu", "-p", "compat_tests.ladder_log",
+        command = [sys.executable, "-m", "pytest", *pending, "-m", "gpu", "-p", "compat_tests.gpu.ladder_log",
                    "-p", "no:cacheprovider", "-q", "-rfEsx", *pytest_args]
         env = {**os.environ, "RNN_COMPAT_LADDER_LOG": str(log)}
         process = subprocess.Popen(command, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
@@ -371,7 +371,7 @@ def failed_rungs(ladder_json: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compat_tests.gpu_ladder", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m compat_tests.gpu.ladder", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="folder for ladder.json, ladder.md and ladder-pytest.txt (what "
                                                  "the tests printed)")
     parser.add_argument("--seconds", type=float, default=300.0, help="the time the whole climb may take (300)")

@@ -8,8 +8,8 @@ true both ways: a divergence that disappears (a peer fixed it) turns the test re
 
 from __future__ import annotations
 
-from . import policy
-from .policy import AREAS, PEER_AREAS, WHOLE_PEER_AREAS, Divergence  # noqa: F401 (re-exported)
+from . import peer_exceptions
+from .peer_exceptions import AREAS, PEER_AREAS, WHOLE_PEER_AREAS, Divergence  # noqa: F401 (re-exported)
 
 KNOWN: tuple[Divergence, ...] = (
     Divergence(
@@ -54,13 +54,17 @@ KNOWN: tuple[Divergence, ...] = (
 def divergences_of(peer) -> tuple[Divergence, ...]:
     """``peer``'s known divergences (a peer, or a name: the registered peer of that name): the built-in
     ledger's for its name, then those the peer carries (``Peer.known_divergences``)."""
-    name = policy.name_of(peer)
-    return (*(d for d in KNOWN if d.peer == name), *policy.own(peer, "known_divergences"))
+    from ..peers import exceptions_of
+
+    name = peer_exceptions.name_of(peer)
+    return (*(d for d in KNOWN if d.peer == name), *exceptions_of(peer, "known_divergences"))
 
 
 def ledger() -> tuple[Divergence, ...]:
     """The built-in ledger, then the divergences the registered peers carry (plugin peers loaded here)."""
-    return (*KNOWN, *policy.declared("known_divergences"))
+    from ..peers import declared_exceptions
+
+    return (*KNOWN, *declared_exceptions("known_divergences"))
 
 
 def known(peer, area: str, mode: str) -> Divergence | None:

@@ -1,4 +1,4 @@
-"""A pytest plugin for ``compat_tests.gpu_ladder``: a JSON line in ``$RNN_COMPAT_LADDER_LOG`` as each test
+"""A pytest plugin for ``compat_tests.gpu.ladder``: a JSON line in ``$RNN_COMPAT_LADDER_LOG`` as each test
 starts and as it ends (outcome, seconds, the head of its failure, its notes, and the last ``reproduce``
 command it recorded), flushed at once, so that a runner watching from outside knows which test is running
 and what every finished one did even when the process is killed.

@@ -12,8 +12,8 @@ outputs and gradients must be within the recorded peer's budget in ``tolerances.
 ``compat_tests/test_gpu_capture.py`` checks every capture committed under ``reports/gpu/*/capture/`` on
 every test run. ``scripts/gpu_run.sh`` records one first, before the longer GPU suite.
 
-    python -m compat_tests.gpu_capture --out DIR [--backend cudnn|reference] [--check]
-    python -m compat_tests.gpu_capture --check-only DIR
+    python -m compat_tests.gpu.capture --out DIR [--backend cudnn|reference] [--check]
+    python -m compat_tests.gpu.capture --check-only DIR
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import numpy as np
 from reference import checkpoint
 from reference.formats.files import load_json, replacing
 
-from .compare import Recorded, compare_peer
-from .config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, make_case
-from .run import forward_case
+from ..judge.compare import Recorded, compare_peer
+from ..config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, make_case
+from ..run import forward_case
 
 FORMAT = 1
 CASE_FIELDS = ("x", "h0", "c0", "lengths", "dy", "dh", "dc")
 OUTPUT_FIELDS = Outputs._fields
 GRADIENT_FIELDS = ("d_input", "d_input_h", "d_input_c")
-CAPTURES = Path(__file__).resolve().parent.parent / "reports" / "gpu"
+CAPTURES = Path(__file__).resolve().parents[2] / "reports" / "gpu"
 
 
 def capture_configs() -> list[RNNConfig]:
@@ -241,7 +241,7 @@ def committed_captures() -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compat_tests.gpu_capture", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m compat_tests.gpu.capture", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write a capture here")
     parser.add_argument("--backend", default="cudnn", choices=("cudnn", "reference"))
     parser.add_argument("--check", action="store_true", help="check the new capture against the reference")
