@@ -25,6 +25,7 @@ $(VENV)/.report: pyproject.toml $(VENV)/.test
 # it imports, pytest's assertion rewriting of the test modules and of Hypothesis included, from source again.
 SUITE_THREADS := env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: $(VENV)/.test
+	$(BIN)/ruff check --quiet .
 	$(SUITE_THREADS) $(BIN)/python -m pytest -n 2 --hypothesis-profile=ci
 
 # cuDNN's host side on a CPU, no GPU needed: the ctypes declarations against cuDNN's headers, the descriptors
@@ -36,7 +37,7 @@ $(VENV)/.cudnn-host: $(VENV)/.test
 
 test-cudnn-host: $(VENV)/.cudnn-host
 	$(SUITE_THREADS) $(BIN)/python -m pytest -n 2 --hypothesis-profile=ci \
-		compat_tests/test_cudnn_headers.py compat_tests/test_cudnn_backend.py
+		compat_tests/tests/gpu/test_cudnn_headers.py compat_tests/tests/gpu/test_cudnn_backend.py
 
 # The main job: every available backend against the float64 reference on the embedded default grid;
 # it prints where the report is (reports/_scratch/default-TIMESTAMP/).

@@ -14,7 +14,7 @@ from typing import ClassVar, NamedTuple, Sequence
 import numpy as np
 
 from . import buffers, checks, contract, layout, packing
-from .contract import (  # the shared contract, also importable from here as before
+from .contract import (  # noqa: F401 (the shared contract, also importable from here as before)
     DIRECTIONS,
     INPUT_MODES,
     ForwardResult,

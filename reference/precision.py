@@ -32,8 +32,8 @@ the three. The LSTM's cell state is carried in float16 too: cuDNN's LSTM over 30
 30 calls of one step, each from the float16 ``hy``, ``cy`` the last returned, on every output (probe 9,
 ``reports/gpu/nvidia-h200-cudnn9.19.0-2/probe9.md``; tanh and GRU likewise); with a projection ``o * tanh(c)``
 is stored in float16 for the projection's GEMM. So ruled, every float16 result of both committed captures is
-the reference's bit for bit (``compat_tests/test_gpu_capture.py``). The GPU ladder's rung 08
-(``compat_tests/test_gpu_ladder.py::test_float16_rounding``) checks it on every GPU run. With the state
+the reference's bit for bit (``compat_tests/tests/gpu/test_gpu_capture.py``). The GPU ladder's rung 08
+(``compat_tests/tests/gpu/test_gpu_ladder.py::test_float16_rounding``) checks it on every GPU run. With the state
 rounded each layer's output is float16 already; a layer's output after dropout is rounded again before the
 next layer reads it."""
 

@@ -138,13 +138,13 @@ if [ -f "$work/ladder.md" ]; then
     pack
 fi
 if ((!rerun)); then
-    step host-tests "$(min $(($(left) - 100)) 60)" pytest-host.txt "$python" -m pytest compat_tests/test_cudnn_headers.py \
-        compat_tests/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
+    step host-tests "$(min $(($(left) - 100)) 60)" pytest-host.txt "$python" -m pytest compat_tests/tests/gpu/test_cudnn_headers.py \
+        compat_tests/tests/gpu/test_cudnn_backend.py -p no:cacheprovider --hypothesis-profile=ci -q -rfEsx
     # cudnn-persist runs the persistent algorithms, which the ladder's rung 17 (algorithms) runs in processes of
     # their own
     # (a hang or sticky error there stays in its rung); here and in the report it would take the whole step.
     step gpu-tests "$(min $(($(left) - 80)) 90)" pytest.txt "$python" -m pytest compat_tests -m gpu -p no:cacheprovider \
-        --ignore compat_tests/test_gpu_ladder.py -k "not cudnn-persist" --hypothesis-profile="$profile" -q -rfEsx
+        --ignore compat_tests/tests/gpu/test_gpu_ladder.py -k "not cudnn-persist" --hypothesis-profile="$profile" -q -rfEsx
     units_until=$(($(left) - 30))  # then the units in flight finish, the report is written and packed
     step report $((units_until > 0 ? units_until + 20 : 0)) report.txt "$python" -m compat_tests.cli report \
         --grid "$grid" --backends "${BACKENDS:-reference,cudnn,cudnn-tf32,torch-cuda}" --jobs "${JOBS:-8}" \

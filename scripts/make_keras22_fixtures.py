@@ -1,5 +1,6 @@
 """Write compat_tests/data/keras22/: weights-only ``.h5`` files laid out as Keras 2.2.4's ``model.save_weights``
-writes them, and what Keras computed with their weights, the fixtures of ``compat_tests/test_keras22_files.py``.
+writes them, and what Keras computed with their weights, the fixtures of
+``compat_tests/tests/formats/test_keras22_files.py``.
 
 Keras before 2.3 made ``LSTM`` and ``GRU`` default to ``recurrent_activation="hard_sigmoid"`` (and ``GRU`` to
 ``reset_after=False``), and a weights-only file does not record the activation: only its ``keras_version``

@@ -1,5 +1,5 @@
 """Write compat_tests/data/keras2/: legacy ``.h5`` files that tf.keras 2 (the ``tf_keras`` package) saved, and
-what Keras 2 itself computed with their weights, the fixtures of ``compat_tests/test_keras2_files.py``.
+what Keras 2 itself computed with their weights, the fixtures of ``compat_tests/tests/formats/test_keras2_files.py``.
 
 Two kinds of file:
 - plain layers (``LSTM``, ``GRU`` with and without ``reset_after``, ``SimpleRNN``), whole models;

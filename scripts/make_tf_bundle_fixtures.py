@@ -1,6 +1,6 @@
 """Write compat_tests/data/tf_bundle/: TensorFlow checkpoints written by TensorFlow's own ``SaveV2`` op (the
 V2 tensor bundle behind ``tf.train.Saver`` and ``tf.train.Checkpoint``), the fixtures of
-``compat_tests/test_tf_bundle.py``, and ``expected.npz``, the arrays handed to ``SaveV2``.
+``compat_tests/tests/formats/test_tf_bundle.py``, and ``expected.npz``, the arrays handed to ``SaveV2``.
 
 TensorFlow is not a dependency of this project; this needs it once, in a separate environment:
     python -m venv /tmp/tf && /tmp/tf/bin/pip install tensorflow-cpu numpy

@@ -1,6 +1,6 @@
 """Write compat_tests/data/tf_graphs/: TensorFlow 1 frozen graphs (``GraphDef`` files whose variables
 ``convert_variables_to_constants`` turned into ``Const`` nodes), built and frozen by TensorFlow 2.21's
-``tf.compat.v1``, the fixtures of ``compat_tests/test_tf_graphs.py``.
+``tf.compat.v1``, the fixtures of ``compat_tests/tests/formats/test_tf_graphs.py``.
 
 - ``lstm_stack.pb``, ``lstm_uneven.pb``: LSTM stacks under TensorFlow's cell names
   (``rnn/multi_rnn_cell/cell_N/cudnn_compatible_lstm_cell/...``), computed by TensorFlow's ``LSTMBlockCell``

@@ -1,5 +1,5 @@
 """Write compat_tests/data/tf_kernels/: outputs of TensorFlow's own RNN cell kernels on weights in TensorFlow's
-cell formats (``reference.formats.tf``), the fixtures of ``compat_tests/test_tf_kernels.py``.
+cell formats (``reference.formats.tf``), the fixtures of ``compat_tests/tests/formats/test_tf_kernels.py``.
 
 ``LSTMBlockCell`` is the op behind ``LSTMBlockCell`` and so behind ``CudnnCompatibleLSTMCell`` (forget_bias 0,
 no peepholes, no clipping); ``GRUBlockCell`` is TensorFlow's textbook GRU (the ``gru_cell`` format of

@@ -1,6 +1,6 @@
 """Write compat_tests/data/tf_uneven/: a TensorFlow 1 ``MultiRNNCell`` of cells of different sizes, saved by
 ``tf.compat.v1.train.Saver`` (a tensor bundle), and what TensorFlow's ``dynamic_rnn`` computed with it: the
-fixtures of ``compat_tests/test_tf_uneven.py``.
+fixtures of ``compat_tests/tests/formats/test_tf_uneven.py``.
 
 The stack is ``GRUCell(6) -> GRUCell(4) -> GRUCell(3)`` on 3 inputs (the ``gru_cell`` format, a textbook GRU:
 ``classic_gru``), weights drawn at random, run time-major on ``x [T, B, 3]`` from zero states. A cuDNN stack's

@@ -9,7 +9,7 @@ with the error. ``check`` replays a capture against the float64 reference: the o
 reference's region for region (the layout decisions in ``reference/layout.py`` stand or fall here) and
 outputs and gradients must be within the recorded peer's budget in ``tolerances.py``.
 
-``compat_tests/test_gpu_capture.py`` checks every capture committed under ``reports/gpu/*/capture/`` on
+``compat_tests/tests/gpu/test_gpu_capture.py`` checks every capture committed under ``reports/gpu/*/capture/`` on
 every test run. ``scripts/gpu_run.sh`` records one first, before the longer GPU suite.
 
     python -m compat_tests.gpu.capture --out DIR [--backend cudnn|reference] [--check]
@@ -31,8 +31,8 @@ import numpy as np
 from reference import checkpoint
 from reference.formats.files import load_json, replacing
 
-from ..judge.compare import Recorded, compare_peer
 from ..config import DTYPE_NAMES, Case, GradOutputs, Outputs, RNNConfig, make_case
+from ..judge.compare import Recorded, compare_peer
 from ..run import forward_case
 
 FORMAT = 1

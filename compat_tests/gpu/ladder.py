@@ -4,7 +4,7 @@ A GPU is lent rarely and briefly, and the cuDNN backend rests on guesses that on
 at once, one wrong guess (skip_input's layer-0 biases, float16 rounding) fails a whole property and shrinks
 to its example, and nothing else that property would have explored is seen. So the suite is a ladder: each
 rung adds *one* feature to the best established base (float32 FMA, one layer, unidirectional, time-major,
-equal lengths) and is its own set of tests (``compat_tests/test_gpu_ladder.py``), its name in every test id.
+equal lengths) and is its own set of tests (``compat_tests/tests/gpu/test_gpu_ladder.py``), its name in every test id.
 A wrong guess fails its own rung and nothing else; ``combined`` then crosses the established features.
 
 Rung 00 comes before all of them: cuDNN's own published numbers (its RNN sample's checksums,
@@ -46,7 +46,7 @@ from typing import Sequence
 
 from ..interrupts import stopped_quietly
 
-TEST_FILE = "compat_tests/test_gpu_ladder.py"
+TEST_FILE = "compat_tests/tests/gpu/test_gpu_ladder.py"
 # Peers whose comparisons run rung by rung here, not in the generic properties over every peer (marked laddered).
 LADDERED_PEERS = ("cudnn", "cudnn-tf32")
 PROPERTY_CHECKS = ("layout", "forward", "backward")

@@ -334,8 +334,8 @@ def stack_kind(layers: list[Layer], era: Era = Era()) -> tuple[str | None, str]:
         raise ValueError(f"recurrent_activation {era.told!r} was given, but layer {layers[0].name!r} is a SimpleRNN, "
                          f"which has none")
     if era.told == "hard_sigmoid":
-        raise ValueError(f"the weights were trained with recurrent_activation 'hard_sigmoid' (the option given), "
-                         f"which has no cuDNN equivalent (sigmoid)")
+        raise ValueError("the weights were trained with recurrent_activation 'hard_sigmoid' (the option given), "
+                         "which has no cuDNN equivalent (sigmoid)")
     plain = [layer for layer in layers if layer.config is None and not all(layer.cudnn_layout)]
     if gated and plain and era.told is None and era.recurrent_activation != "sigmoid":
         raise ValueError(f"layer {plain[0].name!r} is a {'LSTM' if kinds[0][0] == 'lstm' else 'GRU'}, and "

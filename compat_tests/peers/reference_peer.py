@@ -19,7 +19,7 @@ class ReferencePeer(Peer):
         cell_clip=True,
         packed=True,
         notes=(("dtype", "the engine's float64 is held against the float64 truth (the plain cells of reference/spec) "
-                          "by compat_tests/test_spec.py"),),
+                          "by compat_tests/tests/reference/test_spec.py"),),
     )
 
     def available(self) -> tuple[bool, str]:
