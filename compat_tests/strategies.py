@@ -11,6 +11,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .config import BIAS_MODE_NAMES, DTYPE_NAMES, MODE_NAMES, RNNConfig
+from .pairwise import pairwise
 from .peers.base import Capabilities
 
 MAX_LAYERS = 3
@@ -226,19 +227,3 @@ def swept(rows) -> list[tuple]:
     """The rows of a sweep this run takes: every row under the thorough profile (:data:`WHOLE_SWEEPS`), else
     the :func:`pairwise` rows."""
     return list(rows) if WHOLE_SWEEPS else pairwise(list(rows))
-
-
-def pairwise(rows: list[tuple]) -> list[tuple]:
-    """Rows of ``rows`` (a sweep: tuples of factor values, as ``itertools.product`` makes them) that hold every
-    pair of values any two factors take together in ``rows``, in their order: chosen greedily, each next row
-    the first that holds the most pairs not yet held."""
-    def pairs(row: tuple) -> set:
-        return {(i, row[i], j, row[j]) for i in range(len(row)) for j in range(i + 1, len(row))}
-
-    left = set().union(*map(pairs, rows)) if rows else set()
-    chosen = []
-    while left:
-        best = max(rows, key=lambda row: len(pairs(row) & left))
-        chosen.append(best)
-        left -= pairs(best)
-    return [row for row in rows if row in chosen]

@@ -20,6 +20,7 @@ from collections import defaultdict
 from ..config import MODE_NAMES
 from . import plots
 from .aggregate import WORST_CASES, budget_share, config_label, group_worst, unavailable_requested
+from .grids import LEFT_OUT
 
 MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
            "config's measured sensitivity; shown as error / budget, both in conditioned eps, and as the share of "
@@ -378,6 +379,7 @@ def markdown(report: dict) -> str:
         "# cudnn-rnn-compat divergence report", "",
         f"Grid `{report['grid']}`, seed {report['seed']}, generated {report['generated_utc']}. {_counts(report)}. "
         f"**{_VERDICT_TEXT[_verdict(report)]}**.", "",
+        *((LEFT_OUT[report["grid"]], "") if report["grid"] in LEFT_OUT else ()),
         *(line for note in _shortfalls(report) for line in (f"**{_md_text(note)}**", "")),
         f"Measure: {MEASURE}.", "",
         "## Summary", "",
@@ -580,6 +582,7 @@ def html_page(report: dict, figures: bool = True) -> str:
         f"<p>Grid <code>{html.escape(report['grid'])}</code>, seed {report['seed']}, generated "
         f"{report['generated_utc']}. {html.escape(_counts(report))}. "
         f"<span class='{verdict}'>{html.escape(_VERDICT_TEXT[verdict])}</span></p>",
+        *((f"<p>{html.escape(LEFT_OUT[report['grid']])}</p>",) if report["grid"] in LEFT_OUT else ()),
         *(f"<p class='failed'>{html.escape(note)}</p>" for note in _shortfalls(report)),
         "<nav>" + "".join(f"<a href='#{k}'>{html.escape(t)}</a>" for k, t in sections) + "</nav>",
         f"<p class='note'>Measure: {html.escape(MEASURE)}.</p>",

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
 import pytest
 
 from compat_tests import cli
+from compat_tests.config import MODE_NAMES
 from compat_tests.peers import PEERS
 from compat_tests.report.grids import GRIDS, plan
 
@@ -84,3 +86,40 @@ def test_the_default_and_window_grids_set_every_mode_beside_cudnns_published_num
     assert [(u.backend, u.cfg.dtype) for u in units] == [("reference", "float64"), ("reference", "float32"),
                                                          ("cudnn", "float32")]  # the truth once, then each backend
     assert not skipped
+
+
+def _feature_rows(name: str, num_units: int) -> set[tuple]:
+    """The feature values of grid ``name``'s plain float32 configs of width ``num_units`` (the feature sweep's):
+    (mode, layers, direction, input mode, ragged, time-major, projected)."""
+    return {(c.mode, c.num_layers, c.direction, c.input_mode, c.lengths is not None, c.time_major,
+             c.num_proj is not None) for study, c in GRIDS[name](0)
+            if study == "compat" and c.dtype == "float32" and c.num_units == num_units and c.bias_mode == "double" and not c.fills_padding and c.cell_clip is None and not c.packed
+            and c.seq_len in (12, 40)}
+
+
+def test_the_default_grid_meets_every_pair_of_features_and_full_every_combination():
+    """``make report`` shows its page in about two minutes: the default grid runs the feature sweep's rows that
+    hold every pair of feature values (at both sizes), and ``full`` every combination; the page says which."""
+    from compat_tests.report.grids import LEFT_OUT
+
+    every = {(m, layers, d, i, r, t, False) for m, layers, d, i, r, t in itertools.product(
+        MODE_NAMES, (1, 2, 3), ("unidirectional", "bidirectional"), ("linear_input", "skip_input"), (False, True),
+        (True, False))}
+    for width in (16, 64):
+        default, full = _feature_rows("default", width), _feature_rows("full", width)
+        plain = {row for row in default if not row[-1]}
+        assert full >= every and len(plain) < len(every) / 4, width
+        for i, j in itertools.combinations(range(6), 2):
+            assert {(row[i], row[j]) for row in plain} == {(row[i], row[j]) for row in every}, (width, i, j)
+    assert "every pair of feature values" in LEFT_OUT["default"] and "--grid full" in LEFT_OUT["default"]
+
+
+def test_the_page_of_a_built_in_grid_says_what_it_leaves_out(tiny_report):
+    from compat_tests.report.grids import LEFT_OUT
+    from compat_tests.report.render import html_page, markdown
+
+    _, _, report = tiny_report
+    for name in ("quick", "default"):
+        assert LEFT_OUT[name] in markdown({**report, "grid": name})
+        assert LEFT_OUT[name].replace("'", "&#x27;") in html_page({**report, "grid": name}, figures=False)
+    assert not any(note in markdown(report) for note in LEFT_OUT.values())  # a grid file's: the user's own
