@@ -107,8 +107,15 @@ def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None)
 def ground_truth_backward(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> GradOutputs:
     """The float64 truth's gradients of ``case.dy``/``dh``/``dc`` on the case's exact values, from
     ``reference.spec`` (see :func:`ground_truth`), the parameters' packed in the opaque layout."""
+    return ground_truth_both(cfg, case, dropout=dropout, masks=masks)[1]
+
+
+def ground_truth_both(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> tuple[Outputs, GradOutputs]:
+    """:func:`ground_truth` (with zeros past each length, whatever ``cfg.padding_fill``) and
+    :func:`ground_truth_backward` of one forward pass of the spec."""
     net, case, options = _spec_call(cfg, case, dropout, masks)
-    grads = spec.backward(net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0, case.c0,
-                          packed_like(cfg, case, case.dy), case.dh, case.dc, **options)
+    out, grads = spec.forward_and_backward(net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0,
+                                           case.c0, packed_like(cfg, case, case.dy), case.dh, case.dc, **options)
     d_params = float64_model(cfg).canonical_to_params(grads.weights, grads.biases)
-    return GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, d_params)
+    return (Outputs(padded(cfg, out.output), out.output_h, out.output_c),
+            GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, d_params))

@@ -13,7 +13,7 @@ import numpy as np
 from . import tolerances
 from .conditioning import sensitivity
 from ..config import Case, GradOutputs, Outputs, RNNConfig, make_case
-from ..run import ground_truth, ground_truth_backward
+from ..run import ground_truth, ground_truth_backward, ground_truth_both
 from .metrics import error_stats
 from ..peers import Peer
 from ..peers.plugins import SPECS
@@ -79,10 +79,13 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     case = case if case is not None else make_case(cfg)
     plain = cfg.with_(padding_fill=0.0)  # the numbers judged; the peer's fill is checked exactly (unfilled)
     evaluate = partial(ground_truth_backward if backward else ground_truth, dropout=dropout, masks=masks)
-    truth = evaluate(plain, case)
+    if backward:  # the gradients and the outputs of the one forward pass they need (the outputs: for overflow)
+        forward_truth, truth = ground_truth_both(plain, case, dropout=dropout, masks=masks)
+    else:
+        truth = evaluate(plain, case)
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else unfilled(peer, cfg, peer.forward(cfg, case))
-    overflows = backward and _overflows(ground_truth(plain, case, dropout=dropout, masks=masks), np.dtype(cfg.dtype))
+    overflows = backward and _overflows(forward_truth, np.dtype(cfg.dtype))
     return judge_results(peer, cfg, actual, truth, sensitivity(plain, case, truth, evaluate=evaluate), backward,
                          overflows)
 

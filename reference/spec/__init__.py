@@ -7,6 +7,6 @@ step functions of ``modes``): this is the float64 truth the suite judges every i
 included, against.
 """
 
-from .network import Gradients, Network, Outputs, backward, forward
+from .network import Gradients, Network, Outputs, backward, forward, forward_and_backward
 
-__all__ = ["Gradients", "Network", "Outputs", "backward", "forward"]
+__all__ = ["Gradients", "Network", "Outputs", "backward", "forward", "forward_and_backward"]

@@ -423,6 +423,16 @@ def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x:
     the same arguments. ``d_output`` has ``output``'s shape (its values past each length are ignored; packed
     with ``x``'s batch sizes after a packed ``x``), ``d_output_h`` and ``d_output_c`` those of the final
     states (``None``: zeros)."""
+    return forward_and_backward(net, weights, biases, x, h0, c0, d_output, d_output_h, d_output_c, lengths=lengths,
+                                dropout=dropout, masks=masks, time_major=time_major)[1]
+
+
+def forward_and_backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array,
+                         h0: Array | None, c0: Array | None, d_output: Array, d_output_h: Array | None = None,
+                         d_output_c: Array | None = None, *, lengths=None, dropout: float = 0.0,
+                         masks: Sequence[Array] = (), time_major: bool = True) -> tuple[Outputs, Gradients]:
+    """:func:`forward`'s outputs (zeros past each length) and :func:`backward`'s gradients of one call, from the
+    one forward pass the gradients need: what a caller wanting both would otherwise compute twice."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
     T, B = call.x.shape[:2]
     LD, D, Hr = net.num_layers * net.num_dirs, net.num_dirs, net.state_width
@@ -443,7 +453,7 @@ def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x:
     dh0, dc0 = np.empty_like(call.h0), None if call.c0 is None else np.empty_like(call.c0)
     grads: list[CellParams | None] = [None] * LD
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        _, _, _, tapes = _run(net, call)
+        y, h_n, c_n, tapes = _run(net, call)
         for layer in reversed(range(net.num_layers)):
             width = net.input_width(layer)
             d_in = np.zeros((T, B, width), dtype=d_out.dtype)
@@ -461,4 +471,8 @@ def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x:
             d_out = d_in
     d_weights, d_biases = _canonical(net, grads, call.storage)
     d_x, dh0, dc0 = (caller_layout(a, time_major, call.storage) for a in (d_out, dh0, dc0))
-    return Gradients(_packed_like(call, d_x), dh0, dc0, d_weights, d_biases)
+    for b, n in enumerate(call.lengths):
+        y[n:, b] = 0
+    output, h_n, c_n = (caller_layout(a, time_major, call.storage) for a in (y, h_n, c_n))
+    return Outputs(_packed_like(call, output), h_n, c_n), Gradients(_packed_like(call, d_x), dh0, dc0, d_weights,
+                                                                    d_biases)

@@ -210,3 +210,21 @@ def test_spec_backward_refuses_bad_gradients_naming_them():
         spec.forward(reference.CudnnGRU(1, 4, 3, dtype=np.float64), gru_case.weights, gru_case.biases, gru_case.x)
     with pytest.raises(ValueError, match=r"Invalid mode"):
         spec.Network("lstmm", 1, 4, 3)
+
+
+@given(cfg=rnn_configs(dtypes_=("float64", "float32"), **TINY))
+def test_forward_and_backward_is_forward_and_backward_bit_for_bit(cfg):
+    """One forward pass for both (what the backward comparison's overflow check reads): its outputs are
+    ``forward``'s with zeros past each length, its gradients ``backward``'s, bit for bit, packed or padded."""
+    from compat_tests.run import _spec_call, packed_like
+
+    case = make_case(cfg)
+    net, case, options = _spec_call(cfg, case, 0.0, ())
+    args = (net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0, case.c0)
+    grad_args = (packed_like(cfg, case, case.dy), case.dh, case.dc)
+    out, grads = spec.forward_and_backward(*args, *grad_args, **options)
+    want_out, want_grads = spec.forward(*args, **options), spec.backward(*args, *grad_args, **options)
+    for got, want in zip([*out, *grads[:3], *grads.weights, *grads.biases],
+                         [*want_out, *want_grads[:3], *want_grads.weights, *want_grads.biases], strict=True):
+        got, want = (getattr(a, "data", a) for a in (got, want))  # (a packed sequence's data)
+        assert (got is None and want is None) or np.array_equal(got, want, equal_nan=True)
