@@ -38,6 +38,14 @@ rounded each layer's output is float16 already; a layer's output after dropout i
 next layer reads it."""
 
 
+TF32_ROUNDING = "rna"
+"""How a float32 GEMM operand becomes TF32 under TF32 math (one of ``reference.tf32.RULES``): to nearest, ties
+away from zero, as PTX's ``cvt.rna.tf32.f32`` converts (the conversion to TF32 that every PTX version since
+TF32's first offers). A provisional decision (docs/decisions.md): cuDNN does not document how its RNN kernels
+read float32 operands in TF32, and no GPU capture has settled it yet; truncation and ties-to-even are the
+other candidates, each exact in ``reference.tf32``."""
+
+
 def rounds_at(storage: object, point: str) -> bool:
     """Whether a forward pass over data of dtype ``storage`` rounds to it at ``point`` (one of
     :data:`ROUNDING_POINTS`): float16 at the points of :data:`HALF_ROUNDS`, read at each call."""
