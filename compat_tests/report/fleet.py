@@ -238,7 +238,7 @@ def _wait_for_scheduler(file: Path, scheduler: subprocess.Popen, folder: Path) -
 def connect(address: str, timeout: float | None = None, security=None):
     """A client of the scheduler at ``address`` (``security``: Dask's ``Security`` for a tls:// one), a
     FleetLost where none answers. Dask waits for the handshake without a limit: a remote address is first
-    :func:`~compat_tests.report.handshake.check_scheduler`'s (:func:`open_fleet`)."""
+    :func:`~compat_tests.report.reach.check_scheduler`'s (:func:`open_fleet`)."""
     from distributed import Client
 
     timeout = CONNECT_SECONDS if timeout is None else timeout
@@ -414,7 +414,7 @@ class Fleet:
 def open_fleet(scheduler: str, log: Path, reach: Reach = Reach()) -> Iterator[Fleet]:
     """A :class:`Fleet` on ``--scheduler`` (``local[:N]``: one started here, and stopped after), its client
     closed after the block. A remote scheduler must greet within ``reach.wait`` seconds, else a
-    :class:`~compat_tests.report.handshake.NotAScheduler` (a ValueError) says what answered instead; one
+    :class:`~compat_tests.report.reach.NotAScheduler` (a ValueError) says what answered instead; one
     reached over plain tcp:// from another machine is warned of on stderr. Dask's own messages in this
     process (a connection lost and retried, with its traceback) go to the file ``log`` (:func:`_dask_log`),
     not to the terminal: what the run says of a lost cluster is :class:`FleetLost`'s."""
