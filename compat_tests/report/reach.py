@@ -55,7 +55,8 @@ def split_address(address: str) -> tuple[str, str, int]:
 
 def check_scheduler(address: str, wait: float = DEFAULT_WAIT, tls: ssl.SSLContext | None = None) -> None:
     """Returns once a Dask scheduler at ``address`` has greeted; else :class:`NotAScheduler` saying what is
-    there, after at most about ``2 * wait`` seconds (a connection, a greeting) plus 2. ``tls``: the context a
+    there, after at most ``2 * wait`` seconds (a connection, a greeting) plus 6 (an HTTP request's answer, a TLS
+    hello on a second connection). ``tls``: the context a
     ``tls://`` address is reached with (its certificates), else the system's default one."""
     scheme, host, port = split_address(address)
     try:
