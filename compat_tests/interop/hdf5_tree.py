@@ -126,9 +126,9 @@ def _text_attrs(attrs) -> dict:
         except (OSError, TypeError, ValueError):  # a type h5py cannot read: not one of the readers' attributes
             continue
         if isinstance(value, (bytes, str)):
-            found[key] = value.decode(errors="replace") if isinstance(value, bytes) else value
+            found[key] = _text(value)
         elif isinstance(value, np.ndarray) and (value.size == 0 or value.dtype.kind in "OSU"):
-            found[key] = [v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in value.ravel()]
+            found[key] = [_text(v) for v in value.ravel()]
     return found
 
 

@@ -3,7 +3,7 @@
 A test that meets one of these marks itself ``xfail(strict=True)`` with the reason, so the ledger stays
 true both ways: a divergence that disappears (a peer fixed it) turns the test red until its entry goes.
 ``KNOWN`` is the built-in peers'; any other peer carries its own (``Peer.known_divergences``, in one of
-``PEER_AREAS``), checked by ``compat_tests.policy.problem`` as its plugin loads.
+``PEER_AREAS``), checked by ``peer_exceptions.problem`` as its plugin loads.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ DEFAULTS: dict[tuple[str, str], Budget] = {
 
 # The built-in peers' narrow exceptions, each with its reason. Divergences that are defects (wrong semantics
 # rather than more rounding) are listed in compat_tests/judge/known_divergences.py instead. Any other peer carries
-# its own (``Peer.overrides``, checked by ``compat_tests.policy.problem`` as its plugin loads).
+# its own (``Peer.overrides``, checked by ``peer_exceptions.problem`` as its plugin loads).
 _TORCH_HALF = Budget(8.0, "PyTorch's CPU float16 RNNs round more intermediates to half precision than "
                           "cuDNN's HALF-data/FLOAT-math contract (the reference and onnxruntime stay "
                           "within 0.27 on the same sweep); measured up to 2.3 (small GRUs), not growing "

@@ -7,6 +7,7 @@ asks, and :func:`load_plugin` one spec more (``--plugin``).
 
 from __future__ import annotations
 
+from ..judge import peer_exceptions
 from . import plugins
 from .base import Capabilities, Peer
 from .cudnn_gpu import CudnnPeer
@@ -70,7 +71,7 @@ def exceptions_of(peer, field: str) -> tuple:
     ``"known_divergences"``): a peer's own; for a name (or anything with a ``name``, such as
     ``compare.Recorded`` results) the registered peer's of that name, if any. A built-in peer's are ``()``:
     its exceptions are in the tables (``compat_tests.judge``)."""
-    holder = peer if isinstance(peer, Peer) else PEERS.get(peer if isinstance(peer, str) else peer.name)
+    holder = peer if isinstance(peer, Peer) else PEERS.get(peer_exceptions.name_of(peer))
     return tuple(getattr(holder, field, ()))
 
 

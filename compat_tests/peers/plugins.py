@@ -17,7 +17,7 @@ reason says why, since it was merely installed, and one broken package should no
 same reason an installed peer whose name is taken is left out with a warning, where a spec's is an error.
 A spec cannot hold a comma (the variable's separator).
 A plugin peer is judged by the policy's default budgets unless it declares its own exceptions, each with
-its reason (``Peer.overrides``, ``Peer.known_divergences``): checked here (``compat_tests.policy.problem``);
+its reason (``Peer.overrides``, ``Peer.known_divergences``): checked here (``compat_tests.judge.peer_exceptions.problem``);
 the policy's lookups read them from the peer itself.
 """
 

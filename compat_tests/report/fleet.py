@@ -421,6 +421,7 @@ def open_fleet(scheduler: str, log: Path, reach: Reach = Reach()) -> Iterator[Fl
     require_distributed()
     where, workers = parse_scheduler(scheduler)
     reach.check(scheduler)
+    _dask_log(log)  # (a file only where Dask has something to say)
     if where != "local":
         address = scheduler_address(where)
         if reach.ca_file is not None and split_address(address)[0] != "tls":
@@ -432,11 +433,9 @@ def open_fleet(scheduler: str, log: Path, reach: Reach = Reach()) -> Iterator[Fl
             print(f"rnn-compat report: warning: {address} is reached without TLS; a Dask scheduler runs whatever "
                   f"its clients send it, so a fleet beyond one machine should use tls:// (docs/fleet.md)",
                   file=sys.stderr, flush=True)
-        _dask_log(log)
         with _client(address, 1, security) as client:
             yield Fleet(client, scheduler)
         return
-    _dask_log(log)
     with local_cluster(workers, gpu=_gpu_here()) as (address, processes, _), _client(address, 1) as client:
         yield Fleet(client, scheduler, alive=lambda: processes[0].poll() is None)
 

@@ -402,6 +402,12 @@ def forward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: 
         raise ValueError(f"padding_fill must be 0.0 with a packed x (a packed output has no padding), got {fill!r}")
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         y, h_n, c_n, _ = _run(net, call)
+    return _outputs(call, y, h_n, c_n, fill, time_major)
+
+
+def _outputs(call: _Call, y: Array, h_n: Array, c_n: Array | None, fill, time_major: bool) -> Outputs:
+    """A run's outputs as the caller receives them: ``fill`` past each length, in the call's layout, dtype and
+    packing."""
     for b, n in enumerate(call.lengths):
         y[n:, b] = fill
     output, h_n, c_n = (caller_layout(a, time_major, call.storage) for a in (y, h_n, c_n))
@@ -471,8 +477,5 @@ def forward_and_backward(net: Network, weights: Sequence[Array], biases: Sequenc
             d_out = d_in
     d_weights, d_biases = _canonical(net, grads, call.storage)
     d_x, dh0, dc0 = (caller_layout(a, time_major, call.storage) for a in (d_out, dh0, dc0))
-    for b, n in enumerate(call.lengths):
-        y[n:, b] = 0
-    output, h_n, c_n = (caller_layout(a, time_major, call.storage) for a in (y, h_n, c_n))
-    return Outputs(_packed_like(call, output), h_n, c_n), Gradients(_packed_like(call, d_x), dh0, dc0, d_weights,
-                                                                    d_biases)
+    return (_outputs(call, y, h_n, c_n, 0.0, time_major),
+            Gradients(_packed_like(call, d_x), dh0, dc0, d_weights, d_biases))
