@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "Ctrl-C keeps the finished units, and --resume runs the rest.")
     report.add_argument("--backends", help="comma-separated backends (default: all available)")
     _plugin_option(report)
-    report.add_argument("--grid", default="default", help="quick | window (a GPU window's) | default | full | a JSON grid file")
+    report.add_argument("--grid", help="quick | window (a GPU window's) | default (the default) | full | a JSON grid "
+                                       "file")
     report.add_argument("--out", help="report folder (default: reports/_scratch/GRID-TIMESTAMP)")
     report.add_argument("--resume", action="store_true", help="continue the run whose results.jsonl is in --out")
     report.add_argument("--force", action="store_true", help="start over in an --out that holds a run or a report "
@@ -254,6 +255,22 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--max-seconds", type=float,
                         help="start no unit after this many seconds; the report then covers the units that ran "
                              "(marked incomplete, exit status 1) and --resume runs the rest")
+    yours = report.add_argument_group("a report about your model (docs/model-report.md)", "every backend on the "
+                                      "weights of your file, the file in its own framework, a verdict, a diagnosis "
+                                      "and the tolerance to use")
+    yours.add_argument("--model", action="append", metavar="FILE",
+                       help="a model file of any format rnn-compat infer reads; repeat it for an export or a port of "
+                            "the first (each file is judged against the first's truth)")
+    yours.add_argument("--from", dest="source", default=AUTO, choices=FORMATS + (AUTO,),
+                       help="the model files' format (default auto: told by each file's name and contents)")
+    yours.add_argument("--input", metavar="X.npy", help="your input, [T, B, input_size] (default: inputs drawn for "
+                                                        "the model)")
+    yours.add_argument("--lengths", metavar="LENGTHS.npy", help="with --input: the sequence lengths [B]")
+    yours.add_argument("--batch-major", action="store_true", help="--input is [B, T, input_size]")
+    yours.add_argument("--input-scale", type=float, metavar="S",
+                       help="the drawn inputs: standard normal times S (default 1)")
+    yours.add_argument("--steps", metavar="T,T", help="the drawn inputs' sequence lengths (default 10,1000)")
+    _model_options(report)
 
     render = _command(sub, "render", "write a report run's report.json, report.md and index.html again from its "
                                      "run.json and results.jsonl", "For a stopped run, or the figures on a machine "
@@ -354,6 +371,27 @@ def main(argv: list[str] | None = None) -> int:
 PEER_COMMANDS = ("report", "render", "check", "peers", "test")
 
 
+def _report(args: argparse.Namespace) -> int:
+    """``report``: about a model file (``--model``), else about a grid (``--grid``, default ``default``)."""
+    from .model_report.command import check_grid_arguments, cmd_model_report
+
+    if args.model:
+        return cmd_model_report(args)
+    check_grid_arguments(args)
+    args.grid = args.grid or "default"
+    return cmd_report(args)
+
+
+def _render(args: argparse.Namespace) -> int:
+    """``render``: a model run's folder by its own report, any other by the grid report's."""
+    from .model_report.command import rendered
+    from .model_report.plan import is_model_run
+
+    if is_model_run(Path(args.dir)):
+        return rendered(Path(args.dir), figures=not args.no_figures)
+    return cmd_render(args)
+
+
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         if args.command in PEER_COMMANDS:  # the installed plugins and RNN_COMPAT_PLUGINS', then --plugin's
@@ -364,7 +402,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
                 load_plugin(spec)
         if args.command == "test":
             return cmd_test(args, extra)
-        commands = {"report": cmd_report, "render": cmd_render, "check": cmd_check, "convert": cmd_convert,
+        commands = {"report": _report, "render": _render, "check": cmd_check, "convert": cmd_convert,
                     "infer": cmd_infer, "peers": cmd_peers, "diff": cmd_diff}
         return commands[args.command](args)
     except (ValueError, TypeError, OSError, MissingDependency) as exc:  # named in the message

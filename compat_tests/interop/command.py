@@ -24,14 +24,14 @@ def _read_model(args: argparse.Namespace, path: str):
         raise ValueError(f"--scope applies to TF-named files (--from tf or checkpoint), not to --from {args.source}")
     if args.module is not None and args.source != "torch":
         raise ValueError(f"--module applies to PyTorch files (--from torch), not to --from {args.source}")
-    read = convert.read(args.source, path, _overrides(args))
+    read = convert.read(args.source, path, reader_options(args))
     if read.note:  # an approximation of the file's model: said here, and in infer --out's .npz
         print(f"rnn-compat: note: {path}: {read.note}", file=sys.stderr)
         args.note = read.note
     return read
 
 
-def _overrides(args: argparse.Namespace) -> dict:
+def reader_options(args: argparse.Namespace) -> dict:
     """The model options of the command line as the readers' options (``None``: not given)."""
     return {"rnn_mode": args.mode, "num_layers": args.num_layers, "num_units": args.num_units,
             "input_size": args.input_size, "direction": args.direction, "input_mode": args.input_mode,
@@ -136,7 +136,7 @@ def _infer_chain(args: argparse.Namespace, out: Path) -> int:
     from . import convert
 
     with reading("CHECKPOINT", args.checkpoint):
-        chain = convert.read_chain(args.source, args.checkpoint, _overrides(args))
+        chain = convert.read_chain(args.source, args.checkpoint, reader_options(args))
     x = read_array(args.input, "INPUT")
     lengths = None if args.lengths is None else read_array(args.lengths, "--lengths")
     if x.dtype != chain.dtype:

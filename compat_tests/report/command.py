@@ -46,7 +46,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = args.grid if args.grid in GRIDS else Path(args.grid).stem
     out = Path(args.out) if args.out else Path("reports") / "_scratch" / f"{folder}-{stamp}"
-    _check_run_folder(out, args)  # refused before the folder is made
+    check_run_folder(out, args)  # refused before the folder is made
     if not args.scheduler:
         return _report_run(args, specs, seed, out, None)
     from .fleet import FleetLost, open_fleet
@@ -103,7 +103,7 @@ def _report_run(args: argparse.Namespace, specs: list, seed: int, out: Path, fle
     where = f"{args.jobs} jobs" if fleet is None else f"the Dask cluster {args.scheduler}" + (
         f", on each of its {len(fleet.groups)} environments" if args.fanout else "")
     with run_lock(out):  # one run at a time writes a folder; what it holds is judged again under the lock
-        _check_run_folder(out, args)
+        check_run_folder(out, args)
         if args.resume:
             check_resumable(out, units)
         if args.force:
@@ -123,7 +123,7 @@ def _report_run(args: argparse.Namespace, specs: list, seed: int, out: Path, fle
 FLEET_LOG = RUN_FILES[3]  # a fleet run's: Dask's own messages in this process (a connection lost and retried)
 
 
-def _check_run_folder(out: Path, args: argparse.Namespace) -> None:
+def check_run_folder(out: Path, args: argparse.Namespace) -> None:
     """``--out`` as this run may write it: with ``--resume``, a run to continue; else a folder without the files
     a run writes, unless ``--force`` (start over: the run there, and its report, are replaced)."""
     from .sweep import RESULTS

@@ -33,7 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from reference.formats.files import load_json
 
@@ -52,7 +52,9 @@ RECORD_KEYS = ("id", "study", "backend", "config", "status", "passed", "indeterm
 RECORD_KEYS_BY_KIND = {("ok", "compat"): ("forward", "reproduce"), ("ok", "gru_variant"): ("variant",),
                        ("ok", "published"): ("published",),
                        ("error", "compat"): ("error", "reproduce"), ("error", "gru_variant"): ("error",),
-                       ("error", "published"): ("error",)}
+                       ("error", "published"): ("error",),
+                       # a model report's (compat_tests.model_report.units)
+                       ("ok", "model"): ("forward", "model", "reproduce"), ("error", "model"): ("error", "reproduce")}
 # What the report reads inside a record: each judged quantity's verdict, and a GRU-variant result.
 VERDICT_KEYS = ("conditioned", "budget", "passed", "indeterminate", "max_eps", "per_step")
 VARIANT_KEYS = ("max_abs", "final_h_max_abs", "per_step_abs")
@@ -293,8 +295,9 @@ def _kill(pool: ProcessPoolExecutor) -> None:
         worker.join(timeout=5)
 
 
-def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, emit, signals: _Signals) -> None:
-    """Run ``units``, handing each record to ``emit`` as it finishes; none starts after ``deadline``
+def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, emit, signals: _Signals,
+         kind: "UnitKind") -> None:
+    """Run ``units`` (by ``kind.run``), handing each record to ``emit`` as it finishes; none starts after ``deadline``
     (``time.monotonic()``). In-process, the file ``in_flight`` names the unit running until its record is
     written. An interrupt (any exception) ends it at once: the workers are killed, their units lost."""
     def expired() -> bool:
@@ -306,7 +309,7 @@ def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, 
                 return
             in_flight.write_text(unit.id + "\n")
             try:
-                record = run_unit(unit.to_dict())
+                record = kind.run(unit.to_dict())
             except BaseException:  # an interrupt, not a crash: the unit need not run alone next time
                 in_flight.unlink(missing_ok=True)
                 raise
@@ -320,7 +323,7 @@ def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, 
         # (an interrupt while the workers spawn waits until the pool has them all: then _close kills every one)
         with signals.whole(), _single_threaded_workers(jobs), children_start_deaf(spawn=True):
             pool = _pool(jobs)
-            unit_of: dict[Future, Unit] = {pool.submit(run_unit, unit.to_dict()): unit for unit in units}
+            unit_of: dict[Future, Unit] = {pool.submit(kind.run, unit.to_dict()): unit for unit in units}
         pending = set(unit_of)
         while pending and not broken:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -347,10 +350,10 @@ def _run(units: list[Unit], jobs: int, deadline: float | None, in_flight: Path, 
         _close(pool, finished)
     if broken:
         order = {unit.id: i for i, unit in enumerate(units)}
-        _one_at_a_time(sorted(broken, key=lambda u: order[u.id]), jobs, expired, emit, signals)
+        _one_at_a_time(sorted(broken, key=lambda u: order[u.id]), jobs, expired, emit, signals, kind)
 
 
-def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signals) -> None:
+def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signals, kind: "UnitKind") -> None:
     """Run ``units``, each alone in a worker process (a fresh one after a worker dies), records to ``emit``."""
     pool, finished = None, False
     try:
@@ -360,11 +363,11 @@ def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signal
                     break
                 with signals.whole(), children_start_deaf(spawn=True):
                     pool = pool or _pool(1)
-                    future = pool.submit(run_unit, unit.to_dict())
+                    future = pool.submit(kind.run, unit.to_dict())
                 try:
                     record = _result(future, signals)
                 except BrokenProcessPool:
-                    record = died_record(unit)
+                    record = kind.died(unit)
                     _close(pool, True)
                     pool = None
                 with signals.whole():
@@ -374,15 +377,28 @@ def _one_at_a_time(units: list[Unit], jobs: int, expired, emit, signals: _Signal
         _close(pool, finished)
 
 
+class UnitKind(NamedTuple):
+    """How a sweep runs its units: ``run(unit.to_dict())`` -> the unit's record (a top-level function, which a
+    worker process can import; it never raises for a unit's own failure), and ``died(unit)`` -> the record of a
+    unit whose worker process died running it alone."""
+
+    run: Callable[[dict], dict]
+    died: Callable[[object], dict]
+
+
+GRID_UNITS = UnitKind(run_unit, died_record)  # the grid report's units (compat_tests.report.units)
+
+
 def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
-          max_seconds: float | None = None, runner=None) -> list[dict]:
+          max_seconds: float | None = None, runner=None, kind: UnitKind = GRID_UNITS) -> list[dict]:
     """Run every unit not yet in ``out/results.jsonl`` (none starting after ``max_seconds``, when given) and
     return the records of ``units`` there, in plan order: all of them unless the time ran out. SIGINT or
     SIGTERM stops it at once with :class:`Interrupted` (a ``KeyboardInterrupt``): the workers are killed, the
     units in flight lost, every record already written kept whole for ``--resume``; a second one ends the
     process at once. ``runner(units, deadline, emit, signals)``, where given, runs the units instead of this
     machine's processes (a Dask cluster: ``fleet.Fleet.runner``), handing each record to ``emit`` inside
-    ``signals.whole()``."""
+    ``signals.whole()``. ``kind``: how a unit runs (the grid report's by default; a model report's,
+    :mod:`compat_tests.model_report.units`)."""
     if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and math.isfinite(max_seconds)
                                         and max_seconds > 0):
         raise ValueError(f"max_seconds must be a finite number of seconds > 0, got {max_seconds!r}")
@@ -409,8 +425,8 @@ def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
         if runner is not None:
             runner(todo, deadline, emit, signals)
         else:
-            _one_at_a_time(crashed, jobs, expired, emit, signals)
-            _run(todo, jobs, deadline, out / IN_FLIGHT, emit, signals)
+            _one_at_a_time(crashed, jobs, expired, emit, signals, kind)
+            _run(todo, jobs, deadline, out / IN_FLIGHT, emit, signals, kind)
     return [done[u.id] for u in units if u.id in done]
 
 

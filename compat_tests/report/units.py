@@ -62,14 +62,14 @@ class Unit:
         return cls(data["study"], data["backend"], RNNConfig.from_dict(data["config"]))
 
 
-def _finite(value):
+def json_safe(value):
     """JSON has no inf/NaN: non-finite floats become null (counts and verdicts keep the information)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     return value
 
 
@@ -78,8 +78,14 @@ def _round(values, digits: int = 4):
 
 
 def _verdicts(comparison: Comparison) -> dict:
+    return verdict_records(comparison.verdicts)
+
+
+def verdict_records(verdicts: dict) -> dict:
+    """Each quantity's :class:`~compat_tests.judge.tolerances.Verdict` as a record holds it (its error statistics,
+    the per-step errors rounded to 4 digits, conditioned error, budget, kappa, passed, indeterminate)."""
     out = {}
-    for name, v in comparison.verdicts.items():
+    for name, v in verdicts.items():
         stats = v.stats.to_dict()
         stats["per_step"] = _round(stats["per_step"])
         out[name] = {**stats, "conditioned": v.conditioned_error, "budget": v.bound, "kappa": v.kappa,
@@ -153,7 +159,7 @@ def unit_command(unit: dict) -> str:
 def died_record(unit: Unit) -> dict:
     """The record of a unit whose worker process died running it, alone (a native crash, or killed for memory):
     an error of the backend, like an exception."""
-    return _finite({**_identity(unit), "status": "error", "passed": False, "indeterminate": False, "seconds": 0.0,
+    return json_safe({**_identity(unit), "status": "error", "passed": False, "indeterminate": False, "seconds": 0.0,
                     "error": "the worker process died running this unit alone (a native crash such as a "
                              "segfault, or killed for memory)"})
 
@@ -179,7 +185,7 @@ def run_unit(data: dict) -> dict:
         if unit.study == "compat":  # the comparison it ended, whose command reproduces it
             record["error_in"] = "gradients" if "forward" in body else "forward"
     record["seconds"] = round(time.perf_counter() - start, 4)
-    return _finite(record)
+    return json_safe(record)
 
 
 if __name__ == "__main__":  # unit_command: run one unit, print its record
