@@ -84,7 +84,8 @@ def cmd_model_report(args: argparse.Namespace) -> int:
         raise ValueError(f"--input-scale must be a finite number > 0, got {args.input_scale}")
     steps = _steps(args.steps)
     options = reader_options(args)
-    read = [model_files.read_model(path, args.source, options) for path in args.model]
+    read = [model_files.read_model(args.model[0], args.source, options)]
+    read += [model_files.read_later_model(path, args.source, options) for path in args.model[1:]]
     unused = model_files.unused_options(options, [f.fmt for f in read])
     if unused:
         raise ValueError(f"{', '.join(unused)} applies to none of the files ({', '.join(f'{f.path} ({f.fmt})' for f in read)})")
@@ -129,12 +130,13 @@ def _plan_units(read: list, chosen: list, out: Path, backends: str | None, optio
                     continue
                 units.append(ModelUnit(peer.name, cfg, 0, k, str(out)))
         for n, f in enumerate(read):
+            dtype = (f.model or first.model).dtype.name  # (a file the readers refused: the first's)
             why = unavailable(f.path, f.fmt) or _misfit(fixed_sizes(f.path, f.fmt), T, B)
             if why:
-                skipped.append({"backend": f"{FILE_BACKEND} {n}", "dtype": f.model.dtype.name,
-                                "input": inp.label, "reason": f"{f.path}: {why}"})
+                skipped.append({"backend": f"{FILE_BACKEND} {n}", "dtype": dtype, "input": inp.label,
+                                "reason": f"{f.path}: {why}"})
                 continue
-            units.append(ModelUnit(FILE_BACKEND, base.with_(dtype=f.model.dtype.name), n, k, str(out)))
+            units.append(ModelUnit(FILE_BACKEND, base.with_(dtype=dtype), n, k, str(out)))
     return units, status, skipped
 
 
@@ -160,7 +162,7 @@ def fitted_inputs(read: list, chosen: list) -> list:
             continue
         T, B = sizes[0] or chosen[0].x.shape[0], sizes[1] or chosen[0].x.shape[1]
         seed = len(chosen) + len(extra)
-        x = np.random.default_rng(seed).standard_normal((T, B, f.model.input_size)) * chosen[0].x.std()
+        x = np.random.default_rng(seed).standard_normal((T, B, chosen[0].x.shape[2])) * chosen[0].x.std()
         extra.append(Input(f"drawn: seed {seed}, T={T}, B={B} (the sizes {Path(f.path).name} takes)", x, None, seed))
     return chosen + extra
 

@@ -33,8 +33,8 @@ def _gru_variant(cfg: RNNConfig, case: Case) -> list[Variant]:
     other = {"gru": "classic_gru", "classic_gru": "gru"}.get(cfg.mode)
     if other is None:
         return []
-    said = {"gru": "the textbook GRU (ONNX linear_before_reset=0, Keras reset_after=False)",
-            "classic_gru": "cuDNN's GRU (ONNX linear_before_reset=1, Keras reset_after=True, PyTorch's nn.GRU)"}
+    said = {"gru": "cuDNN's GRU (ONNX linear_before_reset=1, Keras reset_after=True, PyTorch's nn.GRU)",
+            "classic_gru": "the textbook GRU (ONNX linear_before_reset=0, Keras reset_after=False)"}
     return [(f"it computes {said[other]} where {said[cfg.mode]} is expected", cfg.with_(mode=other), case,
              ground_truth)]
 
@@ -53,9 +53,10 @@ def _gate_orders(cfg: RNNConfig, case: Case) -> list[Variant]:
             continue
         moved = Case(_permuted(weights, case.weights, order, G), _permuted(biases, case.biases, order, G),
                      case.x, case.h0, case.c0, case.lengths)
-        names = "".join(gates[g] for g in order)
-        variants.append((f"its gate blocks are in the order {names} where {''.join(gates)} is expected", cfg, moved,
-                         ground_truth))
+        moved_gates = [g for g in range(G) if order[g] != g]
+        said = (f"gates {gates[moved_gates[0]]} and {gates[moved_gates[1]]} exchanged" if len(moved_gates) == 2 else
+                f"its gate blocks in the order {''.join(gates[g] for g in order)}")
+        variants.append((f"{said}, where cuDNN's order is {' '.join(gates)}", cfg, moved, ground_truth))
     return variants
 
 

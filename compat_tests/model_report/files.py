@@ -42,14 +42,16 @@ class ModelFile:
     biases: list
     note: str | None
     sha256: str
+    unread: str | None = None  # why the readers refused a later file that runs in its own framework all the same
 
     def architecture(self) -> RNNConfig:
         return architecture(self.model)
 
     def describe(self) -> dict:
-        """What the report says of the file: path, format, model, note and digest."""
-        return {"path": self.path, "format": self.fmt, "model": repr(self.model), "note": self.note,
-                "sha256": self.sha256, "architecture": self.architecture().to_dict()}
+        """What the report says of the file: path, format, model (or why it was not read), note and digest."""
+        return {"path": self.path, "format": self.fmt, "sha256": self.sha256, "note": self.note,
+                **({"model": f"not read: {self.unread}", "architecture": None} if self.unread else
+                   {"model": repr(self.model), "architecture": self.architecture().to_dict()})}
 
 
 def architecture(model, dtype: str | None = None) -> RNNConfig:
@@ -85,6 +87,25 @@ def read_model(path: str, source: str, options: dict) -> ModelFile:
     return ModelFile(str(path), fmt, read.model, list(read.weights), list(read.biases), read.note, digest(path))
 
 
+def read_later_model(path: str, source: str, options: dict) -> ModelFile:
+    """A ``--model`` after the first: :func:`read_model`, or where the readers refuse it but its own framework
+    runs it (an ONNX export whose node reads the sequence backwards, which cuDNN has no way to compute), a
+    :class:`ModelFile` without weights saying why (``unread``): it is judged by its framework's results alone."""
+    from ..interop import convert
+    from .frameworks import unavailable
+
+    try:
+        return read_model(path, source, options)
+    except ValueError as exc:
+        try:
+            fmt = convert.detect(path, options.get("names")) if source == convert.AUTO else source
+        except (ValueError, OSError):
+            raise exc from None
+        if unavailable(path, fmt) is not None:
+            raise
+        return ModelFile(str(path), fmt, None, [], [], None, digest(path), unread=str(exc))
+
+
 def unused_options(options: dict, formats: list[str]) -> list[str]:
     """The reader options given (not ``None``) that apply to none of ``formats``: named as ``--option``."""
     return ["--" + k.replace("_", "-") for k, applies in READER_OPTIONS.items()
@@ -97,6 +118,8 @@ def check_one_model(files: list[ModelFile]) -> None:
     first = files[0]
     a = first.architecture()
     for other in files[1:]:
+        if other.unread:
+            continue
         b = other.architecture()
         differ = [f"{f} {getattr(a, f)!r} and {getattr(b, f)!r}" for f in SHAPE_FIELDS if getattr(a, f) != getattr(b, f)]
         if FAMILIES[a.mode] != FAMILIES[b.mode]:
@@ -112,6 +135,8 @@ def compare_weights(first: ModelFile, other: ModelFile) -> dict:
     or ``"different"``; ``tensors``: the differing ones (named by pseudo-layer, kind and gate, with the largest
     difference). Biases compare as the total each gate adds (``b_W + b_R``: single-bias formats split it their
     own way), but for cuDNN's GRU candidate, whose ``b_Rh`` the reset gate scales."""
+    if other.unread:
+        return {"file": other.path, "against": first.path, "verdict": "not read", "tensors": [], "why": other.unread}
     regions_a, regions_b = _named(first), _named(other)
     coarse = max(np.finfo(first.model.dtype).eps, np.finfo(other.model.dtype).eps)
     differing, exact = [], True

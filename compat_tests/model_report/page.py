@@ -189,7 +189,9 @@ def _weights_lines(report: dict) -> list[str]:
         tensors = "; ".join(t["tensor"] + (f" (max difference {t['max_abs']:.3g})" if t.get("max_abs") else
                                            f" ({t.get('why')})") for t in w["tensors"][:6])
         more = f" and {len(w['tensors']) - 6} more" if len(w["tensors"]) > 6 else ""
-        lines.append(f"{w['file']} against {w['against']}: {w['verdict']}" + (f": {tensors}{more}" if tensors else ""))
+        why = f": the readers refused it ({w['why']}); its own framework's results are judged alone" \
+            if w["verdict"] == "not read" else f": {tensors}{more}" if tensors else ""
+        lines.append(f"{w['file']} against {w['against']}: {w['verdict']}{why}")
     return lines
 
 

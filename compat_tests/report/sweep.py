@@ -386,19 +386,17 @@ class UnitKind(NamedTuple):
     died: Callable[[object], dict]
 
 
-GRID_UNITS = UnitKind(run_unit, died_record)  # the grid report's units (compat_tests.report.units)
-
-
 def sweep(units: list[Unit], out: Path, jobs: int = 1, progress: bool = True,
-          max_seconds: float | None = None, runner=None, kind: UnitKind = GRID_UNITS) -> list[dict]:
+          max_seconds: float | None = None, runner=None, kind: UnitKind | None = None) -> list[dict]:
     """Run every unit not yet in ``out/results.jsonl`` (none starting after ``max_seconds``, when given) and
     return the records of ``units`` there, in plan order: all of them unless the time ran out. SIGINT or
     SIGTERM stops it at once with :class:`Interrupted` (a ``KeyboardInterrupt``): the workers are killed, the
     units in flight lost, every record already written kept whole for ``--resume``; a second one ends the
     process at once. ``runner(units, deadline, emit, signals)``, where given, runs the units instead of this
     machine's processes (a Dask cluster: ``fleet.Fleet.runner``), handing each record to ``emit`` inside
-    ``signals.whole()``. ``kind``: how a unit runs (the grid report's by default; a model report's,
+    ``signals.whole()``. ``kind``: how a unit runs (default the grid report's, :mod:`.units`; a model report's,
     :mod:`compat_tests.model_report.units`)."""
+    kind = kind or UnitKind(run_unit, died_record)
     if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and math.isfinite(max_seconds)
                                         and max_seconds > 0):
         raise ValueError(f"max_seconds must be a finite number of seconds > 0, got {max_seconds!r}")
