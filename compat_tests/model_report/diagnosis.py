@@ -1,12 +1,12 @@
 """What a result beyond rounding most likely is: each diagnosis is a check, not a guess from the error's size.
 The float64 truth runs under an alternative (the other GRU, the gates in another order, the biases doubled or
-halved, the direction reversed, the lengths ignored) and the result is judged against it by the same policy: a
-diagnosis is given where the result fits the alternative within rounding.
+halved, a hard sigmoid for the gates' sigmoid, the direction reversed, the lengths ignored) and the result is
+judged against it by the same policy: a diagnosis is given where the result fits the alternative within rounding.
 
 :data:`ALTERNATIVES` is the table, one row per kind of fault: ``name``, ``finding`` (what the report says), and
 ``variants(cfg, case)``, the alternatives that apply to a config and case, each ``(detail, cfg, case,
 evaluate)``: ``evaluate(cfg, case)`` gives the alternative's truth (``compat_tests.run.ground_truth`` but for a
-reversed direction).
+reversed direction and another gate activation).
 """
 
 from __future__ import annotations
@@ -115,10 +115,40 @@ def _lengths_ignored(cfg: RNNConfig, case: Case) -> list[Variant]:
              ground_truth)]
 
 
+# The recurrent activations a port may have put where cuDNN's logistic sigmoid belongs (LSTM i, f, o; GRU r, z):
+# Keras 2's default hard_sigmoid, clip(0.2 v + 0.5, 0, 1), and Keras 3's, clip(v / 6 + 0.5, 0, 1).
+HARD_SIGMOIDS = {"Keras 2's hard_sigmoid, clip(0.2 v + 0.5, 0, 1)": 0.2,
+                 "Keras 3's hard_sigmoid, clip(v / 6 + 0.5, 0, 1)": 1.0 / 6.0}
+
+
+def gates_computed_by(function) -> Evaluate:
+    """The truth with ``function`` where the spec's LSTM and GRU cells compute the logistic sigmoid of their
+    gates: the spec's own cells, their module-level ``sigmoid`` swapped for the call and restored after it."""
+    from reference.spec import gru, lstm
+
+    def evaluate(cfg: RNNConfig, case: Case) -> Outputs:
+        saved = lstm.sigmoid, gru.sigmoid
+        lstm.sigmoid = gru.sigmoid = function
+        try:
+            return ground_truth(cfg, case)
+        finally:
+            lstm.sigmoid, gru.sigmoid = saved
+    return evaluate
+
+
+def _activations(cfg: RNNConfig, case: Case) -> list[Variant]:
+    if cfg.mode not in ("lstm", "gru", "classic_gru"):
+        return []
+    return [(f"its gates compute {name} where cuDNN computes the logistic sigmoid", cfg, case,
+             gates_computed_by(lambda v, slope=slope: np.clip(slope * v + 0.5, 0.0, 1.0)))
+            for name, slope in HARD_SIGMOIDS.items()]
+
+
 ALTERNATIVES = (
     Alternative("gru_variant", "the other GRU", _gru_variant),
     Alternative("gate_order", "the gates in another order", _gate_orders),
     Alternative("bias_scale", "the biases scaled", _bias_scales),
+    Alternative("activation", "another recurrent activation", _activations),
     Alternative("direction", "the direction reversed", _direction),
     Alternative("lengths_ignored", "the lengths ignored", _lengths_ignored),
 )

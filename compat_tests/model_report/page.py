@@ -183,6 +183,38 @@ def _sorted_rows(report: dict) -> list[dict]:
     return sorted(report["rows"], key=lambda r: (r["passed"], r["backend"], r["dtype"], r["input"]))
 
 
+SUMMARY_HEAD = ["backend", "dtype", "results", "verdict", "worst share of budget", "batch / repeat invariance"]
+INVARIANCE_ORDER = ("beyond rounding", "within rounding", "bit for bit", "batch of one", "-")
+
+
+def summary(report: dict) -> list[dict]:
+    """One entry per backend and dtype, over its inputs: ``results``, ``failed`` (how many beyond rounding or in
+    error), the worst ``share`` of the budget, the verdict of its worst result (``verdict``) and its weakest
+    batch and repeat invariance."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in report["rows"]:
+        groups.setdefault((r["backend"], r["dtype"]), []).append(r)
+    entries = []
+    for (backend, dtype), rows in groups.items():
+        worst = max(rows, key=lambda r: (not r["passed"], r["status"] == "error",
+                                         -1.0 if r["share"] is None else r["share"]))
+        batch = [r["invariance"].split(" / ")[0] for r in rows if " / " in r["invariance"]]
+        repeat = [r["invariance"].split(" / ")[1] for r in rows if " / " in r["invariance"]]
+        weakest = [min(v, key=INVARIANCE_ORDER.index) if v else "-" for v in (batch, repeat)]
+        entries.append({"backend": backend, "dtype": dtype, "results": len(rows),
+                        "failed": sum(not r["passed"] for r in rows), "share": worst["share"],
+                        "verdict": worst["verdict"], "invariance": " / ".join(weakest) if batch else "-",
+                        "reproduce": worst["reproduce"], "passed": all(r["passed"] for r in rows)})
+    return sorted(entries, key=lambda e: (e["passed"], e["backend"], e["dtype"]))
+
+
+def _summary_cells(entry: dict) -> list[str]:
+    share = entry["share"]
+    shown = "-" if share is None else "non-finite" if share == float("inf") else f"{share:.2g}"
+    results = f"{entry['results']}" + (f" ({entry['failed']} beyond rounding)" if entry["failed"] else "")
+    return [entry["backend"], entry["dtype"], results, entry["verdict"], shown, entry["invariance"]]
+
+
 def _weights_lines(report: dict) -> list[str]:
     lines = []
     for w in report["weights"]:
@@ -202,13 +234,17 @@ def _skipped_lines(report: dict) -> list[str]:
 
 def markdown(report: dict) -> str:
     lines = ["# cudnn-rnn-compat report: your model", "", _md_text(_headline(report)), "",
-             f"Measure: {_md_text(MEASURE)}.", "", "## Every backend", ""]
-    lines += _md_table(ROW_HEAD, [[_md_text(c) for c in _row_cells(r)] for r in _sorted_rows(report)])
+             f"Measure: {_md_text(MEASURE)}.", "", "## Every backend", "",
+             "The worst result of each backend and dtype over the inputs (every result: below).", ""]
+    lines += _md_table(SUMMARY_HEAD, [[_md_text(c) for c in _summary_cells(e)] for e in summary(report)])
     failing = [r for r in _sorted_rows(report) if not r["passed"]]
     if failing:
-        lines += ["", "Re-run a failing unit (it prints its record):", ""]
-        lines += [f"- {_md_text(r['backend'])} {r['dtype']}, {_md_text(r['input_label'])}: `{r['reproduce']}`"
-                  for r in failing[:20]]
+        lines += ["", "## Beyond rounding", "", "Each result beyond rounding, and the command that runs it again "
+                  "(it prints its record):", ""]
+        lines += [f"- {_md_text(r['backend'])} {r['dtype']}, {_md_text(r['input_label'])}: {_md_text(r['verdict'])}  "
+                  f"\n  `{r['reproduce']}`" for r in failing[:20]]
+        if len(failing) > 20:
+            lines.append(f"- ... and {len(failing) - 20} more, in every result below")
     lines += ["", "## The tolerance to use", "",
               "For your own test of an output against the float64 truth (rtol 0: an RNN's rounding error scales "
               "with the tensor's largest value, not each element's; between two runs in one dtype, twice the atol):",
@@ -221,8 +257,10 @@ def markdown(report: dict) -> str:
     skipped = _skipped_lines(report)
     if skipped:
         lines += ["## Not run", "", *(f"- {_md_text(s)}" for s in skipped), ""]
+    lines += ["## Every result", ""]
+    lines += _md_table(ROW_HEAD, [[_md_text(c) for c in _row_cells(r)] for r in _sorted_rows(report)])
     env = report["environment"]
-    lines += ["## Environment", "", _md_text(", ".join(f"{k} {v}" for k, v in sorted(env.items())
+    lines += ["", "## Environment", "", _md_text(", ".join(f"{k} {v}" for k, v in sorted(env.items())
                                                        if isinstance(v, (str, int)))), ""]
     return "\n".join(lines)
 
@@ -265,6 +303,8 @@ def html_page(report: dict, figures: bool = True) -> str:
     png = _figure_png(report) if figures else None
     rows = [[_Html(f"<span class='{'passed' if r['passed'] else 'failed'}'>{html.escape(r['backend'])}</span>"),
              *_row_cells(r)[1:]] for r in _sorted_rows(report)]
+    summarised = [[_Html(f"<span class='{'passed' if e['passed'] else 'failed'}'>{html.escape(e['backend'])}</span>"),
+                   *_summary_cells(e)[1:]] for e in summary(report)]
     failing = [r for r in _sorted_rows(report) if not r["passed"]]
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>"
              "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -272,11 +312,15 @@ def html_page(report: dict, figures: bool = True) -> str:
              "<h1>cudnn-rnn-compat report: your model</h1>",
              f"<p class='{report['verdict']}'>{html.escape(_headline(report))}</p>",
              f"<p class='note'>Measure: {html.escape(MEASURE)}.</p>",
-             "<h2>Every backend</h2>", _html_table(ROW_HEAD, rows, "cases")]
+             "<nav><a href='#every-backend'>Every backend</a><a href='#beyond'>Beyond rounding</a>"
+             "<a href='#tolerance'>The tolerance to use</a><a href='#every'>Every result</a></nav>",
+             "<a id='every-backend'></a><h2>Every backend</h2>",
+             "<p>The worst result of each backend and dtype over the inputs.</p>", _html_table(SUMMARY_HEAD, summarised)]
     if failing:
-        parts += ["<p>Re-run a failing unit (it prints its record):</p>",
-                  _html_table(["backend", "dtype", "input", "command"],
-                              [[r["backend"], r["dtype"], r["input_label"], _command(r["reproduce"])]
+        parts += ["<a id='beyond'></a><h2>Beyond rounding</h2><p>Each result beyond rounding, and the command that "
+                  "runs it again (it prints its record):</p>",
+                  _html_table(["backend", "dtype", "input", "verdict", "command"],
+                              [[r["backend"], r["dtype"], r["input_label"], r["verdict"], _command(r["reproduce"])]
                                for r in failing[:20]], "cases")]
     if png:
         parts.append(_figure("steps", png, "The output's error at each time step of the longest input, as a share of "
@@ -284,7 +328,7 @@ def html_page(report: dict, figures: bool = True) -> str:
     elif figures:
         parts.append("<p><em>No figure: matplotlib is not installed here (pip install '.[report]', then rnn-compat "
                      "render DIR).</em></p>")
-    parts += ["<h2>The tolerance to use</h2>",
+    parts += ["<a id='tolerance'></a><h2>The tolerance to use</h2>",
               "<p>For your own test of an output against the float64 truth (rtol 0: an RNN's rounding error scales "
               "with the tensor's largest value, not each element's; between two runs in one dtype, twice the "
               "atol):</p>", "<pre>" + html.escape("\n".join(paste_line(t) for t in report["tolerances"])) + "</pre>"]
@@ -297,14 +341,19 @@ def html_page(report: dict, figures: bool = True) -> str:
     skipped = _skipped_lines(report)
     if skipped:
         parts += ["<h2>Not run</h2>", "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in skipped) + "</ul>"]
-    parts.append("</body></html>")
+    parts += ["<a id='every'></a><h2>Every result</h2><details><summary>Each backend, dtype and input "
+              f"({len(rows)})</summary>", _html_table(ROW_HEAD, rows, "cases"), "</details>", "</body></html>"]
     return "\n".join(parts)
 
 
 def terminal_summary(report: dict, out: str) -> str:
     lines = [_headline(report), ""]
-    for r in _sorted_rows(report):
-        lines.append(f"  {r['backend']} {r['dtype']}, {r['input_label']}: {r['verdict']}")
+    for e in summary(report):
+        lines.append(f"  {e['backend']} {e['dtype']} ({_summary_cells(e)[2]} results): {e['verdict']}")
+    failing = [r for r in _sorted_rows(report) if not r["passed"]]
+    if failing:
+        lines += ["", "Beyond rounding (each re-runs with its command, in report.md):"]
+        lines += [f"  {r['backend']} {r['dtype']}, {r['input_label']}: {r['verdict']}" for r in failing[:20]]
     lines += ["", "The tolerance to use (against the float64 truth):", *(f"  {paste_line(t)}" for t in report["tolerances"])]
     lines += [f"report: {out}/report.md, {out}/index.html, {out}/report.json ({out}/results.jsonl per unit)"]
     return "\n".join(lines)

@@ -34,7 +34,7 @@ KERAS_LR = 3e-2
 TORCH_MODES = ("lstm", "gru", "rnn_relu", "rnn_tanh")
 KERAS_KINDS = ("lstm", "gru")
 MODES = ("lstm", "gru", "classic_gru", "relu", "tanh")  # our modes (Trained.mode)
-DIAGNOSES = ("gru_variant", "gate_order", "bias_scale", "direction", "lengths_ignored")  # Trained.expect
+DIAGNOSES = ("gru_variant", "gate_order", "bias_scale", "activation", "direction", "lengths_ignored")  # expect
 
 
 class Trained(NamedTuple):
@@ -183,12 +183,15 @@ def keras_gru_weights(state: dict) -> list:
             np.stack([_blocks(state["bias_ih_l0"], order, 0), _blocks(state["bias_hh_l0"], order, 0)])]
 
 
-def _save_keras_port(keras, kind: str, weights: list, path: Path) -> Path:
+def _save_keras_port(keras, kind: str, weights: list, path: Path, recurrent_activation: str = "sigmoid") -> Path:
     """A Keras ``Sequential(Input((None, I)), LSTM or GRU(H, return_sequences=True))`` holding ``weights``
-    (:func:`keras_lstm_weights` or :func:`keras_gru_weights`), saved at ``path`` (``model.save``)."""
+    (:func:`keras_lstm_weights` or :func:`keras_gru_weights`), its gates' activation ``recurrent_activation``,
+    saved at ``path`` (``model.save``)."""
     input_size, units = weights[0].shape[0], weights[1].shape[0]
-    layer = {"lstm": lambda: keras.layers.LSTM(units, return_sequences=True),
-             "gru": lambda: keras.layers.GRU(units, return_sequences=True, reset_after=True)}[kind]()
+    layer = {"lstm": lambda: keras.layers.LSTM(units, return_sequences=True,
+                                               recurrent_activation=recurrent_activation),
+             "gru": lambda: keras.layers.GRU(units, return_sequences=True, reset_after=True,
+                                             recurrent_activation=recurrent_activation)}[kind]()
     model = keras.Sequential([keras.Input((None, input_size)), layer])
     layer.set_weights([np.asarray(w, np.float32) for w in weights])
     model.save(path)
@@ -297,6 +300,11 @@ def _build(torch, keras, folder: Path) -> _Build:
              "lstm_pt ported to Keras with bias 2 * (b_ih + b_hh)")]:
         _save_keras_port(keras, "lstm", weights, folder / f"{name}.keras")
         add(name, f"{name}.keras", "keras", "lstm", note, expect, "lstm_pt")
+    _save_keras_port(keras, "lstm", keras_lstm_weights(state), folder / "lstm_keras_hard_sigmoid.keras",
+                     recurrent_activation="hard_sigmoid")
+    add("lstm_keras_hard_sigmoid", "lstm_keras_hard_sigmoid.keras", "keras", "lstm",
+        "lstm_pt ported to a Keras LSTM whose gates compute hard_sigmoid (Keras 2's default), not sigmoid",
+        "activation", "lstm_pt")
     gru_state = {k: v.detach().numpy() for k, v in modules["gru_pt"].state_dict().items()}
     _save_keras_port(keras, "gru", keras_gru_weights(gru_state), folder / "gru_keras_port.keras")
     add("gru_keras_port", "gru_keras_port.keras", "keras", "gru",

@@ -66,7 +66,8 @@ def test_the_entries_are_the_promised_files(trained):
     PyTorch file; only the lengths fault needs --lengths."""
     assert {"lstm_pt", "lstm2_pt", "gru_pt", "relu_pt", "bilstm_pt", "lstm_onnx", "gru_onnx", "relu_onnx",
             "gru_onnx_textbook", "lstm_onnx_reversed", "lstm_onnx_nolengths", "lstm_keras_port",
-            "lstm_keras_swapped", "lstm_keras_doubled", "gru_keras_port", "lstm_keras", "gru_keras"} == set(trained)
+            "lstm_keras_swapped", "lstm_keras_doubled", "lstm_keras_hard_sigmoid", "gru_keras_port", "lstm_keras",
+            "gru_keras"} == set(trained)
     for name, entry in trained.items():
         assert entry.path.is_file() and entry.path.stat().st_size > 0, name
         assert entry.path.suffix == {"torch": ".pt", "onnx": ".onnx", "keras": ".keras"}[entry.fmt], name
@@ -157,7 +158,8 @@ def test_each_correct_keras_port_runs_as_its_module_in_keras(trained, trained_to
 @pytest.mark.parametrize("name, attribute, value", [("gru_onnx_textbook", "linear_before_reset", 0),
                                                     ("lstm_onnx_reversed", "direction", b"reverse"),
                                                     ("lstm_keras_swapped", None, None),
-                                                    ("lstm_keras_doubled", None, None)])
+                                                    ("lstm_keras_doubled", None, None),
+                                                    ("lstm_keras_hard_sigmoid", None, None)])
 def test_each_broken_file_disagrees_with_its_module_in_its_own_framework(trained, trained_torch, name, attribute,
                                                                          value):
     """A broken file (an ONNX node's attribute changed, a Keras port's gates swapped or bias doubled) runs in
@@ -204,13 +206,15 @@ def test_the_keras_trained_models_are_keras_s_cudnn_style_layers(trained, name):
 # What the project's reader makes of each file, where it is not ``convert.read("auto", path, {})``'s model of
 # the entry's mode: the options it needs, or its refusal (a model report judges such a file by its framework).
 READ_OPTIONS = {"relu_pt": {"rnn_mode": "relu"}}  # a state_dict does not say relu or tanh
-READ_REFUSED = {"lstm_onnx_reversed": "node /LSTM: direction 'reverse' has no cuDNN equivalent"}
+READ_REFUSED = {"lstm_onnx_reversed": "node /LSTM: direction 'reverse' has no cuDNN equivalent",
+                "lstm_keras_hard_sigmoid": "hard_sigmoid"}
 
 
 @pytest.mark.parametrize("name", sorted(["lstm_pt", "lstm2_pt", "gru_pt", "relu_pt", "bilstm_pt", "lstm_onnx",
                                          "gru_onnx", "relu_onnx", "gru_onnx_textbook", "lstm_onnx_reversed",
                                          "lstm_onnx_nolengths", "lstm_keras_port", "lstm_keras_swapped",
-                                         "lstm_keras_doubled", "gru_keras_port", "lstm_keras", "gru_keras"]))
+                                         "lstm_keras_doubled", "lstm_keras_hard_sigmoid", "gru_keras_port",
+                                         "lstm_keras", "gru_keras"]))
 def test_the_project_s_reader_reads_each_file_as_its_mode(trained, name):
     """``convert.read("auto", path, options)`` reads each file as a model of the entry's mode, but for the files
     of :data:`READ_REFUSED`, which it refuses saying why (cuDNN cannot compute them)."""
