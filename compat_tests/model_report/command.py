@@ -115,20 +115,23 @@ def _plan_units(read: list, chosen: list, out: Path, backends: str | None, optio
     peers, status = choose(backends)
     first = read[0]
     units, skipped = [], []
+    architectures = first.architectures()  # (a chain's layers each; else the one model's)
     for k, inp in enumerate(chosen):
         T, B = inp.x.shape[:2]
         lengths = None if inp.lengths is None else tuple(int(n) for n in inp.lengths)
-        base = first.architecture().with_(seq_len=T, batch=B, lengths=lengths, initial_state=False,
-                                          seed=inp.seed or 0)
-        for peer in peers:
-            for dtype in ("float16", "float32", "float64"):
-                cfg = base.with_(dtype=dtype)
-                why = peer.unsupported(cfg)
-                if why:
-                    if k == 0:
-                        skipped.append({"backend": peer.name, "dtype": dtype, "reason": why})
-                    continue
-                units.append(ModelUnit(peer.name, cfg, 0, k, str(out)))
+        bases = [a.with_(seq_len=T, batch=B, lengths=lengths, initial_state=False, seed=inp.seed or 0)
+                 for a in architectures]
+        for layer, base in enumerate(bases):
+            for peer in peers:
+                for dtype in ("float16", "float32", "float64"):
+                    cfg = base.with_(dtype=dtype)
+                    why = peer.unsupported(cfg)
+                    if why:
+                        if k == 0 and layer == 0:
+                            skipped.append({"backend": peer.name, "dtype": dtype, "reason": why})
+                        continue
+                    units.append(ModelUnit(peer.name, cfg, 0, k, str(out), layer))
+        base = bases[-1]  # a file's framework runs the whole chain: its output is the last layer's
         for n, f in enumerate(read):
             dtype = (f.model or first.model).dtype.name  # (a file the readers refused: the first's)
             why = unavailable(f.path, f.fmt) or _misfit(fixed_sizes(f.path, f.fmt), T, B)
@@ -136,7 +139,7 @@ def _plan_units(read: list, chosen: list, out: Path, backends: str | None, optio
                 skipped.append({"backend": f"{FILE_BACKEND} {n}", "dtype": dtype, "input": inp.label,
                                 "reason": f"{f.path}: {why}"})
                 continue
-            units.append(ModelUnit(FILE_BACKEND, base.with_(dtype=dtype), n, k, str(out)))
+            units.append(ModelUnit(FILE_BACKEND, base.with_(dtype=dtype), n, k, str(out), len(bases) - 1))
     return units, status, skipped
 
 
@@ -197,7 +200,7 @@ def _run(args: argparse.Namespace, read: list, chosen: list, out: Path, options:
         if args.force:
             for name in RUN_FILES + REPORT_FILES + run_plan.FILES:
                 (out / name).unlink(missing_ok=True)
-        inputs.save(out, chosen)
+        inputs.save(out, chosen, layer_inputs(read[0], chosen))
         run_plan.save_weights(out, read)
         run_plan.write(out, plan)
         print(f"rnn-compat report --model {' '.join(f.path for f in read)}: {len(units)} units "
@@ -212,6 +215,25 @@ def _run(args: argparse.Namespace, read: list, chosen: list, out: Path, options:
                   f"to run the rest:\n  {_resume_command(args, out)}", file=sys.stderr, flush=True)
             return 128 + signum
         return rendered(out, figures=not args.no_figures)
+
+
+def layer_inputs(first, chosen: list) -> dict:
+    """What each layer after the first of a chain reads of each input: ``{(k, layer): x}``, the float64 truth of the
+    layers before on input ``k`` (so each layer is judged on its own, from a true input); ``{}`` for one model."""
+    from ..config import Case
+    from ..run import ground_truth
+
+    found = {}
+    for k, inp in enumerate(chosen if first.chain else ()):
+        x = inp.x.astype(np.float64)
+        lengths = None if inp.lengths is None else tuple(int(n) for n in inp.lengths)
+        for layer, ((_, weights, biases), arch) in enumerate(zip(first.chain[:-1], first.architectures())):
+            cfg = arch.with_(seq_len=x.shape[0], batch=x.shape[1], lengths=lengths, initial_state=False,
+                             dtype="float64")
+            x = ground_truth(cfg, Case([np.asarray(w, np.float64) for w in weights],
+                                       [np.asarray(b, np.float64) for b in biases], x, None, None, inp.lengths)).output
+            found[(k, layer + 1)] = x
+    return found
 
 
 def _check_resumable(out: Path, plan: dict) -> None:

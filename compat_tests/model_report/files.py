@@ -43,15 +43,30 @@ class ModelFile:
     note: str | None
     sha256: str
     unread: str | None = None  # why the readers refused a later file that runs in its own framework all the same
+    chain: list | None = None  # a stack whose layers differ in size: (model, weights, biases) per layer
+
+    def layers(self) -> list[tuple]:
+        """``(model, weights, biases)`` of each layer of a chain, or of the one model (a list of one)."""
+        return self.chain or [(self.model, self.weights, self.biases)]
 
     def architecture(self) -> RNNConfig:
+        """The architecture of the model (of a chain: of its first layer)."""
         return architecture(self.model)
 
+    def architectures(self) -> list[RNNConfig]:
+        """The architecture of each layer of a chain, or of the one model (a list of one)."""
+        return [architecture(model) for model, _, _ in self.layers()]
+
     def describe(self) -> dict:
-        """What the report says of the file: path, format, model (or why it was not read), note and digest."""
-        return {"path": self.path, "format": self.fmt, "sha256": self.sha256, "note": self.note,
-                **({"model": f"not read: {self.unread}", "architecture": None} if self.unread else
-                   {"model": repr(self.model), "architecture": self.architecture().to_dict()})}
+        """What the report says of the file: path, format, model (or why it was not read), note and digest; a
+        chain's ``layers`` (each layer's architecture)."""
+        if self.unread:
+            return {"path": self.path, "format": self.fmt, "sha256": self.sha256, "note": self.note,
+                    "model": f"not read: {self.unread}", "architecture": None, "layers": []}
+        said = repr(self.model) if self.chain is None else "a chain of " + ", ".join(repr(m) for m, _, _ in self.chain)
+        return {"path": self.path, "format": self.fmt, "sha256": self.sha256, "note": self.note, "model": said,
+                "architecture": self.architecture().to_dict(),
+                "layers": [a.to_dict() for a in self.architectures()] if self.chain else []}
 
 
 def architecture(model, dtype: str | None = None) -> RNNConfig:
@@ -80,10 +95,19 @@ def read_model(path: str, source: str, options: dict) -> ModelFile:
     (``rnn_mode``, ``num_units``, ...: the readers check them against the file); errors name the file."""
     from ..interop import convert
 
+    from reference.formats.tf import UnevenLayers
+
     fmt = convert.detect(path, options.get("names")) if source == convert.AUTO else source
     applied = {k: v for k, v in options.items()
                if k not in READER_OPTIONS or READER_OPTIONS[k] is None or fmt in READER_OPTIONS[k]}
-    read = convert.read(fmt, path, applied)
+    try:
+        read = convert.read(fmt, path, applied)
+    except ValueError as exc:  # a stack of layers of several sizes: a chain of one-layer models
+        if applied.get("layer") is not None or not isinstance(exc.__cause__ or exc, UnevenLayers):
+            raise
+        layers = [(c.model, list(c.weights), list(c.biases)) for c in convert.read_chain(fmt, path, applied).layers]
+        model, weights, biases = layers[0]
+        return ModelFile(str(path), fmt, model, weights, biases, None, digest(path), chain=layers)
     return ModelFile(str(path), fmt, read.model, list(read.weights), list(read.biases), read.note, digest(path))
 
 
@@ -116,14 +140,17 @@ def check_one_model(files: list[ModelFile]) -> None:
     """Every file is of the first's shapes and cell family, else a ``ValueError`` naming both files and what
     differs (they cannot compute one function)."""
     first = files[0]
-    a = first.architecture()
     for other in files[1:]:
         if other.unread:
             continue
-        b = other.architecture()
-        differ = [f"{f} {getattr(a, f)!r} and {getattr(b, f)!r}" for f in SHAPE_FIELDS if getattr(a, f) != getattr(b, f)]
-        if FAMILIES[a.mode] != FAMILIES[b.mode]:
-            differ.insert(0, f"{FAMILIES[a.mode]} ({a.mode}) and {FAMILIES[b.mode]} ({b.mode})")
+        ours, theirs = first.architectures(), other.architectures()
+        differ = [] if len(ours) == len(theirs) else [f"a chain of {len(ours)} layers and {len(theirs)}"]
+        for k, (a, b) in enumerate(zip(ours, theirs) if not differ else ()):
+            where = f"layer {k}'s " if len(ours) > 1 else ""
+            differ += [f"{where}{f} {getattr(a, f)!r} and {getattr(b, f)!r}" for f in SHAPE_FIELDS
+                       if getattr(a, f) != getattr(b, f)]
+            if FAMILIES[a.mode] != FAMILIES[b.mode]:
+                differ.insert(0, f"{where}{FAMILIES[a.mode]} ({a.mode}) and {FAMILIES[b.mode]} ({b.mode})")
         if differ:
             raise ValueError(f"--model {first.path} and --model {other.path} are not one model: they hold "
                              f"{'; '.join(differ)}")
@@ -161,26 +188,29 @@ def compare_weights(first: ModelFile, other: ModelFile) -> dict:
 
 
 def _named(f: ModelFile) -> dict[tuple, np.ndarray]:
-    """A file's canonical tensors in float64 by ``(kind, pseudo_layer, gate)``; biases as :func:`compare_weights`
-    compares them."""
-    model = f.model
-    gates = model.gates
-    weights, biases = model.canonical_regions()
-    G = len(gates)
+    """A file's canonical tensors in float64 by ``(chain layer, kind, pseudo_layer, gate)`` (the chain layer
+    ``None`` but in a chain); biases as :func:`compare_weights` compares them."""
     out = {}
-    for region, tensor in zip(weights, f.weights):
-        lin = region.lin_layer_id
-        kind = "projection" if lin >= 2 * G else "input weight" if lin < G else "recurrent weight"
-        out[(kind, region.pseudo_layer, gates[lin % G] if lin < 2 * G else "")] = np.asarray(tensor, np.float64)
-    for region, tensor in zip(biases, f.biases):
-        gate = gates[region.lin_layer_id % G]
-        inside = model.rnn_mode == "gru" and gate == "h"  # cuDNN's b_Rh is scaled by r: not one total with b_Wh
-        kind = ("input bias" if region.lin_layer_id < G else "recurrent bias") if inside else "bias"
-        key = (kind, region.pseudo_layer, gate)
-        out[key] = out.get(key, 0.0) + np.asarray(tensor, np.float64)
+    for layer, (model, layer_weights, layer_biases) in enumerate(f.layers()):
+        where = layer if f.chain else None
+        gates = model.gates
+        weights, biases = model.canonical_regions()
+        G = len(gates)
+        for region, tensor in zip(weights, layer_weights):
+            lin = region.lin_layer_id
+            kind = "projection" if lin >= 2 * G else "input weight" if lin < G else "recurrent weight"
+            out[(where, kind, region.pseudo_layer, gates[lin % G] if lin < 2 * G else "")] = np.asarray(tensor,
+                                                                                                     np.float64)
+        for region, tensor in zip(biases, layer_biases):
+            gate = gates[region.lin_layer_id % G]
+            inside = model.rnn_mode == "gru" and gate == "h"  # cuDNN's b_Rh is scaled by r: not one total with b_Wh
+            kind = ("input bias" if region.lin_layer_id < G else "recurrent bias") if inside else "bias"
+            key = (where, kind, region.pseudo_layer, gate)
+            out[key] = out.get(key, 0.0) + np.asarray(tensor, np.float64)
     return out
 
 
 def _label(key: tuple) -> str:
-    kind, pseudo_layer, gate = key
-    return f"pseudo-layer {pseudo_layer} {kind}" + (f" (gate {gate})" if gate else "")
+    layer, kind, pseudo_layer, gate = key
+    return (f"layer {layer}'s " if layer is not None else "") + f"pseudo-layer {pseudo_layer} {kind}" + (
+        f" (gate {gate})" if gate else "")

@@ -75,17 +75,22 @@ def given(path: str, lengths_path: str | None, batch_major: bool, input_size: in
     return Input(label, np.ascontiguousarray(x), lengths, None)
 
 
-def save(folder: Path, inputs: list[Input]) -> None:
-    """The inputs into ``folder/inputs.npz`` (written whole or not at all)."""
+def save(folder: Path, inputs: list[Input], layer_inputs: dict | None = None) -> None:
+    """The inputs into ``folder/inputs.npz`` (written whole or not at all); ``layer_inputs``: a chain's, ``{(k,
+    layer): x}``, what its layer ``layer`` reads of input ``k`` (the float64 truth of the layers before)."""
     arrays = {f"x{k}": i.x for k, i in enumerate(inputs)}
     arrays.update({f"lengths{k}": i.lengths for k, i in enumerate(inputs) if i.lengths is not None})
+    arrays.update({f"x{k}_l{layer}": x for (k, layer), x in (layer_inputs or {}).items()})
     with replacing(folder / FILE) as partial, open(partial, "wb") as f:
         np.savez(f, **arrays)
 
 
-def load(folder: Path, k: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Input ``k``'s ``(x, lengths)`` from ``folder/inputs.npz`` (never unpickled)."""
+def load(folder: Path, k: int, layer: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+    """Input ``k``'s ``(x, lengths)`` from ``folder/inputs.npz`` (never unpickled); of a chain's ``layer`` > 0,
+    what that layer reads."""
+    name = f"x{k}" if layer == 0 else f"x{k}_l{layer}"
     with np.load(folder / FILE, allow_pickle=False) as held:
-        if f"x{k}" not in held.files:
-            raise ValueError(f"{folder / FILE} holds no input {k}: the run's plan and its inputs disagree")
-        return held[f"x{k}"], held[f"lengths{k}"] if f"lengths{k}" in held.files else None
+        if name not in held.files:
+            raise ValueError(f"{folder / FILE} holds no input {k}" + (f" of layer {layer}" if layer else "") +
+                             ": the run's plan and its inputs disagree")
+        return held[name], held[f"lengths{k}"] if f"lengths{k}" in held.files else None

@@ -32,7 +32,8 @@ def _share(record: dict) -> float | None:
 
 def _backend_label(record: dict, files: list[dict]) -> str:
     if record["backend"] != FILE_BACKEND:
-        return record["backend"]
+        chained = bool(files[0].get("layers"))
+        return record["backend"] + (f", layer {record['layer']}" if chained else "")
     f = files[record["file"]]
     framework = (record.get("model") or {}).get("framework") or "its framework"
     return f"{Path(f['path']).name} in {framework}"
@@ -94,24 +95,27 @@ def tolerances(records: list[dict]) -> list[dict]:
         if r["status"] != "ok" or not r["passed"] or r["indeterminate"]:
             continue
         math = MATH.get(r["backend"], "standard")
+        if r["backend"] == FILE_BACKEND and r["layer"]:
+            continue  # (a chain's file: its whole chain's error against its last layer's truth alone)
         for quantity, basis in (r["model"].get("tolerance") or {}).items():
-            groups.setdefault((r["config"]["dtype"], math, r["config"]["seq_len"], quantity), []).append(
-                (r["backend"], basis))
+            groups.setdefault((r["config"]["dtype"], math, r["config"]["seq_len"], r["layer"], quantity),
+                              []).append((r["backend"], basis))
     found = []
-    for (dtype, math, T, quantity), entries in groups.items():
+    for (dtype, math, T, layer, quantity), entries in groups.items():
         worst = max(b["conditioned"] for _, b in entries)
         factor = min(min(b["budget"] for _, b in entries), max(1.0, HEADROOM * worst))
-        found.append({"dtype": dtype, "math": math, "T": T, "quantity": quantity, "conditioned": worst,
-                      "factor": factor, "atol": factor * max(b["eps_scaled"] for _, b in entries),
+        found.append({"dtype": dtype, "math": math, "T": T, "layer": layer, "quantity": quantity,
+                      "conditioned": worst, "factor": factor, "atol": factor * max(b["eps_scaled"] for _, b in entries),
                       "backends": sorted({name for name, _ in entries})})
     order = {q: i for i, q in enumerate(QUANTITIES)}
-    return sorted(found, key=lambda t: (t["dtype"], t["math"], t["T"], order.get(t["quantity"], 9)))
+    return sorted(found, key=lambda t: (t["dtype"], t["math"], t["T"], t["layer"], order.get(t["quantity"], 9)))
 
 
 def paste_line(t: dict) -> str:
     """The ``assert_allclose`` line of a tolerance entry (:func:`tolerances`)."""
     return (f"np.testing.assert_allclose({t['quantity']}, expected_{t['quantity']}, rtol=0, atol={t['atol']:.2g})"
-            f"  # {t['dtype']}, {t['math']}, T={t['T']}")
+            f"  # {t['dtype']}, {t['math']}, T={t['T']}" + (f", layer {t['layer']} (on its own truth input)"
+                                                           if t["layer"] else ""))
 
 
 def build(out: Path) -> dict:
@@ -123,7 +127,7 @@ def build(out: Path) -> dict:
     rows = []
     for r in records:
         rows.append({"backend": _backend_label(r, files), "kind": "file" if r["backend"] == FILE_BACKEND else "peer",
-                     "file": r["file"], "dtype": r["config"]["dtype"], "input": r["input"],
+                     "file": r["file"], "layer": r["layer"], "dtype": r["config"]["dtype"], "input": r["input"],
                      "input_label": plan["inputs"][r["input"]]["label"], "status": r["status"],
                      "passed": r["passed"], "indeterminate": r["indeterminate"], "share": _share(r),
                      "verdict": _verdict_text(r), "invariance": _invariance(r),
@@ -354,6 +358,7 @@ def terminal_summary(report: dict, out: str) -> str:
     if failing:
         lines += ["", "Beyond rounding (each re-runs with its command, in report.md):"]
         lines += [f"  {r['backend']} {r['dtype']}, {r['input_label']}: {r['verdict']}" for r in failing[:20]]
-    lines += ["", "The tolerance to use (against the float64 truth):", *(f"  {paste_line(t)}" for t in report["tolerances"])]
+    lines += ["", "The tolerance to use for the output against the float64 truth (the states': in report.md):",
+              *(f"  {paste_line(t)}" for t in report["tolerances"] if t["quantity"] == "output")]
     lines += [f"report: {out}/report.md, {out}/index.html, {out}/report.json ({out}/results.jsonl per unit)"]
     return "\n".join(lines)

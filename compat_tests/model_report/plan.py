@@ -58,26 +58,31 @@ def read(out: Path) -> dict:
 
 
 def save_weights(out: Path, files: list) -> None:
-    """Every model file's canonical weights and biases into ``out/weights.npz``."""
+    """Every model file's canonical weights and biases (a chain's, layer by layer) into ``out/weights.npz``."""
     arrays = {}
     for k, f in enumerate(files):
-        arrays.update({f"file{k}_w{i}": np.asarray(w) for i, w in enumerate(f.weights)})
-        arrays.update({f"file{k}_b{i}": np.asarray(b) for i, b in enumerate(f.biases)})
+        if f.unread:
+            continue
+        for layer, (_, weights, biases) in enumerate(f.layers()):
+            arrays.update({f"file{k}_l{layer}_w{i}": np.asarray(w) for i, w in enumerate(weights)})
+            arrays.update({f"file{k}_l{layer}_b{i}": np.asarray(b) for i, b in enumerate(biases)})
     with replacing(out / WEIGHTS) as partial, open(partial, "wb") as stream:
         np.savez(stream, **arrays)
 
 
-def load_weights(out: Path, k: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Model file ``k``'s canonical ``(weights, biases)`` from ``out/weights.npz`` (never unpickled)."""
+def load_weights(out: Path, k: int, layer: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Model file ``k``'s canonical ``(weights, biases)`` (of a chain: of its layer ``layer``) from
+    ``out/weights.npz`` (never unpickled)."""
     with np.load(out / WEIGHTS, allow_pickle=False) as held:
         def listed(letter: str) -> list[np.ndarray]:
             found, i = [], 0
-            while f"file{k}_{letter}{i}" in held.files:
-                found.append(held[f"file{k}_{letter}{i}"])
+            while f"file{k}_l{layer}_{letter}{i}" in held.files:
+                found.append(held[f"file{k}_l{layer}_{letter}{i}"])
                 i += 1
             return found
 
         weights = listed("w")
         if not weights:
-            raise ValueError(f"{out / WEIGHTS} holds no weights of model file {k}: the plan and the weights disagree")
+            raise ValueError(f"{out / WEIGHTS} holds no weights of model file {k}, layer {layer}: the plan and the "
+                             f"weights disagree")
         return weights, listed("b")

@@ -46,6 +46,7 @@ class ModelUnit:
     file: int
     input: int
     folder: str
+    layer: int = 0  # of a chain (a stack whose layers differ in size): the layer judged, on its own truth input
     study: str = STUDY
 
     @property
@@ -55,17 +56,17 @@ class ModelUnit:
 
     def to_dict(self) -> dict:
         return {"study": STUDY, "backend": self.backend, "config": self.cfg.to_dict(), "file": self.file,
-                "input": self.input, "folder": self.folder}
+                "input": self.input, "layer": self.layer, "folder": self.folder}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelUnit":
         if not isinstance(data, dict) or data.get("study") != STUDY:
             raise ValueError(f"a model report's unit is an object of study {STUDY!r}, got {str(data)[:80]}")
-        missing = [k for k in ("backend", "config", "file", "input", "folder") if k not in data]
+        missing = [k for k in ("backend", "config", "file", "input", "layer", "folder") if k not in data]
         if missing:
             raise ValueError(f"a model report's unit lacks {missing}")
         return cls(data["backend"], RNNConfig.from_dict(data["config"]), int(data["file"]), int(data["input"]),
-                   str(data["folder"]))
+                   str(data["folder"]), int(data["layer"]))
 
 
 def unit_command(unit: ModelUnit) -> str:
@@ -73,12 +74,13 @@ def unit_command(unit: ModelUnit) -> str:
     return f"python -m compat_tests.model_report.units {shlex.quote(json.dumps(unit.to_dict(), sort_keys=True))}"
 
 
-def case_of(unit: ModelUnit, file: int | None = None) -> Case:
-    """The unit's case: the canonical weights of ``--model`` number ``file`` (default the first: every result is
-    judged against the first file's truth) and the unit's input, in the unit's dtype."""
+def case_of(unit: ModelUnit) -> Case:
+    """The unit's case, in its dtype: the canonical weights of the first ``--model`` (every result is judged
+    against the first file's truth; of a chain, the unit's layer's) and the unit's input (of a chain's layer,
+    what that layer reads: the float64 truth of the layers before)."""
     folder = Path(unit.folder)
-    weights, biases = run_plan.load_weights(folder, 0 if file is None else file)
-    x, lengths = inputs.load(folder, unit.input)
+    weights, biases = run_plan.load_weights(folder, 0, unit.layer)
+    x, lengths = inputs.load(folder, unit.input, unit.layer)
     dtype = np.dtype(unit.cfg.dtype)
     return Case([w.astype(dtype) for w in weights], [b.astype(dtype) for b in biases], x.astype(dtype), None, None,
                 lengths)
@@ -117,8 +119,10 @@ def _run_backend(unit: ModelUnit, case: Case) -> tuple[Outputs, str | None]:
         from .frameworks import run_file
 
         described = run_plan.read(Path(unit.folder))["files"][unit.file]
-        run = run_file(described["path"], described["format"], case.x, case.lengths, described["options"])
-        return Outputs(run.output, run.output_h, None), run.framework
+        x = case.x if unit.layer == 0 else inputs.load(Path(unit.folder), unit.input)[0].astype(case.x.dtype)
+        run = run_file(described["path"], described["format"], x, case.lengths, described["options"])
+        # (a chain's file: its last layer's output judged; its states, of layers of several sizes, are not)
+        return Outputs(run.output, run.output_h if unit.layer == 0 else None, None), run.framework
     from ..peers import PEERS
 
     return PEERS[unit.backend].forward(unit.cfg, case), None
@@ -163,6 +167,8 @@ def _judged(unit: ModelUnit) -> dict:
 
         result["diagnosis"] = diagnosis.diagnose(cfg, case, fits)
         result["location"] = locate.where(unit.backend, cfg, case, actual, verdicts)
+        if unit.layer and unit.backend != FILE_BACKEND and result["location"]["layer"] is not None:
+            result["location"]["layer"] += unit.layer  # (a chain's layer, judged alone)
     if unit.backend != FILE_BACKEND:
         result["invariance"] = invariance.check(unit.backend, cfg, case, actual, truth, kappa)
     return {"forward": verdict_records(verdicts), "model": result, "passed": passed, "indeterminate": indeterminate}

@@ -163,3 +163,24 @@ def test_a_resume_refuses_a_model_file_that_changed(trained, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["report", "--out", str(out), "--no-progress", "--jobs", "1", "--resume", *words]) == 2
     assert "changed" in capsys.readouterr().err
+
+
+def test_a_stack_of_uneven_layers_runs_as_a_chain_each_layer_on_its_own_truth(tmp_path, capsys):
+    """A Keras stack of an 8-unit and a 5-unit LSTM (no one cuDNN stack): each layer judged per backend on the
+    float64 truth of the layers before, and the file in Keras judged whole against the last layer's truth."""
+    from .conftest import import_keras
+
+    keras = import_keras()
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((None, 3)), keras.layers.LSTM(8, return_sequences=True),
+                              keras.layers.LSTM(5, return_sequences=True), keras.layers.Dense(1)])
+    model.save(tmp_path / "uneven.keras")
+    status, result, printed = report(tmp_path, capsys, "--model", str(tmp_path / "uneven.keras"), "--backends",
+                                     "reference", "--steps", "10")
+    assert status == 0, printed
+    assert [layer["num_units"] for layer in result["files"][0]["layers"]] == [8, 5]
+    peers = {(r["backend"], r["layer"]) for r in result["rows"] if r["kind"] == "peer"}
+    assert peers == {("reference, layer 0", 0), ("reference, layer 1", 1)}
+    (keras_row, *more) = file_rows(result)
+    assert keras_row["passed"] and "keras" in keras_row["backend"] and keras_row["layer"] == 1
+    assert {t["layer"] for t in result["tolerances"]} == {0, 1}
