@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +17,7 @@ import pytest
 from compat_tests import cli
 from compat_tests.model_report.inputs import FILE as INPUTS
 
+ROOT = Path(__file__).resolve().parents[3]
 CORRECT = ("lstm_onnx", "gru_onnx", "relu_onnx", "lstm_keras_port", "gru_keras_port")
 BROKEN = ("gru_onnx_textbook", "lstm_onnx_reversed", "lstm_keras_swapped", "lstm_keras_doubled",
           "lstm_keras_hard_sigmoid", "lstm_onnx_nolengths")
@@ -82,6 +87,12 @@ def test_a_port_whose_gates_are_swapped_is_named_by_the_two_gates(trained, tmp_p
                           "--backends", "reference", "--steps", "10")
     details = {d["detail"] for r in file_rows(result) for d in r["diagnosis"] or ()}
     assert details == {"gates i and f exchanged, where cuDNN's order is i f c o"}, details
+    command = file_rows(result)[0]["reproduce"]  # the one line that runs the unit again and prints its record
+    assert command.startswith("python -m compat_tests.model_report.units ")
+    again = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    record = json.loads(again.stdout)
+    assert not record["passed"] and record["model"]["diagnosis"][0]["name"] == "gate_order", again.stderr[-2000:]
 
 
 @pytest.mark.parametrize("T", [10, 1000])
