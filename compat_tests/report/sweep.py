@@ -54,7 +54,8 @@ RECORD_KEYS_BY_KIND = {("ok", "compat"): ("forward", "reproduce"), ("ok", "gru_v
                        ("error", "compat"): ("error", "reproduce"), ("error", "gru_variant"): ("error",),
                        ("error", "published"): ("error",),
                        # a model report's (compat_tests.model_report.units)
-                       ("ok", "model"): ("forward", "model", "reproduce"), ("error", "model"): ("error", "reproduce")}
+                       ("ok", "model"): ("forward", "model", "reproduce", "file", "input", "layer"),
+                       ("error", "model"): ("error", "reproduce", "file", "input", "layer")}
 # What the report reads inside a record: each judged quantity's verdict, and a GRU-variant result.
 VERDICT_KEYS = ("conditioned", "budget", "passed", "indeterminate", "max_eps", "per_step")
 VARIANT_KEYS = ("max_abs", "final_h_max_abs", "per_step_abs")

@@ -83,3 +83,39 @@ def test_options_that_do_not_fit_a_model_report_are_refused(tmp_path, capsys, wo
 @pytest.mark.parametrize("words", [["--input", "x.npy"], ["--node", "lstm"], ["--batch-major"]])
 def test_a_grid_report_refuses_the_options_of_a_model_report(tmp_path, capsys, words):
     assert "give --model FILE" in refused(capsys, tmp_path, "--grid", "quick", *words)
+
+
+def finished_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    path = model_file(tmp_path, "m.pt")
+    assert cli.main(["report", "--model", str(path), "--backends", "reference", "--steps", "3", "--out", str(out),
+                     "--no-progress", "--jobs", "1", "--no-figures"]) == 0
+    capsys.readouterr()
+    return out
+
+
+def test_render_refuses_a_model_run_whose_records_were_edited_naming_the_line(tmp_path, capsys):
+    import json
+
+    out = finished_run(tmp_path, capsys)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])
+    del record["layer"]
+    lines[1] = json.dumps(record)
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli.main(["render", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "line 2 lacks ['layer']" in err and "Traceback" not in err
+
+
+def test_render_and_resume_refuse_a_model_run_whose_page_is_a_link(tmp_path, capsys):
+    out = finished_run(tmp_path, capsys)
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text("mine")
+    (out / "index.html").unlink()
+    (out / "index.html").symlink_to(elsewhere)
+    assert cli.main(["render", str(out)]) == 2
+    assert "symbolic link" in capsys.readouterr().err and elsewhere.read_text() == "mine"
+    assert cli.main(["report", "--model", str(tmp_path / "m.pt"), "--backends", "reference", "--steps", "3", "--out",
+                     str(out), "--resume", "--no-progress", "--jobs", "1"]) == 2
+    assert elsewhere.read_text() == "mine"
