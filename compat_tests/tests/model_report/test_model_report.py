@@ -195,3 +195,35 @@ def test_a_stack_of_uneven_layers_runs_as_a_chain_each_layer_on_its_own_truth(tm
     (keras_row, *more) = file_rows(result)
     assert keras_row["passed"] and "keras" in keras_row["backend"] and keras_row["layer"] == 1
     assert {t["layer"] for t in result["tolerances"]} == {0, 1}
+
+
+def test_ctrl_c_keeps_a_model_runs_units_and_the_printed_resume_completes_it(registry, trained, tmp_path):
+    """Ctrl-C to the whole group while a unit runs (the slow peer holds its units of input seed >= 2): exit status
+    130 without a traceback, the finished units kept, nothing left running, and the printed command (with
+    --resume) completes the run."""
+    import re
+    import signal
+
+    from compat_tests.report.sweep import RESULTS, read_records
+    from compat_tests.tests.helpers import PEER, _held, _kept
+
+    (tmp_path / "slow_peer.py").write_text(PEER)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "compat_tests.cli", "report", "--model", str(trained["gru_pt"].path), "--plugin",
+            f"{tmp_path / 'slow_peer.py'}:SLOW", "--backends", "slow", "--steps", "3,4", "--out", str(out),
+            "--no-progress", "--no-figures", "--jobs", "2"]
+
+    def ready() -> bool:  # the units of seeds 0 and 1 (inputs T=3) recorded
+        return (out / RESULTS).exists() and len(read_records(out / RESULTS)) >= 4
+
+    ended, _ = _held(argv, tmp_path, "worker-running", [(signal.SIGINT, True)], ready)
+    assert ended.returncode == 130, ended.stdout
+    assert "Traceback" not in ended.stdout and "KeyboardInterrupt" not in ended.stdout, ended.stdout
+    kept = _kept(out)
+    assert sorted({r["config"]["seed"] for r in kept}) == [0, 1]
+    resume = re.search(r"to run the rest:\n  rnn-compat (.*)\n", ended.stdout).group(1)
+    words = shlex.split(resume)
+    assert words[-1] == "--resume" and "--plugin" in words
+    assert cli.main([*words, "--jobs", "1", "--no-progress", "--no-figures"]) == 0
+    after = _kept(out)
+    assert after[:len(kept)] == kept and json.loads((out / "report.json").read_text())["complete"]
