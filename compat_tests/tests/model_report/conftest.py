@@ -32,7 +32,7 @@ PULSE_P = 0.5  # the chance of a pulse (±1, even odds) at each step of the task
 TORCH_LR = 3e-2
 KERAS_LR = 3e-2
 TORCH_MODES = ("lstm", "gru", "rnn_relu", "rnn_tanh")
-KERAS_KINDS = ("lstm", "gru")
+KERAS_KINDS = ("lstm", "gru", "relu")  # relu: a SimpleRNN(activation="relu")
 MODES = ("lstm", "gru", "classic_gru", "relu", "tanh")  # our modes (Trained.mode)
 DIAGNOSES = ("gru_variant", "gate_order", "bias_scale", "activation", "direction", "lengths_ignored")  # expect
 
@@ -132,8 +132,9 @@ def import_keras():
 
 def train_keras(kind: str, hidden: int = 8, input_size: int = 3, steps: int = 200, seed: int = 0,
                 lr: float = KERAS_LR):
-    """A Keras ``Sequential(Input((None, input_size)), LSTM or GRU(hidden, return_sequences=True), Dense(1))``
-    (``kind``: :data:`KERAS_KINDS`; the GRU Keras's default ``reset_after=True``, cuDNN's) trained on
+    """A Keras ``Sequential(Input((None, input_size)), LSTM, GRU or SimpleRNN(hidden, return_sequences=True),
+    Dense(1))`` (``kind``: :data:`KERAS_KINDS`; the GRU Keras's default ``reset_after=True``, cuDNN's; the
+    SimpleRNN of ``activation="relu"``) trained on
     :func:`task_batch` (batch-major; ``steps`` Adam steps of batch :data:`TASK_B`, MSE), seeded
     (``keras.utils.set_random_seed(seed)``). Returns the model with ``task_losses``: the task loss at the first
     step and the mean over the last ten (not ``losses``, which Keras's models own)."""
@@ -141,7 +142,9 @@ def train_keras(kind: str, hidden: int = 8, input_size: int = 3, steps: int = 20
     if kind not in KERAS_KINDS:
         raise ValueError(f"unknown kind {kind!r}, expecting one of {', '.join(KERAS_KINDS)}")
     keras.utils.set_random_seed(seed)
-    layer = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}[kind](hidden, return_sequences=True)
+    layer = {"lstm": lambda: keras.layers.LSTM(hidden, return_sequences=True),
+             "gru": lambda: keras.layers.GRU(hidden, return_sequences=True),
+             "relu": lambda: keras.layers.SimpleRNN(hidden, activation="relu", return_sequences=True)}[kind]()
     model = keras.Sequential([keras.Input((None, input_size)), layer, keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss="mse")
     rng, losses = np.random.default_rng(seed), []
@@ -314,7 +317,8 @@ def _build(torch, keras, folder: Path) -> _Build:
         losses[f"{kind}_keras"] = model.task_losses
         model.save(folder / f"{kind}_keras.keras")
         add(f"{kind}_keras", f"{kind}_keras.keras", "keras", kind,
-            f"a Keras Sequential(Input, {kind.upper()}(8, return_sequences=True), Dense(1)) trained in Keras")
+            f"a Keras Sequential(Input, {kind.upper() if kind != 'relu' else 'SimpleRNN(relu)'}(8, "
+            f"return_sequences=True), Dense(1)) trained in Keras")
     return _Build(entries, losses, time.perf_counter() - start)
 
 
@@ -334,7 +338,8 @@ def trained(_trained_build) -> dict[str, Trained]:
 
 @pytest.fixture(scope="session")
 def training_losses(_trained_build) -> dict[str, tuple[float, float]]:
-    """The name of each trained model (the PyTorch files and ``lstm_keras``, ``gru_keras``) -> its task loss
+    """The name of each trained model (the PyTorch files and ``lstm_keras``, ``gru_keras``, ``relu_keras``) -> its
+    task loss
     at the first step and the mean over its last ten."""
     return _trained_build.losses
 

@@ -122,10 +122,10 @@ def test_the_tolerance_printed_fits_the_backend_and_a_tenth_of_it_does_not(train
     assert misses, f"a tenth of atol={line['atol']:.3g} still holds every input: the tolerance is not this model's"
 
 
-@pytest.mark.parametrize("name", ["lstm_keras", "gru_keras"])
+@pytest.mark.parametrize("name", ["lstm_keras", "gru_keras", "relu_keras"])
 def test_a_model_trained_in_keras_passes_in_keras_and_on_every_backend(trained, tmp_path, capsys, name):
     status, result, printed = report(tmp_path, capsys, "--model", str(trained[name].path), "--backends",
-                                     "reference,torch-cpu", "--steps", "10")
+                                     "reference,torch-cpu", "--steps", "10", *mode_option(trained[name]))
     assert status == 0, printed
     rows = file_rows(result)
     assert rows and all(r["passed"] and "keras" in r["backend"] for r in rows)

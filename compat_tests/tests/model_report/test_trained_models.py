@@ -67,7 +67,7 @@ def test_the_entries_are_the_promised_files(trained):
     assert {"lstm_pt", "lstm2_pt", "gru_pt", "relu_pt", "bilstm_pt", "lstm_onnx", "gru_onnx", "relu_onnx",
             "gru_onnx_textbook", "lstm_onnx_reversed", "lstm_onnx_nolengths", "lstm_keras_port",
             "lstm_keras_swapped", "lstm_keras_doubled", "lstm_keras_hard_sigmoid", "gru_keras_port", "lstm_keras",
-            "gru_keras"} == set(trained)
+            "gru_keras", "relu_keras"} == set(trained)
     for name, entry in trained.items():
         assert entry.path.is_file() and entry.path.stat().st_size > 0, name
         assert entry.path.suffix == {"torch": ".pt", "onnx": ".onnx", "keras": ".keras"}[entry.fmt], name
@@ -82,7 +82,7 @@ def test_the_entries_are_the_promised_files(trained):
 def test_every_trained_model_s_loss_fell_at_least_twofold(training_losses):
     """Training did train: each model's task loss at the end is at most half its first."""
     assert set(training_losses) == {"lstm_pt", "lstm2_pt", "gru_pt", "relu_pt", "bilstm_pt", "lstm_keras",
-                                    "gru_keras"}
+                                    "gru_keras", "relu_keras"}
     unfallen = {name: (first, last) for name, (first, last) in training_losses.items() if not last <= first / 2}
     assert unfallen == {}
 
@@ -192,15 +192,20 @@ def test_the_export_without_lengths_ignores_them(trained, trained_torch):
     assert all(_gap(y_h[:, k], packed[1][:, k]) > APART for k in np.flatnonzero(~full))
 
 
-@pytest.mark.parametrize("name", ["lstm_keras", "gru_keras"])
+@pytest.mark.parametrize("name", ["lstm_keras", "gru_keras", "relu_keras"])
 def test_the_keras_trained_models_are_keras_s_cudnn_style_layers(trained, name):
-    """A model trained in Keras: LSTM (sigmoid, tanh) or GRU with ``reset_after=True``, and a Dense head."""
+    """A model trained in Keras: LSTM (sigmoid, tanh), GRU with ``reset_after=True`` or a relu SimpleRNN, and a
+    Dense head."""
     keras = import_keras()
     model = keras.saving.load_model(trained[name].path)
     recurrent, head = model.layers
-    assert isinstance(recurrent, {"lstm_keras": keras.layers.LSTM, "gru_keras": keras.layers.GRU}[name])
+    assert isinstance(recurrent, {"lstm_keras": keras.layers.LSTM, "gru_keras": keras.layers.GRU,
+                                  "relu_keras": keras.layers.SimpleRNN}[name])
     assert isinstance(head, keras.layers.Dense) and recurrent.units == 8
-    assert getattr(recurrent, "reset_after", True) and recurrent.recurrent_activation.__name__ == "sigmoid"
+    if name == "relu_keras":
+        assert recurrent.activation.__name__ == "relu"
+    else:
+        assert getattr(recurrent, "reset_after", True) and recurrent.recurrent_activation.__name__ == "sigmoid"
 
 
 # What the project's reader makes of each file, where it is not ``convert.read("auto", path, {})``'s model of
@@ -214,7 +219,7 @@ READ_REFUSED = {"lstm_onnx_reversed": "node /LSTM: direction 'reverse' has no cu
                                          "gru_onnx", "relu_onnx", "gru_onnx_textbook", "lstm_onnx_reversed",
                                          "lstm_onnx_nolengths", "lstm_keras_port", "lstm_keras_swapped",
                                          "lstm_keras_doubled", "lstm_keras_hard_sigmoid", "gru_keras_port",
-                                         "lstm_keras", "gru_keras"]))
+                                         "lstm_keras", "gru_keras", "relu_keras"]))
 def test_the_project_s_reader_reads_each_file_as_its_mode(trained, name):
     """``convert.read("auto", path, options)`` reads each file as a model of the entry's mode, but for the files
     of :data:`READ_REFUSED`, which it refuses saying why (cuDNN cannot compute them)."""
