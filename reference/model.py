@@ -13,7 +13,7 @@ from typing import ClassVar, NamedTuple, Sequence
 
 import numpy as np
 
-from . import buffers, checks, contract, layout, packing
+from . import buffers, checks, contract, layout, packing, tf32
 from .contract import (  # noqa: F401 (the shared contract, also importable from here as before)
     DIRECTIONS,
     INPUT_MODES,
@@ -27,10 +27,11 @@ from .contract import (  # noqa: F401 (the shared contract, also importable from
 )
 from .layout import Region
 from .modes import MODES, CellMode, clipped_lstm
-from .precision import compute_dtype
+from .precision import TF32_ROUNDING, compute_dtype
 from .backward import backprop_layers
 from .formats.canonical import check_canonical
 from .recurrence import PseudoLayerParams, StackTrace, run_layers
+from .spec.cell import MATH_TYPES
 from .streaming import BoundRNN
 
 
@@ -74,6 +75,11 @@ class _CudnnRNN:
     ``cell_clip`` (keyword only, the LSTM's): ``(lclip, rclip)``, cuDNN's ``cudnnRNNSetClip_v9`` with
     ``CUDNN_RNN_CLIP_MINMAX``: each new cell state is clipped to ``[lclip, rclip]`` before ``tanh`` reads it,
     and the clipped state is carried and returned (``reference.spec.lstm``).
+
+    ``math_type`` (keyword only): ``"fma"`` (the default) or, for float32 models, ``"tf32"``: every GEMM of the
+    forward pass reads its operands rounded to TF32 (``reference.tf32``, by ``precision.TF32_ROUNDING``) and
+    accumulates in float32, as a GPU's tensor cores under cuDNN's default math and PyTorch's ``allow_tf32``;
+    nothing else changes. Inference only so far: a training pass of a TF32 model is refused.
     """
 
     rnn_mode: ClassVar[str]
@@ -92,10 +98,17 @@ class _CudnnRNN:
         *,
         bias_mode: str = "double",
         cell_clip: tuple[float, float] | None = None,
+        math_type: str = "fma",
     ) -> None:
         self._config = contract.model_config(self.rnn_mode, num_layers, num_units, input_size, input_mode,
                                              direction, dtype, dropout, seed, num_proj, bias_mode, cell_clip)
         vars(self).update(self._config.attributes())
+        checks.one_of("math_type", math_type, MATH_TYPES)
+        if math_type == "tf32" and self.dtype != np.float32:
+            raise ValueError(f"math_type 'tf32' is float32's (TF32 tensor cores read float32 GEMM operands), got "
+                             f"dtype {self.dtype}")
+        self.math_type = math_type
+        self._operand = None if math_type == "fma" else tf32.RULES[TF32_ROUNDING]
         self._mode: CellMode = MODES[self.rnn_mode] if self.cell_clip is None else clipped_lstm(*self.cell_clip)
         self._spec = self._config.layout_spec()
         regions = layout.canonical_layout(self._spec)
@@ -108,7 +121,8 @@ class _CudnnRNN:
         self._token = new_model_token()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._config.arguments()})"
+        math = f", math_type={self.math_type!r}" if self.math_type != "fma" else ""
+        return f"{type(self).__name__}({self._config.arguments()}{math})"
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -262,7 +276,7 @@ class _CudnnRNN:
                 layers, self.num_dirs,
                 None if lengths is None or (lengths == T).all() else lengths,
                 self.dtype if self.dtype != cdt else None,  # float16 between layers (reference.precision)
-                [s.astype(cdt) for s in scales], trace=is_training, storage=self.dtype,
+                [s.astype(cdt) for s in scales], trace=is_training, storage=self.dtype, operand=self._operand,
             )
         out = functools.partial(caller_layout, time_major=time_major, dtype=self.dtype)
         reserve = Reserve(self._token, is_training, time_major, lengths,

@@ -68,7 +68,8 @@ class Workspace:
     ``CellMode.stackable_input``), the recurrent biases of the row's ``inner_bias_gates`` repeated across the
     batch, ``[n*H, B]`` (or ``None``), and scratch ``z [G*H, B]``, ``tmp [H, B]``; the dtypes the step rounds
     its GEMM results, its new ``h_out`` and (LSTM) the new ``c_out`` it carries to the next step to (``None``:
-    not rounded; module docstring)."""
+    not rounded; module docstring); ``operand``: under TF32 math, the rounding of the state a GEMM reads
+    (:func:`gemm_operand`; ``R`` is TF32 already), else ``None``."""
 
     R: Array
     b_inner: Array | None
@@ -77,6 +78,13 @@ class Workspace:
     gemm_round: np.dtype | None = None
     state_round: np.dtype | None = None
     cell_round: np.dtype | None = None
+    operand: Callable[[Array], Array] | None = None  # TF32 math: what a GEMM reads of its state operand
+
+
+def gemm_operand(ws: Workspace, a: Array) -> Array:
+    """``a`` as the step's recurrent GEMM reads it: ``a`` itself, or under TF32 math its TF32 rounding (a copy:
+    the state itself keeps its float32 bits for the step's elementwise math)."""
+    return a if ws.operand is None else ws.operand(a)
 
 
 def round_in_place(a: Array, dtype: np.dtype | None) -> Array:
@@ -140,7 +148,7 @@ def relu(x: Array, out: Array | None = None) -> Array:
 
 def _simple_step(activation: Callable[..., Array]) -> StepFn:
     def step(ws, xw, h, c, h_out, c_out, acts=None):
-        z = round_in_place(ws.R.dot(h, ws.z), ws.gemm_round)
+        z = round_in_place(ws.R.dot(gemm_operand(ws, h), ws.z), ws.gemm_round)
         if xw is not None:
             np.add(z, xw, z)
         activation(z, h_out)
@@ -177,7 +185,7 @@ def _lstm_step(gate: Callable[[Array, Array], Array], clip: tuple[float, float] 
 
     def step(ws, xw, h, c, h_out, c_out, acts=None):
         H = c.shape[0]
-        z = round_in_place(ws.R.dot(h, ws.z if acts is None else acts[: 4 * H]), ws.gemm_round)
+        z = round_in_place(ws.R.dot(gemm_operand(ws, h), ws.z if acts is None else acts[: 4 * H]), ws.gemm_round)
         if xw is not None:
             np.add(z, xw, z)
         sig = z[: 3 * H]
@@ -282,12 +290,12 @@ def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array]) -> StepF
         z = ws.z if acts is None else acts[: 3 * H]  # r, z, then hn (cuDNN) or n (textbook)
         rz = z[: 2 * H]
         if reset_after:  # cuDNN: the reset gate scales the biased recurrent product, b_Rh inside
-            round_in_place(ws.R.dot(h, z), ws.gemm_round)  # R_h h rounded before b_Rh, before r scales it
+            round_in_place(ws.R.dot(gemm_operand(ws, h), z), ws.gemm_round)  # R_h h rounded before b_Rh, before r scales it
             hn = z[2 * H :]
             np.add(hn, ws.b_inner, hn)
             n = ws.tmp if acts is None else acts[3 * H :]
         else:  # textbook: the reset gate scales the state before the recurrent product
-            round_in_place(ws.R[: 2 * H].dot(h, rz), ws.gemm_round)
+            round_in_place(ws.R[: 2 * H].dot(gemm_operand(ws, h), rz), ws.gemm_round)
             n = z[2 * H :]
         np.add(rz, xw[: 2 * H], rz)
         gate(rz, rz)
@@ -295,7 +303,7 @@ def _gru_step(reset_after: bool, gate: Callable[[Array, Array], Array]) -> StepF
         if reset_after:
             np.multiply(r, hn, n)
         else:
-            round_in_place(ws.R[2 * H :].dot(np.multiply(r, h, ws.tmp), n), ws.gemm_round)
+            round_in_place(ws.R[2 * H :].dot(gemm_operand(ws, np.multiply(r, h, ws.tmp)), n), ws.gemm_round)
         np.add(n, xw[2 * H :], n)
         np.tanh(n, n)
         np.subtract(h, n, h_out)  # h' = z * (h - n) + n

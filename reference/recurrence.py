@@ -32,7 +32,7 @@ the biases and ``R h``, is not used where GEMM results are rounded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Sequence
 
@@ -165,6 +165,13 @@ def projector(params: PseudoLayerParams, bias: Array, out: Array, reused: bool =
 
 STACKED_INPUT_MAX = 256
 """The widest input a stacked direction takes (:func:`stacks_input`)."""
+
+
+def tf32_layer(params: PseudoLayerParams, operand: Callable[[Array], Array]) -> PseudoLayerParams:
+    """``params`` as TF32 math's GEMMs read them: ``W``, ``R`` and ``P`` rounded by ``operand`` (copies), the
+    biases as they are (they add outside the GEMMs)."""
+    return replace(params, W=None if params.W is None else operand(params.W), R=operand(params.R),
+                               P=None if params.P is None else operand(params.P))
 
 
 def stacks_input(mode: CellMode, params: PseudoLayerParams, B: int, storage: np.dtype | None = None) -> bool:
@@ -410,12 +417,16 @@ def projection_bias(mode: CellMode, params: PseudoLayerParams) -> Array:
 
 
 def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: DirectionTrace | None,
-               stacked_bias: Array | None = None, storage: np.dtype | None = None) -> Step:
+               stacked_bias: Array | None = None, storage: np.dtype | None = None,
+               operand: Callable[[Array], Array] | None = None) -> Step:
     """The step of a fused cuDNN cell (over an input projection made with :func:`projection_bias`) on
     buffers allocated once; with ``record``, the step computes in the trace's slice for its time step.
     ``stacked_bias`` (:func:`projection_bias`): the step of a stacked direction (:func:`stacks_input`),
     whose GEMM is ``[W b R]`` with these biases. ``storage``: the data's dtype, where the step rounds
-    (``reference.precision.HALF_ROUNDS``: its GEMM results, ``P m`` included, and its new state)."""
+    (``reference.precision.HALF_ROUNDS``: its GEMM results, ``P m`` included, and its new state).
+    ``operand``: TF32 math (``params`` from :func:`tf32_layer`): the rounding of the state each GEMM reads."""
+    if stacked_bias is not None and operand is not None:
+        raise ValueError("a stacked step's GEMM holds the biases: under TF32 math it would round them (stacks_input)")
     if stacked_bias is not None and storage is not None and rounding_dtype(storage, "gemm_outputs") is not None:
         raise ValueError("a stacked step cannot round its GEMM's W x and R h apart (stacks_input)")
     if params.negated_gates and record is not None:
@@ -430,7 +441,8 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
     state_round = None if storage is None else rounding_dtype(storage, "state")
     # with a projection the step's h_out is m = o * tanh(c), not the state: P m is rounded below
     ws = Workspace(R, b_inner, buffers.empty((GH, B), dtype), buffers.empty((H, B), dtype), gemm_round,
-                   state_round if params.P is None else None, state_round)
+                   state_round if params.P is None else None, state_round, operand)
+    read = (lambda a: a) if operand is None else operand  # what the projection's GEMM reads of m
     projection_round = gemm_round if gemm_round is not None else state_round
     c_buffers = buffers.empty((2, H, B), dtype) if mode.has_cell_state else None  # ping-pong: c_out != c
     h_raw = buffers.empty((H, B), dtype) if params.P is not None and record is None else None  # training: trace
@@ -454,7 +466,7 @@ def fused_step(mode: CellMode, params: PseudoLayerParams, B: int, record: Direct
         cell_step(ws, xw_t, h, c, h_out if raw is None else raw, c_out, acts)
         if raw is not None:
             round_in_place(raw, state_round)  # m = o * tanh(c), stored for the projection's GEMM to read
-            np.matmul(params.P, raw, out=h_out)
+            np.matmul(params.P, read(raw), out=h_out)
             if projection_round is not None:  # a GEMM's result, and the state
                 np.copyto(h_out, h_out.astype(projection_round))
         return h_out, c_out
@@ -486,6 +498,7 @@ def run_layers(
     dropout_scales: Sequence[Array] = (),
     trace: bool = False,
     storage: np.dtype | None = None,
+    operand: Callable[[Array], Array] | None = None,
 ) -> tuple[Array, Array, Array | None, StackTrace | None]:
     """Run the stack: layers in order, each direction of a layer over the previous layer's output.
 
@@ -495,6 +508,8 @@ def run_layers(
     ``layer_output_dtype``: round each layer's (dropped-out) output through this dtype, as cuDNN stores it
     in a buffer of the data type (float16 storage), or ``None``.
     ``storage``: the data's dtype, for the rounding inside each layer (module docstring); ``None``: none.
+    ``operand``: TF32 math (``reference.tf32``'s rounding of a float32 array): every GEMM reads its operands
+    rounded by it (the weights, each layer's input, the states), nothing else changes; ``None``: FMA math.
     Returns ``y [T, B, D*Hr]``, ``h_n [L*D, B, Hr]``, ``c_n [L*D, B, H]`` or ``None``, and the
     :class:`StackTrace` for backprop when ``trace``. The trace keeps ``x`` and (when ``trace``) ``y`` as
     they are: a caller hands out neither without copying.
@@ -507,6 +522,10 @@ def run_layers(
     layer_input = np.ascontiguousarray(x)
     inputs, directions = [], []
     GH = layers[0].R.shape[0]
+    if operand is not None:
+        if trace:
+            raise ValueError("TF32 math covers inference so far: a training pass (its backward) is not TF32 yet")
+        layers = [tf32_layer(p, operand) for p in layers]
     for layer in range(num_layers):
         inputs.append(layer_input)
         caller_s = layer == num_layers - 1 and not trace  # the caller's output: a fresh array (else the trace's)
@@ -515,11 +534,12 @@ def run_layers(
             pl = layer * num_dirs + direction
             params = layers[pl]
             bias = projection_bias(mode, params)
-            stacked = stacks_input(mode, params, B, storage)
+            stacked = operand is None and stacks_input(mode, params, B, storage)
 
             def project(x_steps: Array, params: PseudoLayerParams = params, bias: Array = bias) -> Array:
                 out = projection_buffer(GH, x_steps.shape[0], B, x.dtype)
-                return input_projection(np.ascontiguousarray(x_steps), params, bias, out, storage)
+                read = np.ascontiguousarray(x_steps) if operand is None or params.W is None else operand(x_steps)
+                return input_projection(read, params, bias, out, storage)
 
             h_start = np.ascontiguousarray(h0[pl].T)
             c_start = None if c0 is None else np.ascontiguousarray(c0[pl].T)
@@ -528,7 +548,7 @@ def run_layers(
             prepare = partial(stacked_inputs, state_width=Hr) if stacked else project
             step_rows = layer_input.shape[2] + 1 + Hr if stacked else GH  # of a step's input, prepared
             chunk = chunk_steps(T, step_rows * B * x.dtype.itemsize)
-            step = fused_step(mode, params, B, record, bias if stacked else None, storage)
+            step = fused_step(mode, params, B, record, bias if stacked else None, storage, operand)
             h_end, c_end = run_direction(step, prepare, layer_input, h_start, c_start, lengths, direction == 1,
                                          y_dir, chunk, stacked)
             h_n[pl] = h_end.T

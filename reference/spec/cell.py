@@ -15,17 +15,53 @@ data) and take the data's ``storage`` dtype; with float16 storage they round to 
 ``precision.HALF_ROUNDS`` says, each a visible step: :func:`gemm` rounds a GEMM's result before its bias
 is added (``"gemm_outputs"``), :func:`stored_state` the new hidden state (``"state"``). ``storage=None``
 (or float32, float64) rounds nowhere.
+
+Math type (cuDNN's ``cudnnMathType_t``, for float32 data; :func:`math`): under ``"fma"`` (the default) a GEMM
+multiplies its operands as they are; under ``"tf32"`` every GEMM of the forward and backward pass (``W x``,
+``R u``, the projection ``P m``, and the gradients' products) reads each operand rounded to TF32
+(:func:`operand`: to float32, then by ``precision.TF32_ROUNDING``) and accumulates in the arrays' dtype: with
+float64 arrays, the TF32 truth. Nothing else changes: biases, gates and states keep their precision.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from ..precision import rounds_at
+from .. import tf32
+from ..precision import TF32_ROUNDING, rounds_at
 
 Array = np.ndarray
+
+MATH_TYPES = ("fma", "tf32")
+_MATH: ContextVar[str] = ContextVar("math_type", default="fma")
+
+
+@contextmanager
+def math(math_type: str) -> Iterator[None]:
+    """Run the block's cells under ``math_type`` (one of :data:`MATH_TYPES`)."""
+    token = _MATH.set(math_type)
+    try:
+        yield
+    finally:
+        _MATH.reset(token)
+
+
+def operand(a: Array) -> Array:
+    """``a`` as a GEMM reads it: under TF32 math rounded to TF32 (through float32, by the decided rule), in
+    ``a``'s dtype; under FMA math ``a`` itself."""
+    if _MATH.get() == "fma":
+        return a
+    with np.errstate(over="ignore"):  # (a float64 past float32's range is an infinity to the device too)
+        return tf32.RULES[TF32_ROUNDING](np.asarray(a).astype(np.float32)).astype(a.dtype)
+
+
+def matmul(a: Array, b: Array) -> Array:
+    """``a @ b`` as a GEMM of the current math type computes it (:func:`operand` of each)."""
+    return operand(a) @ operand(b)
 
 
 class CellParams(NamedTuple):
@@ -57,7 +93,7 @@ def round_to_storage(v: Array, storage: np.dtype | None, point: str) -> Array:
 def gemm(u: Array, M: Array, storage: np.dtype | None = None) -> Array:
     """``M u`` for a batch of rows ``u [B, k]`` and ``M [n, k]`` -> ``[B, n]``: the GEMM's result, rounded to
     ``storage`` as the GEMM writes it (``"gemm_outputs"``), before any bias is added."""
-    return round_to_storage(u @ M.T, storage, "gemm_outputs")
+    return round_to_storage(matmul(u, M.T), storage, "gemm_outputs")
 
 
 def stored_state(h: Array, storage: np.dtype | None = None) -> Array:
@@ -86,12 +122,12 @@ def affine_backward(p: CellParams, x: Array, u: list[Array], d_in: list[Array], 
 
     Returns ``dx [B, in]`` (summed over the gates), ``du[g] [B, Hr]`` and the parameter gradients as a
     :class:`CellParams` (``P`` is ``d_P``, which the caller computes)."""
-    dx = sum(d if p.W is None else d @ p.W[g] for g, d in enumerate(d_in))
-    du = [d @ p.R[g] for g, d in enumerate(d_rec)]
+    dx = sum(d if p.W is None else matmul(d, p.W[g]) for g, d in enumerate(d_in))
+    du = [matmul(d, p.R[g]) for g, d in enumerate(d_rec)]
     grads = CellParams(
-        W=None if p.W is None else [d.T @ x for d in d_in],
+        W=None if p.W is None else [matmul(d.T, x) for d in d_in],
         b_W=None if p.b_W is None else [d.sum(axis=0) for d in d_in],
-        R=[d.T @ ug for d, ug in zip(d_rec, u)],
+        R=[matmul(d.T, ug) for d, ug in zip(d_rec, u)],
         b_R=None if p.b_R is None else [d.sum(axis=0) for d in d_rec],
         P=d_P,
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cell import Array, CellParams, affine_backward, input_term, recurrent_term, sigmoid, stored_state
+from .cell import Array, CellParams, affine_backward, input_term, matmul, recurrent_term, sigmoid, stored_state
 
 R, Z, N = range(3)
 
@@ -51,7 +51,7 @@ def step_backward(p: CellParams, cache: tuple, dh_new: Array, dc_new: None,
         d_hn, dr = da_n * r, da_n * hn
     else:  # hn = R_h (r * h) + b_Rh
         d_hn = da_n
-        dr = (d_hn @ p.R[N]) * h
+        dr = matmul(d_hn, p.R[N]) * h
     da_r = dr * r * (1.0 - r)
     dx, du, grads = affine_backward(p, x, [h, h, u_n], [da_r, da_z, da_n], [da_r, da_z, d_hn])
     du_n_to_h = du[N] if reset_after else du[N] * r  # through u_n = h, or u_n = r * h

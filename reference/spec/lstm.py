@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cell import Array, CellParams, affine_backward, gemm, input_term, recurrent_term, sigmoid, stored_state
+from .cell import (Array, CellParams, affine_backward, gemm, input_term, matmul, recurrent_term, sigmoid,
+                   stored_state)
 
 I, F, G, O = range(4)
 
@@ -51,8 +52,8 @@ def step_backward(p: CellParams, cache: tuple, dh_new: Array, dc_new: Array,
     """Gradients of ``x``, ``h``, ``c`` and the parameters from ``dh_new`` (of ``h'``) and ``dc_new`` (of ``c'``);
     ``clip`` as the step's (its cache says where the clip passed the gradient)."""
     x, h, c, i, f, g, o, tanh_c, m, passes = cache
-    dm = dh_new if p.P is None else dh_new @ p.P
-    d_P = None if p.P is None else dh_new.T @ m
+    dm = dh_new if p.P is None else matmul(dh_new, p.P)
+    d_P = None if p.P is None else matmul(dh_new.T, m)
     do = dm * tanh_c
     dc_total = (dc_new + dm * o * (1.0 - tanh_c * tanh_c)) * passes
     di, df, dg, dc = dc_total * g, dc_total * c, dc_total * i, dc_total * f

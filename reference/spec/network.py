@@ -20,6 +20,8 @@ state them, over the cells of ``rnn.py``, ``lstm.py`` and ``gru.py``.
   ``precision.HALF_ROUNDS`` says (each GEMM's result before its bias, the state each step stores: ``cell.py``),
   and each layer's output (after dropout) is rounded to float16 before the next layer reads it; results come
   back in the data's dtype. Backward treats every rounding as the identity.
+- Math type (``math_type``, ``cell.py``): under ``"tf32"`` every GEMM, forward and backward, reads its operands
+  rounded to TF32; with float64 data that is the TF32 truth.
 - ``time_major=False``: the first two axes of sequences, states and masks are swapped, at the edges.
 - A packed ``x`` (``reference.PackedSequence``, cuDNN's ``SEQ_MAJOR_PACKED``): unpacked at the edge into the
   time-major batch and its lengths, which run as above; the output is packed again (it has no padding, so no
@@ -39,7 +41,8 @@ from ..layout import BIAS_MODES, bias_slots
 from ..packing import PackedSequence
 from ..precision import STORAGE_DTYPES, compute_dtype
 from . import gru, lstm, rnn
-from .cell import Array, CellParams
+from .cell import MATH_TYPES, Array, CellParams
+from .cell import math as cell_math
 
 PROJECTION = 8  # cuDNN's lin_layer_id of the LSTM projection
 
@@ -386,7 +389,7 @@ def caller_layout(a: Array | None, time_major: bool, storage: np.dtype) -> Array
 
 def forward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array, h0: Array | None = None,
             c0: Array | None = None, *, lengths=None, dropout: float = 0.0, masks: Sequence[Array] = (),
-            time_major: bool = True, padding_fill: float = 0.0) -> Outputs:
+            time_major: bool = True, padding_fill: float = 0.0, math_type: str = "fma") -> Outputs:
     """The network's outputs.
 
     ``weights``, ``biases``: canonical lists (``net.canonical_entries()``) of ``x``'s dtype; ``x [T, B, in]``;
@@ -395,14 +398,24 @@ def forward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: 
     pass with ``dropout`` (ignored where ``dropout == 0``); ``padding_fill``: the output past each length, in
     ``x``'s dtype (``checks.padding_fill``). ``time_major=False`` swaps the first two axes of every sequence,
     state and mask. A packed ``x`` (``reference.PackedSequence``) gives a packed output, its masks those of
-    the padded batch ``[T, B, D*Hr]``."""
+    the padded batch ``[T, B, D*Hr]``. ``math_type``: ``"fma"`` or ``"tf32"`` (float32 or float64 ``x``; with
+    float64, the TF32 truth): how the GEMMs read their operands (``cell.py``, "Math type")."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
+    _check_math(math_type, call.storage)
     fill = checks.padding_fill(padding_fill, call.storage)
     if call.batch_sizes is not None and checks.fills(fill):
         raise ValueError(f"padding_fill must be 0.0 with a packed x (a packed output has no padding), got {fill!r}")
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"), cell_math(math_type):
         y, h_n, c_n, _ = _run(net, call)
     return _outputs(call, y, h_n, c_n, fill, time_major)
+
+
+def _check_math(math_type: object, storage: np.dtype) -> None:
+    """``math_type`` one of ``cell.MATH_TYPES``, and ``"tf32"`` only for float32 or float64 data (float16 data has
+    float32 math, cuDNN's HALF data and FLOAT math, which TF32 does not apply to)."""
+    checks.one_of("math_type", math_type, MATH_TYPES)
+    if math_type == "tf32" and storage == np.float16:
+        raise ValueError("math_type 'tf32' applies to float32 data (and float64, the TF32 truth), not float16")
 
 
 def _outputs(call: _Call, y: Array, h_n: Array, c_n: Array | None, fill, time_major: bool) -> Outputs:
@@ -423,23 +436,26 @@ def _packed_like(call: _Call, sequence: Array) -> Array | PackedSequence:
 
 def backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array, h0: Array | None,
              c0: Array | None, d_output: Array, d_output_h: Array | None = None, d_output_c: Array | None = None,
-             *, lengths=None, dropout: float = 0.0, masks: Sequence[Array] = (), time_major: bool = True) -> Gradients:
+             *, lengths=None, dropout: float = 0.0, masks: Sequence[Array] = (), time_major: bool = True,
+             math_type: str = "fma") -> Gradients:
     """Gradients of ``<output, d_output> + <output_h, d_output_h> + <output_c, d_output_c>`` with respect to
     ``x``, ``h0``, ``c0`` and the canonical weights and biases, for the forward pass of :func:`forward` with
     the same arguments. ``d_output`` has ``output``'s shape (its values past each length are ignored; packed
     with ``x``'s batch sizes after a packed ``x``), ``d_output_h`` and ``d_output_c`` those of the final
     states (``None``: zeros)."""
     return forward_and_backward(net, weights, biases, x, h0, c0, d_output, d_output_h, d_output_c, lengths=lengths,
-                                dropout=dropout, masks=masks, time_major=time_major)[1]
+                                dropout=dropout, masks=masks, time_major=time_major, math_type=math_type)[1]
 
 
 def forward_and_backward(net: Network, weights: Sequence[Array], biases: Sequence[Array], x: Array,
                          h0: Array | None, c0: Array | None, d_output: Array, d_output_h: Array | None = None,
                          d_output_c: Array | None = None, *, lengths=None, dropout: float = 0.0,
-                         masks: Sequence[Array] = (), time_major: bool = True) -> tuple[Outputs, Gradients]:
+                         masks: Sequence[Array] = (), time_major: bool = True,
+                         math_type: str = "fma") -> tuple[Outputs, Gradients]:
     """:func:`forward`'s outputs (zeros past each length) and :func:`backward`'s gradients of one call, from the
     one forward pass the gradients need: what a caller wanting both would otherwise compute twice."""
     call = _check(net, weights, biases, x, h0, c0, lengths, dropout, masks, time_major)
+    _check_math(math_type, call.storage)
     T, B = call.x.shape[:2]
     LD, D, Hr = net.num_layers * net.num_dirs, net.num_dirs, net.state_width
     if call.batch_sizes is not None:
@@ -458,7 +474,7 @@ def forward_and_backward(net: Network, weights: Sequence[Array], biases: Sequenc
                                                 time_major)
     dh0, dc0 = np.empty_like(call.h0), None if call.c0 is None else np.empty_like(call.c0)
     grads: list[CellParams | None] = [None] * LD
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"), cell_math(math_type):
         y, h_n, c_n, tapes = _run(net, call)
         for layer in reversed(range(net.num_layers)):
             width = net.input_width(layer)

@@ -1,0 +1,150 @@
+"""TF32 math (``math_type="tf32"``): the spec cells and the engine read every GEMM operand rounded to TF32 and
+nothing else, and the engine follows the TF32 truth (the spec's, in float64) rather than the FMA one.
+
+A TF32 result is a discontinuous function of its inputs: an operand computed inside the pass (a state, a
+layer's output) that lies near the boundary between two TF32 values rounds one way in float32 and the other
+in the float64 truth, an error of a TF32 ulp in that operand. So the engine is held to the TF32 truth within
+the float32 policy where no operand is computed (one step of one layer), and over a sweep by the typical
+(median) error; the largest, where such a flip happened, is documented in docs/reference.md ("TF32 math")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reference
+from compat_tests.config import RNNConfig, make_case
+from compat_tests.judge import tolerances
+from compat_tests.judge.conditioning import sensitivity
+from compat_tests.judge.metrics import error_stats
+from compat_tests.run import ground_truth
+from reference import modes, precision, recurrence, spec, tf32
+
+MODES = ("relu", "tanh", "lstm", "gru", "classic_gru")
+
+
+def to_tf32(a: np.ndarray) -> np.ndarray:
+    return tf32.RULES[precision.TF32_ROUNDING](np.asarray(a, np.float32))
+
+
+def engine(cfg: RNNConfig, case, math_type: str):
+    model = reference.make_model(cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, cfg.input_mode,
+                                 cfg.direction, np.float32, num_proj=cfg.num_proj, bias_mode=cfg.bias_mode,
+                                 math_type=math_type)
+    params = model.canonical_to_params(case.weights, case.biases)
+    return model.forward(case.x, case.h0, params, input_c=case.c0, is_training=False, sequence_lengths=case.lengths)
+
+
+def truth(cfg: RNNConfig, case, math_type: str):
+    c64 = case.astype(np.float64)
+    return spec.forward(spec.Network.of(cfg.model()), c64.weights, c64.biases, c64.x, c64.h0, c64.c0,
+                        lengths=case.lengths, math_type=math_type)
+
+
+def worst(cfg: RNNConfig, case, got, want) -> float:
+    """The largest conditioned error (float32 eps) of ``got`` against ``want``, kappa the FMA truth's."""
+    kappa = sensitivity(cfg, case, ground_truth(cfg, case))
+    return max(error_stats(getattr(got, q), getattr(want, q)).max_eps / max(1.0, kappa[q])
+               for q in ("output", "output_h", "output_c") if getattr(want, q) is not None)
+
+
+def one_step(mode: str, bias_mode: str = "double", exact_operands: bool = False, seed: int = 0):
+    cfg = RNNConfig(mode, 1, 12, 7, seq_len=1, batch=3, dtype="float32", bias_mode=bias_mode, seed=seed)
+    case = make_case(cfg)
+    if exact_operands:  # every GEMM operand a TF32 value already; the biases not (they add outside the GEMMs)
+        case = case._replace(weights=[to_tf32(w) for w in case.weights], x=to_tf32(case.x), h0=to_tf32(case.h0))
+    return cfg, case
+
+
+@pytest.mark.parametrize("bias_mode", ["double", "single_rec"])
+@pytest.mark.parametrize("mode", ("relu", "tanh", "lstm", "gru"))
+def test_tf32_changes_nothing_where_every_gemm_operand_is_a_tf32_value(mode, bias_mode):
+    """One step whose weights, input and state are TF32 values (its biases not): the TF32 truth is the FMA truth
+    bit for bit, so nothing but the GEMMs' operands is rounded (a rounded bias would differ). (Not the textbook
+    GRU: its candidate's GEMM reads ``r * h``, computed in the step.)"""
+    cfg, case = one_step(mode, bias_mode, exact_operands=True)
+    fma, tf = truth(cfg, case, "fma"), truth(cfg, case, "tf32")
+    for q in ("output", "output_h", "output_c"):
+        if getattr(fma, q) is not None:
+            assert np.array_equal(getattr(fma, q), getattr(tf, q)), q
+    got = engine(cfg, case, "tf32")
+    assert worst(cfg, case, got, fma) <= tolerances.DEFAULTS[("float32", "forward")].bound
+
+
+@pytest.mark.parametrize("mode, proj", [(m, None) for m in MODES] + [("lstm", 5)])
+def test_the_engine_s_tf32_step_is_the_tf32_truth_s_within_float32_rounding(mode, proj):
+    """One step of one layer (the operands are data, but for the textbook GRU's ``r * h`` and the projection's
+    ``o * tanh(c)``, here away from a TF32 boundary): within the float32 budget of the TF32 truth, and far (over
+    100 eps) from the FMA truth. The planted faults below are caught against these same steps."""
+    cfg = RNNConfig(mode, 1, 12, 7, seq_len=1, batch=3, dtype="float32", seed=3, num_proj=proj)
+    case = make_case(cfg)
+    got = engine(cfg, case, "tf32")
+    budget = tolerances.DEFAULTS[("float32", "forward")].bound
+    assert worst(cfg, case, got, truth(cfg, case, "tf32")) <= budget
+    assert worst(cfg, case, got, truth(cfg, case, "fma")) > 100
+
+
+@pytest.mark.parametrize("fault", ["R not rounded", "W not rounded", "P not rounded", "biases rounded",
+                                   "x not rounded", "state not rounded"])
+def test_a_planted_fault_in_the_engine_s_tf32_fails_the_step_check(monkeypatch, fault):
+    """TF32 applied to all GEMMs but one, or to the biases too: the one-step check above fails for some mode (the
+    projection's fault: an LSTM with a projection, whose own check is within the float32 budget)."""
+    real_layer = recurrence.tf32_layer
+    rule = tf32.RULES[precision.TF32_ROUNDING]
+
+    def planted_layer(params, operand):
+        rounded = real_layer(params, operand)
+        unrounded = {"R not rounded": {"R": params.R}, "W not rounded": {"W": params.W},
+                     "P not rounded": {"P": params.P},
+                     "biases rounded": {"b_W": operand(params.b_W), "b_R": operand(params.b_R)}}
+        return recurrence.replace(rounded, **unrounded.get(fault, {}))
+
+    monkeypatch.setattr(recurrence, "tf32_layer", planted_layer)
+    if fault == "state not rounded":  # the steps' recurrent GEMMs read the state as it is
+        monkeypatch.setattr(modes, "gemm_operand", lambda ws, a: a)
+    budget = tolerances.DEFAULTS[("float32", "forward")].bound
+    caught = []
+    for mode, proj in [(m, None) for m in MODES] + [("lstm", 5)]:
+        cfg = RNNConfig(mode, 1, 12, 7, seq_len=1, batch=3, dtype="float32", seed=3, num_proj=proj)
+        case = make_case(cfg)
+        model = reference.make_model(mode, 1, 12, 7, dtype=np.float32, num_proj=proj, math_type="tf32")
+        if fault == "x not rounded":  # the layer's input (the only operand of three axes) as it is
+            model._operand = lambda a: a if a.ndim == 3 else rule(a)
+        got = model.forward(case.x, case.h0, model.canonical_to_params(case.weights, case.biases), input_c=case.c0,
+                            is_training=False)
+        caught.append(worst(cfg, case, got, truth(cfg, case, "tf32")) > budget)
+    assert any(caught), f"{fault}: no mode's step left the float32 budget of the TF32 truth"
+
+
+def test_over_a_sweep_the_engine_follows_the_tf32_truth_not_the_fma_one():
+    """Seeded configs of every mode, 1-2 layers, H up to 24, T up to 40: the median conditioned error against the
+    TF32 truth is within the float32 budget, against the FMA truth it is over 100 eps (a TF32 ulp is 8192)."""
+    rng = np.random.default_rng(7)
+    against_tf32, against_fma = [], []
+    for k in range(20):
+        mode = MODES[k % len(MODES)]
+        cfg = RNNConfig(mode, int(rng.integers(1, 3)), int(rng.integers(4, 25)), int(rng.integers(2, 17)),
+                        direction=("unidirectional", "bidirectional")[k % 2], seq_len=int(rng.integers(2, 41)),
+                        batch=int(rng.integers(1, 5)), dtype="float32", seed=k)
+        case = make_case(cfg)
+        got = engine(cfg, case, "tf32")
+        against_tf32.append(worst(cfg, case, got, truth(cfg, case, "tf32")))
+        against_fma.append(worst(cfg, case, got, truth(cfg, case, "fma")))
+    assert np.median(against_tf32) <= tolerances.DEFAULTS[("float32", "forward")].bound, against_tf32
+    assert np.median(against_fma) > 100, against_fma
+
+
+def test_math_type_is_checked_by_name_and_dtype():
+    with pytest.raises(ValueError, match="math_type"):
+        reference.CudnnGRU(1, 4, 3, math_type="tensor")
+    with pytest.raises(ValueError, match="float32"):
+        reference.CudnnGRU(1, 4, 3, dtype=np.float16, math_type="tf32")
+    cfg, case = one_step("gru")
+    with pytest.raises(ValueError, match="float16"):
+        c16 = case.astype(np.float16)
+        spec.forward(spec.Network.of(cfg.model()), c16.weights, c16.biases, c16.x, c16.h0, math_type="tf32")
+    assert "math_type='tf32'" in repr(reference.CudnnGRU(1, 4, 3, math_type="tf32"))
+    model = reference.CudnnGRU(1, 12, 7, math_type="tf32")
+    params = model.canonical_to_params(case.weights, case.biases)
+    with pytest.raises(ValueError, match="TF32 math covers inference"):
+        model.forward(case.x, case.h0, params, is_training=True)
