@@ -331,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--out", help=".npz (output, output_h, output_c and their layout) or .npy (output only)")
     infer.add_argument("--force", action="store_true", help="replace --out where it exists")
     infer.add_argument("--lengths", help=".npy of sequence lengths [B]")
+    infer.add_argument("--math", choices=("fma", "tf32"), default="fma",
+                       help="float32 models: tf32 runs every GEMM on TF32-rounded operands, the outputs a GPU with "
+                            "TF32 math gives (PyTorch's default on cuDNN), on the CPU (docs/reference.md)")
     infer.add_argument("--padding-fill", type=float, default=0.0, metavar="VALUE",
                        help="the output past each length (cuDNN's paddingFill; default 0; nan, inf, -inf too)")
     infer.add_argument("--batch-major", action="store_true",

@@ -14,12 +14,12 @@ layer's output and input, the outputs and inputs kept by the trace) are sequence
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from . import buffers
-from .modes import CellMode
+from .modes import CellMode, read
 from .recurrence import (DirectionTrace, PseudoLayerParams, StackTrace, last_steps, padded_steps, run_order,
                          run_steps, zero_padded)
 
@@ -65,8 +65,10 @@ def backprop_direction(
     dc_n: Array | None,
     lengths: Array | None,
     reverse: bool,
+    operand: Callable[[Array], Array] | None = None,
 ) -> tuple[Array, tuple | None, Array, Array | None, PseudoLayerParams]:
-    """Backprop one pseudo-layer.
+    """Backprop one pseudo-layer (``operand``: TF32 math, every GEMM's operands rounded by it; ``params`` are the
+    forward's, TF32 already).
 
     ``dy [T, B, Hr]`` (any strides) is the gradient of its outputs (original time order), ``dh_n [Hr, B]`` and
     ``dc_n [H, B]`` (or ``None``) of its final states. Returns the gradient of its input projection
@@ -110,9 +112,10 @@ def backprop_direction(
                 gc[:, ends] = dc_n[:, ends]
         if PT is not None:
             g_out[:, t] = g
-            g = PT @ g
+            g = PT @ read(operand, g)
         c_prev = None if trace.c is None else (trace.c0 if t == 0 else trace.c[t - 1])
-        dh, dc = mode.step_backward(g, gc, trace.acts[t], h_prev[t].T, c_prev, RT, d_xw_t, d_rec_t)
+        dh, dc = mode.step_backward(g, gc, trace.acts[t], h_prev[t].T, c_prev, RT, d_xw_t, d_rec_t,
+                                    operand=operand)
         d_xw[:, t] = d_xw_t
         if d_rec is not d_xw:
             d_rec[:, t] = d_rec_t
@@ -127,10 +130,11 @@ def backprop_direction(
     dR = buffers.empty(params.R.shape, params.R.dtype)
     d_rec_rows = _rows(d_rec)
     for rows, inputs in mode.recurrent_inputs(h_prev, trace.acts[:S], H):
-        dR[rows] = d_rec_rows[rows] @ zero_padded(inputs, lengths, 2).reshape(S * B, -1)
+        dR[rows] = read(operand, d_rec_rows[rows]) @ read(operand, zero_padded(inputs, lengths, 2).reshape(S * B, -1))
     dP = None
     if params.P is not None:  # h_raw is time-outer: the reshape copies it feature-major for the GEMM
-        dP = _rows(g_out) @ _rows(zero_padded(trace.h_raw[:S].transpose(1, 0, 2), lengths, 0)).T
+        dP = read(operand, _rows(g_out)) @ read(operand, _rows(zero_padded(trace.h_raw[:S].transpose(1, 0, 2),
+                                                                               lengths, 0))).T
     grads = PseudoLayerParams(W=None, b_W=None, R=dR, b_R=_row_sums(d_rec_rows), P=dP)
     if reverse and lengths is not None:  # per element, this reorder would cost more than the step loop
         return d_xw, index, dh, dc, grads
@@ -144,8 +148,10 @@ def backprop_layers(
     dy: Array,
     dh_n: Array,
     dc_n: Array | None,
+    operand: Callable[[Array], Array] | None = None,
 ) -> tuple[Array, Array, Array | None, list[PseudoLayerParams]]:
-    """Backprop the stack recorded by ``run_layers(..., trace=True)``.
+    """Backprop the stack recorded by ``run_layers(..., trace=True)`` (with ``operand``: of a TF32 forward pass,
+    every GEMM of the backward pass reading its operands rounded by it).
 
     ``dy [T, B, D*Hr]`` (any strides), ``dh_n [L*D, B, Hr]``, ``dc_n [L*D, B, H]`` or ``None``.
     Returns ``dx [T, B, input_size]``, ``dh0 [L*D, B, Hr]``, ``dc0`` and per pseudo-layer gradients
@@ -169,7 +175,7 @@ def backprop_layers(
             p = layers[pl]
             d_xw, order, dh, dc_start, g = backprop_direction(
                 mode, stack.directions[pl], p, d_out[:, :, direction * width : (direction + 1) * width],
-                dh_n[pl].T, None if dc_n is None else dc_n[pl].T, stack.lengths, direction == 1)
+                dh_n[pl].T, None if dc_n is None else dc_n[pl].T, stack.lengths, direction == 1, operand)
             dh0[pl] = dh.T
             if dc0 is not None:
                 dc0[pl] = dc_start.T
@@ -182,9 +188,10 @@ def backprop_layers(
                 np.sum(d_rows.reshape(G, -1, d_rows.shape[1]), axis=0, out=d_x.reshape(steps, -1).T)
                 dW = None
             else:  # BLAS reads d_rows transposed in place: the gradient comes out sequence-major
-                np.matmul(d_rows.T, p.W, out=d_x.reshape(steps, -1))
+                d_read = read(operand, d_rows)
+                np.matmul(d_read.T, p.W, out=d_x.reshape(steps, -1))
                 x_rows = (x_padded[:S] if order is None else x_padded[order]).reshape(steps, -1)
-                dW = np.matmul(d_rows, x_rows, out=buffers.empty(p.W.shape, p.W.dtype))
+                dW = np.matmul(d_read, read(operand, x_rows), out=buffers.empty(p.W.shape, p.W.dtype))
             if order is not None:
                 target[order] = d_x
             if direction > 0:

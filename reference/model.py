@@ -78,8 +78,8 @@ class _CudnnRNN:
 
     ``math_type`` (keyword only): ``"fma"`` (the default) or, for float32 models, ``"tf32"``: every GEMM of the
     forward pass reads its operands rounded to TF32 (``reference.tf32``, by ``precision.TF32_ROUNDING``) and
-    accumulates in float32, as a GPU's tensor cores under cuDNN's default math and PyTorch's ``allow_tf32``;
-    nothing else changes. Inference only so far: a training pass of a TF32 model is refused.
+    accumulates in float32, as a GPU's tensor cores under cuDNN's default math and PyTorch's ``allow_tf32``, and
+    so does every GEMM of its backward pass (the gradients' products); nothing else changes.
     """
 
     rnn_mode: ClassVar[str]
@@ -331,7 +331,8 @@ class _CudnnRNN:
             dy = dy.transpose(1, 0, 2)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             dx, dh0, dc0, grads = backprop_layers(self._mode, trace, self.num_dirs, dy.astype(cdt, copy=False),
-                                                  dh.astype(cdt), None if dc is None else dc.astype(cdt))
+                                                  dh.astype(cdt), None if dc is None else dc.astype(cdt),
+                                                  self._operand)
             d_params = self._scatter(grads)
         out = functools.partial(caller_layout, time_major=tm, dtype=self.dtype)
         if params_backprop_out is not None:

@@ -22,7 +22,7 @@ When ``acts`` (a contiguous ``[mode.saved_width * H, B]`` buffer, one time step 
 given, the step computes its gates in it rather than in the workspace, so the activations a backward pass
 needs (``saved`` in each row) are left there without a copy.
 
-A row's ``step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec)`` takes the gradients of the step's
+A row's ``step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec[, operand])`` takes the gradients of the step's
 outputs (``g`` of the new hidden output before projection, ``gc`` of the new cell state or ``None``) and
 ``RT = R.T`` (contiguous, ``[Hr, G*H]``), writes the gradients of the input projection ``xw`` into ``d_xw``
 and of the recurrent pre-activation (``R @ recurrent_input + b_R``) into ``d_rec`` (both ``[G*H, B]``; the
@@ -79,6 +79,11 @@ class Workspace:
     state_round: np.dtype | None = None
     cell_round: np.dtype | None = None
     operand: Callable[[Array], Array] | None = None  # TF32 math: what a GEMM reads of its state operand
+
+
+def read(operand: Callable[[Array], Array] | None, a: Array) -> Array:
+    """``a`` as a GEMM of a backward step reads it: itself, or under TF32 math (``operand``) its rounding."""
+    return a if operand is None else operand(a)
 
 
 def gemm_operand(ws: Workspace, a: Array) -> Array:
@@ -162,9 +167,9 @@ def _simple_step(activation: Callable[..., Array]) -> StepFn:
 def _simple_step_backward(derivative: Callable[[Array, Array, Array], None]) -> BackwardFn:
     """``derivative(g, h, out)``: the gradient of the pre-activation from the output's gradient and the output."""
 
-    def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
+    def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec, operand=None):
         derivative(g, acts, d_xw)
-        return RT @ d_xw, None
+        return RT @ read(operand, d_xw), None
 
     return step_backward
 
@@ -205,7 +210,8 @@ def _lstm_step(gate: Callable[[Array, Array], Array], clip: tuple[float, float] 
     return step
 
 
-def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec, clip: tuple[float, float] | None = None):
+def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec, clip: tuple[float, float] | None = None,
+                        operand=None):
     H = c_prev.shape[0]
     one = _one(acts)
     i, f, o, gg, tanh_c = acts[:H], acts[H : 2 * H], acts[2 * H : 3 * H], acts[3 * H : 4 * H], acts[4 * H :]
@@ -231,11 +237,11 @@ def _lstm_step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec, clip: tupl
     np.multiply(dg, i, dg)
     np.multiply(dg, dc, dg)
     np.multiply(dc, f, dc)
-    return RT.dot(d_xw), dc
+    return RT.dot(read(operand, d_xw)), dc
 
 
 def _gru_step_backward(reset_after: bool) -> BackwardFn:
-    def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec):
+    def step_backward(g, gc, acts, h_prev, c_prev, RT, d_xw, d_rec, operand=None):
         H = RT.shape[1] // 3
         r, z = acts[:H], acts[H : 2 * H]
         n = acts[3 * H :] if reset_after else acts[2 * H :]
@@ -258,13 +264,13 @@ def _gru_step_backward(reset_after: bool) -> BackwardFn:
             np.multiply(dr, one_minus_r, dr)
             d_rec[: 2 * H] = d_xw[: 2 * H]
             np.multiply(dn, r, d_rec[2 * H :])
-            dh_prev += RT.dot(d_rec)
+            dh_prev += RT.dot(read(operand, d_rec))
         else:  # n = tanh(xw_n + R_n (r * h) + b_Rn); d_rec is d_xw
-            d_rh = RT[:, 2 * H :] @ dn
+            d_rh = RT[:, 2 * H :] @ read(operand, dn)
             np.multiply(d_rh, h_prev, out=dr)
             dr *= r
             dr *= one_minus_r
-            dh_prev += RT[:, : 2 * H] @ d_xw[: 2 * H]
+            dh_prev += RT[:, : 2 * H] @ read(operand, d_xw[: 2 * H])
             d_rh *= r
             dh_prev += d_rh
         return dh_prev, None

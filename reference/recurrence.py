@@ -522,9 +522,7 @@ def run_layers(
     layer_input = np.ascontiguousarray(x)
     inputs, directions = [], []
     GH = layers[0].R.shape[0]
-    if operand is not None:
-        if trace:
-            raise ValueError("TF32 math covers inference so far: a training pass (its backward) is not TF32 yet")
+    if operand is not None:  # (a trace keeps these: the backward pass's GEMMs read the same rounded weights)
         layers = [tf32_layer(p, operand) for p in layers]
     for layer in range(num_layers):
         inputs.append(layer_input)

@@ -33,6 +33,7 @@ from .precision import compute_dtype
 from .recurrence import (
     PseudoLayerParams,
     fused_step,
+    tf32_layer,
     negated_gates,
     projection_bias,
     projection_buffer,
@@ -99,12 +100,15 @@ class _LayerStream:
 
     __slots__ = ("run", "project", "xw_t", "slots", "k", "h_bufs", "h", "c", "c_own", "t")
 
-    def __init__(self, mode, params: PseudoLayerParams, bias: Array, B: int, storage: np.dtype) -> None:
+    def __init__(self, mode, params: PseudoLayerParams, bias: Array, B: int, storage: np.dtype,
+                 operand=None) -> None:
         GH, Hr = params.R.shape
         H = GH // mode.num_gates
         dtype = params.R.dtype
-        stacked = stacks_input(mode, params, B, storage)
-        self.run = fused_step(mode, params, B, None, bias if stacked else None, storage)
+        if operand is not None:  # TF32 math: as recurrence.run_layers runs it (rounded weights, no stacked step)
+            params = tf32_layer(params, operand)
+        stacked = operand is None and stacks_input(mode, params, B, storage)
+        self.run = fused_step(mode, params, B, None, bias if stacked else None, storage, operand)
         self.t = self.k = 0
         self.c_own = np.zeros((H, B), dtype) if mode.has_cell_state else None
         self.c = self.c_own
@@ -118,6 +122,8 @@ class _LayerStream:
         else:
             xw = projection_buffer(GH, 1, B, dtype)
             self.project, self.xw_t = projector(params, bias, xw, reused=True, storage=storage), xw[:, 0]
+            if operand is not None and params.W is not None:  # the input, as the projection's GEMM reads it
+                self.project = lambda x, project=self.project: project(operand(x))
             self.h_bufs = (np.zeros((Hr, B), dtype), np.empty((Hr, B), dtype))
             self.h = self.h_bufs[0]
 
@@ -166,9 +172,9 @@ class _Layers:
     __slots__ = ("layers", "inputs", "rounded", "output_dtype", "enter")
 
     def __init__(self, mode, layers: Sequence[PseudoLayerParams], biases: Sequence[Array], B: int,
-                 round_to: np.dtype | None, output_dtype: np.dtype) -> None:
+                 round_to: np.dtype | None, output_dtype: np.dtype, operand=None) -> None:
         self.enter = _quiet_runner()
-        self.layers = [_LayerStream(mode, p, b, B, output_dtype) for p, b in zip(layers, biases)]
+        self.layers = [_LayerStream(mode, p, b, B, output_dtype, operand) for p, b in zip(layers, biases)]
         Hr, dtype = layers[0].R.shape[1], layers[0].R.dtype
         self.inputs = [np.empty((B, Hr), dtype) for _ in layers[1:]]
         self.rounded = None if round_to is None else np.empty((B, Hr), round_to)
@@ -225,7 +231,8 @@ class Stream:
         bound._unidirectional("stream")
         self._bound = bound
         self.batch_size = B = checks.int_at_least("batch_size", batch_size, 1)
-        self._layers = _Layers(bound._mode, bound._layers, bound._biases, B, bound._round_to, bound.dtype)
+        self._layers = _Layers(bound._mode, bound._layers, bound._biases, B, bound._round_to, bound.dtype,
+                               bound._operand)
         self._x_shape, self._dtype, self._cdt = (B, bound._I), bound.dtype, bound.compute_dtype
         self.reset(h, c)
 
@@ -288,6 +295,7 @@ class BoundRNN:
         self._has_cell = model._config.has_cell_state
         self._L, self._Hr, self._H, self._I = model.num_layers, model.state_width, model.num_units, model.input_size
         self._round_to = model.dtype if model.dtype != self.compute_dtype else None  # between layers
+        self._operand = model._operand  # TF32 math: how every GEMM reads its operands (None: FMA)
         self._local = threading.local()
         self._state_dtypes = (self.dtype, self.compute_dtype)
 
@@ -372,7 +380,8 @@ class BoundRNN:
         if plan is None:
             if len(plans) >= MAX_PLANS:
                 del plans[next(iter(plans))]
-            plan = plans[B] = _Layers(self._mode, self._layers, self._biases, B, self._round_to, self.dtype)
+            plan = plans[B] = _Layers(self._mode, self._layers, self._biases, B, self._round_to, self.dtype,
+                                              self._operand)
         return plan
 
     def _step_arguments(self, x: object, h: object, c: object, out_h: object, out_c: object) -> tuple:

@@ -104,8 +104,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
                 raise
             source = None
     if source is None:  # a stack of layers of several sizes: a chain of one-layer models
+        if args.math != "fma":
+            raise ValueError(f"--math {args.math}: a chain of one-layer models runs with FMA math only, so far")
         return _infer_chain(args, out)
-    model = source.model
+    model = with_math(source.model, args.math)
     x = read_array(args.input, "INPUT")
     lengths = None if args.lengths is None else read_array(args.lengths, "--lengths")
     batch = x.shape[0 if args.batch_major else 1] if x.ndim == 3 else max(1, x.size)
@@ -127,6 +129,20 @@ def cmd_infer(args: argparse.Namespace) -> int:
     arrays = {k: v for k, v in (("output", result.output), ("output_h", result.output_h),
                                 ("output_c", result.output_c)) if v is not None}
     return _write_results(args, out, model, x, result.output, arrays)
+
+
+def with_math(model, math_type: str):
+    """``model`` (a reference model) of ``math_type`` (``--math``): itself for FMA math, else the same model
+    of that math type (``tf32``: float32 models only, refused naming ``--math`` otherwise)."""
+    if math_type == "fma":
+        return model
+    import reference
+
+    if model.dtype != "float32":
+        raise ValueError(f"--math {math_type} applies to float32 models, the checkpoint's is {model.dtype}")
+    return reference.make_model(model.rnn_mode, model.num_layers, model.num_units, model.input_size, model.input_mode,
+                                model.direction, model.dtype, num_proj=model.num_proj, bias_mode=model.bias_mode,
+                                cell_clip=model.cell_clip, math_type=math_type)
 
 
 def _infer_chain(args: argparse.Namespace, out: Path) -> int:

@@ -343,3 +343,31 @@ def test_a_file_written_into_a_missing_folder_is_named_in_the_error(tmp_path, ca
     assert cli.main(["convert", "--from", "checkpoint", "--to", "torch", str(tmp_path / "s.npz"), str(target)]) == 2
     err = capsys.readouterr().err
     assert f"cannot write {target}: there is no folder {target.parent}" in err and ".partial" not in err
+
+
+def test_infer_with_tf32_math_runs_the_models_tf32_forward_and_refuses_other_dtypes(tmp_path, capsys):
+    """``--math tf32`` writes what ``reference.CudnnLSTM(..., math_type="tf32")`` computes (another output than the
+    FMA run's); a float64 checkpoint, or a chain, is refused naming ``--math``."""
+    import reference
+
+    cfg = RNNConfig("lstm", 2, 8, 3, seq_len=20, batch=2, dtype="float32")
+    case = make_case(cfg)
+    model = cfg.model()
+    checkpoint.save(tmp_path / "m.safetensors", model, case.weights, case.biases)
+    np.save(tmp_path / "x.npy", case.x)
+    outputs = {}
+    for math in ("fma", "tf32"):
+        assert cli.main(["infer", str(tmp_path / "m.safetensors"), str(tmp_path / "x.npy"), "--math", math, "--out",
+                         str(tmp_path / f"{math}.npz")]) == 0
+        with np.load(tmp_path / f"{math}.npz") as held:
+            outputs[math] = held["output"]
+    tf32_model = reference.CudnnLSTM(2, 8, 3, math_type="tf32")
+    want = tf32_model.forward(case.x, None, tf32_model.canonical_to_params(case.weights, case.biases),
+                              is_training=False).output
+    assert np.array_equal(outputs["tf32"], want) and not np.array_equal(outputs["tf32"], outputs["fma"])
+    wide = cfg.with_(dtype="float64")
+    checkpoint.save(tmp_path / "w.safetensors", wide.model(), *make_case(wide)[:2])
+    np.save(tmp_path / "x64.npy", make_case(wide).x)
+    capsys.readouterr()
+    assert cli.main(["infer", str(tmp_path / "w.safetensors"), str(tmp_path / "x64.npy"), "--math", "tf32"]) == 2
+    assert "--math tf32 applies to float32 models" in capsys.readouterr().err

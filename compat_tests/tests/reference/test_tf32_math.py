@@ -144,7 +144,86 @@ def test_math_type_is_checked_by_name_and_dtype():
         c16 = case.astype(np.float16)
         spec.forward(spec.Network.of(cfg.model()), c16.weights, c16.biases, c16.x, c16.h0, math_type="tf32")
     assert "math_type='tf32'" in repr(reference.CudnnGRU(1, 4, 3, math_type="tf32"))
-    model = reference.CudnnGRU(1, 12, 7, math_type="tf32")
+
+
+def engine_gradients(cfg: RNNConfig, case, math_type: str):
+    model = reference.make_model(cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, dtype=np.float32,
+                                 num_proj=cfg.num_proj, math_type=math_type)
+    fwd = model.forward(case.x, case.h0, model.canonical_to_params(case.weights, case.biases), input_c=case.c0)
+    grads = model.backward(fwd, case.dy, case.dh, case.dc)
+    d_weights, d_biases = model.params_to_canonical(grads.params)
+    return [grads.input, grads.input_h, *([] if grads.input_c is None else [grads.input_c]), *d_weights, *d_biases]
+
+
+def truth_gradients(cfg: RNNConfig, case, math_type: str):
+    c64 = case.astype(np.float64)
+    g = spec.backward(spec.Network.of(cfg.model()), c64.weights, c64.biases, c64.x, c64.h0, c64.c0, c64.dy, c64.dh,
+                      c64.dc, math_type=math_type)
+    return [g.input, g.input_h, *([] if g.input_c is None else [g.input_c]), *g.weights, *g.biases]
+
+
+def gradient_error(got: list, want: list) -> float:
+    """The largest error of any gradient tensor, in float32 eps of that tensor's scale (one step: kappa ~ 1)."""
+    return max(error_stats(a, b).max_eps for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("mode, proj", [(m, None) for m in MODES] + [("lstm", 5)])
+def test_the_engine_s_tf32_gradients_of_a_step_are_the_tf32_truth_s(mode, proj):
+    """The backward pass of one step of one layer under TF32 math (every GEMM: ``dx``, ``dh``, ``dW``, ``dR``,
+    ``dP``) within the float32 gradient budget of the TF32 truth's, and far (over 100 eps) from the FMA truth's."""
+    cfg = RNNConfig(mode, 1, 12, 7, seq_len=1, batch=3, dtype="float32", seed=3, num_proj=proj)
+    case = make_case(cfg)
+    got = engine_gradients(cfg, case, "tf32")
+    assert gradient_error(got, truth_gradients(cfg, case, "tf32")) <= tolerances.DEFAULTS[("float32", "gradient")].bound
+    assert gradient_error(got, truth_gradients(cfg, case, "fma")) > 100
+
+
+@pytest.mark.parametrize("fault", ["dR's gradient operand not rounded", "dW's input not rounded",
+                                   "a step's gradient not rounded"])
+def test_a_planted_fault_in_the_tf32_backward_pass_fails_the_gradient_check(monkeypatch, fault):
+    from reference import backward
+
+    real_read = backward.read
+    if fault == "a step's gradient not rounded":  # the backward steps' GEMMs read d_xw as it is
+        monkeypatch.setattr(modes, "read", lambda operand, a: a)
+    else:
+        wide = {"dR's gradient operand not rounded": "rows", "dW's input not rounded": "x"}[fault]
+
+        def planted(operand, a):  # one GEMM operand of the weight gradients as it is
+            if wide == "x" and a.ndim == 2 and a.shape[1] == 7:
+                return a
+            if wide == "rows" and a.ndim == 2 and a.shape[0] in (12, 24, 36, 48) and a.shape[1] == 3:
+                return a
+            return real_read(operand, a)
+
+        monkeypatch.setattr(backward, "read", planted)
+    budget = tolerances.DEFAULTS[("float32", "gradient")].bound
+    caught = []
+    for mode in MODES:
+        cfg = RNNConfig(mode, 1, 12, 7, seq_len=1, batch=3, dtype="float32", seed=3)
+        case = make_case(cfg)
+        caught.append(gradient_error(engine_gradients(cfg, case, "tf32"), truth_gradients(cfg, case, "tf32")) > budget)
+    assert any(caught), f"{fault}: no mode's gradients left the float32 budget of the TF32 truth"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tf32_models_stream_and_step_are_its_one_step_forward_bit_for_bit(mode):
+    """The streaming API of a TF32 model: every step (``bound.step``, and a stream's) is that model's forward of
+    the one step, bit for bit, and differs from the FMA model's."""
+    cfg = RNNConfig(mode, 2, 12, 7, seq_len=6, batch=3, dtype="float32", seed=5)
+    case = make_case(cfg)
+    model = reference.make_model(mode, 2, 12, 7, dtype=np.float32, math_type="tf32")
+    fma = reference.make_model(mode, 2, 12, 7, dtype=np.float32)
     params = model.canonical_to_params(case.weights, case.biases)
-    with pytest.raises(ValueError, match="TF32 math covers inference"):
-        model.forward(case.x, case.h0, params, is_training=True)
+    bound = model.bind(params)
+    stream = bound.stream(3, case.h0, case.c0)
+    h, c = case.h0, case.c0
+    differs = False
+    for x_t in case.x:
+        want = model.forward(x_t[None], h, params, c, is_training=False)
+        got = bound.step(x_t, h, c) if cfg.has_cell_state else bound.step(x_t, h)
+        assert np.array_equal(got[0], want.output[0]) and np.array_equal(got[1], want.output_h)
+        assert np.array_equal(stream.step(x_t), want.output[0])
+        differs |= not np.array_equal(want.output, fma.forward(x_t[None], h, params, c, is_training=False).output)
+        h, c = want.output_h, want.output_c
+    assert differs
