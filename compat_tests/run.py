@@ -48,17 +48,17 @@ def misaligned(xp, a):
     return xp.concatenate([xp.zeros(1, a.dtype), xp.asarray(a).ravel()])[1:].reshape(a.shape)
 
 
-def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_training: bool):
-    model = cfg.model(dtype)
+def _reference_forward(cfg: RNNConfig, case: Case, dtype: str | None, is_training: bool, math_type: str = "fma"):
+    model = cfg.model(dtype, **({} if math_type == "fma" else {"math_type": math_type}))
     case = case.astype(model.dtype)
     return model, case, forward_case(model, cfg, case, is_training)
 
 
-def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None) -> Outputs:
+def run_reference(cfg: RNNConfig, case: Case, dtype: str | None = None, math_type: str = "fma") -> Outputs:
     """The reference engine's forward pass (``reference.CudnnGRU`` etc.: the implementation under test, the
     ``reference`` peer) of ``case`` in ``dtype`` (default the config's); inference mode. Not the truth:
-    that is :func:`ground_truth`."""
-    _, _, result = _reference_forward(cfg, case, dtype, is_training=False)
+    that is :func:`ground_truth`. ``math_type``: the engine's (``"tf32"``: a float32 model's TF32 math)."""
+    _, _, result = _reference_forward(cfg, case, dtype, is_training=False, math_type=math_type)
     return Outputs(padded(cfg, result.output), result.output_h, result.output_c)
 
 
@@ -96,10 +96,11 @@ def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) 
     return Outputs(padded(cfg, out.output), out.output_h, out.output_c)
 
 
-def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None) -> GradOutputs:
+def run_reference_backward(cfg: RNNConfig, case: Case, dtype: str | None = None,
+                           math_type: str = "fma") -> GradOutputs:
     """The reference engine's forward (training, no dropout) and backward of ``case`` in ``dtype`` (default
     the config's); not the truth: that is :func:`ground_truth_backward`."""
-    model, case, fwd = _reference_forward(cfg, case, dtype, is_training=True)
+    model, case, fwd = _reference_forward(cfg, case, dtype, is_training=True, math_type=math_type)
     grads = model.backward(fwd, packed_like(cfg, case, case.dy), case.dh, case.dc)
     return GradOutputs(padded(cfg, grads.input), grads.input_h, grads.input_c, grads.params)
 

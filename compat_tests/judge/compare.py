@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import tolerances
-from .conditioning import sensitivity
+from .conditioning import TF32_EPS, sensitivity
 from ..config import Case, GradOutputs, Outputs, RNNConfig, make_case
 from ..run import ground_truth, ground_truth_backward, ground_truth_both
 from .metrics import error_stats
@@ -86,8 +86,9 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else unfilled(peer, cfg, peer.forward(cfg, case))
     overflows = backward and _overflows(forward_truth, np.dtype(cfg.dtype))
-    return judge_results(peer, cfg, actual, truth, sensitivity(plain, case, truth, evaluate=evaluate), backward,
-                         overflows)
+    rounding = TF32_EPS if getattr(peer, "tf32", False) and cfg.dtype == "float32" else None
+    return judge_results(peer, cfg, actual, truth, sensitivity(plain, case, truth, evaluate=evaluate,
+                                                               rounding=rounding), backward, overflows)
 
 
 def unfilled(peer, cfg: RNNConfig, outputs: Outputs | None) -> Outputs | None:

@@ -29,6 +29,7 @@ DELTA = 1e-7
 PAIRS = 2  # random sign patterns per estimate, each tried both ways
 LINEAR_LIMIT = 1e-3  # largest relative response still read as linear
 MIN_DELTA = 1e-13  # below this, float64 rounding of the truth itself swamps the response
+TF32_EPS = 2.0**-10  # the rounding size of a TF32 operand (10 mantissa bits)
 
 
 def _responses(cfg: RNNConfig, case64: Case, truth: NamedTuple, evaluate: Evaluate, delta: float,
@@ -61,7 +62,7 @@ def _update(kappa: dict[str, float], truth: NamedTuple, moved: NamedTuple, delta
 
 
 def sensitivity(cfg: RNNConfig, case: Case, truth: NamedTuple | None = None, *, evaluate: Evaluate = ground_truth,
-                delta: float = DELTA, pairs: int = PAIRS, seed: int = 0) -> dict[str, float]:
+                delta: float = DELTA, pairs: int = PAIRS, seed: int = 0, rounding: float | None = None) -> dict[str, float]:
     """``kappa`` per quantity name of ``evaluate`` (default the forward pass: ``output``, ``output_h``,
     ``output_c``; ``ground_truth_backward`` for the gradients), ``truth`` being its unperturbed result.
 
@@ -69,7 +70,8 @@ def sensitivity(cfg: RNNConfig, case: Case, truth: NamedTuple | None = None, *, 
 
     - the linear one: ``delta`` shrinks for explosive configs until ``kappa * delta`` is small (down to
       :data:`MIN_DELTA`), so ``kappa`` is the derivative's size, not a saturated response;
-    - at the tested dtype's own rounding size ``eps(cfg.dtype)``, when that is larger (float16): there the
+    - at the tested arithmetic's own rounding size, ``eps(cfg.dtype)`` or ``rounding`` where given (TF32 math's
+      operands: ``TF32_EPS``), when that is larger (float16, TF32): there the
       truth may jump (a relu gradient switches when a pre-activation crosses 0), and a correct float16
       implementation can land on either side of the jump.
     """
@@ -81,7 +83,7 @@ def sensitivity(cfg: RNNConfig, case: Case, truth: NamedTuple | None = None, *, 
         if not np.isfinite(worst) or worst * delta <= LINEAR_LIMIT or delta <= MIN_DELTA:
             break
         delta = max(MIN_DELTA, LINEAR_LIMIT / worst / 10)
-    rounding = float(np.finfo(cfg.dtype).eps)
+    rounding = max(float(np.finfo(cfg.dtype).eps), rounding or 0.0)
     if rounding > 10 * DELTA:
         at_rounding = _responses(cfg, case64, truth, evaluate, rounding, 2 * pairs, seed + 1)
         kappa = {name: max(k, at_rounding.get(name, 0.0)) for name, k in kappa.items()}

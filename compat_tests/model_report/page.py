@@ -19,7 +19,9 @@ from . import plan as run_plan
 from .units import FILE_BACKEND
 
 SCHEMA_VERSION = 1
-MATH = {"cudnn-tf32": "TF32 tensor-core math", "cudnn-persist": "cuDNN's persistent kernels"}  # others: standard
+# the math modes of the tolerance lines (others: standard); reference-tf32 predicts a GPU's TF32 on the CPU
+MATH = {"cudnn-tf32": "TF32 tensor-core math", "reference-tf32": "TF32 tensor-core math",
+        "cudnn-persist": "cuDNN's persistent kernels"}
 ROW_HEAD = ["backend", "dtype", "input", "verdict", "share of budget", "batch / repeat invariance"]
 
 

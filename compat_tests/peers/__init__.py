@@ -13,11 +13,12 @@ from .base import Capabilities, Peer
 from .cudnn_gpu import CudnnPeer
 from .keras_peer import KerasPeer
 from .onnxruntime_cpu import OnnxRuntimeCPU
-from .reference_peer import ReferencePeer
+from .reference_peer import ReferencePeer, ReferenceTF32Peer
 from .torch_peers import TorchPeer
 
 PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     ReferencePeer(),
+    ReferenceTF32Peer(),
     TorchPeer("torch-cpu", "cpu"),
     OnnxRuntimeCPU(),
     KerasPeer(),

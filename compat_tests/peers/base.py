@@ -96,6 +96,7 @@ class Peer(ABC):
     name: str
     capabilities: Capabilities
     needs_gpu: bool = False  # a fleet run sends its units only to workers that declare the resource GPU
+    tf32: bool = False  # its float32 GEMMs read TF32 operands: conditioned at TF32's rounding size too
     overrides: tuple = ()
     known_divergences: tuple = ()
 

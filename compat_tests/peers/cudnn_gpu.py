@@ -21,6 +21,7 @@ class CudnnPeer(Peer):
 
     def __init__(self, name: str, math_type: str | None, dtypes: tuple[str, ...], algo: str = "standard") -> None:
         self.name, self.math_type, self.algo = name, math_type, algo
+        self.tf32 = math_type == "default"  # cuDNN's default math: TF32 tensor cores for float32 on Ampere and later
         notes = _NOTES + ((("dtype", "TF32 exists only for float32 data"),) if math_type == "default" else ())
         if algo != "standard":
             notes += (("projection", "cuDNN runs a recurrent projection with the standard algorithm only"),
