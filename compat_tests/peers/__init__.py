@@ -18,10 +18,10 @@ from .torch_peers import TorchPeer
 
 PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     ReferencePeer(),
-    ReferenceTF32Peer(),
     TorchPeer("torch-cpu", "cpu"),
     OnnxRuntimeCPU(),
     KerasPeer(),
+    ReferenceTF32Peer(),
     CudnnPeer("cudnn", None, ("float16", "float32", "float64")),
     CudnnPeer("cudnn-tf32", "default", ("float32",)),
     CudnnPeer("cudnn-persist", None, ("float16", "float32"), algo="persist_static"),
