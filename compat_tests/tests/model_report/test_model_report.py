@@ -227,3 +227,16 @@ def test_ctrl_c_keeps_a_model_runs_units_and_the_printed_resume_completes_it(reg
     assert cli.main([*words, "--jobs", "1", "--no-progress", "--no-figures"]) == 0
     after = _kept(out)
     assert after[:len(kept)] == kept and json.loads((out / "report.json").read_text())["complete"]
+
+
+def test_float32_gets_a_tf32_tolerance_beside_the_standard_one(trained, tmp_path, capsys):
+    """The reference's TF32 math (reference-tf32) predicts what a GPU's default float32 math does to this model:
+    the float32 rows show both, and TF32's tolerance is far wider (what TF32 costs), held by its own results."""
+    status, result, printed = report(tmp_path, capsys, "--model", str(trained["lstm_pt"].path), "--backends",
+                                     "reference,reference-tf32", "--steps", "10")
+    assert status == 0, printed
+    lines = {t["math"]: t for t in result["tolerances"] if (t["dtype"], t["quantity"]) == ("float32", "output")}
+    assert set(lines) == {"standard", "TF32 tensor-core math"}
+    assert lines["TF32 tensor-core math"]["atol"] > 100 * lines["standard"]["atol"]
+    assert lines["TF32 tensor-core math"]["backends"] == ["reference-tf32"]
+    assert "# float32, TF32 tensor-core math, T=10" in printed
