@@ -26,8 +26,9 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     CudnnPeer("cudnn-tf32", "default", ("float32",)),
     CudnnPeer("cudnn-persist", None, ("float16", "float32"), algo="persist_static"),
     TorchPeer("torch-cuda", "cuda"),
+    TorchPeer("torch-cuda-tf32", "cuda", tf32=True),
 )}
-GPU_PEERS = ("cudnn", "cudnn-tf32", "cudnn-persist", "torch-cuda")
+GPU_PEERS = ("cudnn", "cudnn-tf32", "cudnn-persist", "torch-cuda", "torch-cuda-tf32")
 BUILT_IN = tuple(PEERS)
 
 

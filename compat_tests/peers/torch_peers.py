@@ -9,11 +9,13 @@ adapter transposes them for batch-major configs. Sequence lengths go through pac
 float16 runs on the CPU in torch 2.13 and stays within the float16 budget, though with up to 3x the
 reference's error on GRUs (0.75 vs 0.26 conditioned eps on a 16-unit GRU, T=20): PyTorch's CPU path
 rounds more intermediates to half precision than cuDNN's HALF-data/FLOAT-math contract does.
-``torch-cuda`` runs with TF32 disabled (``torch.backends.cudnn.allow_tf32 = False``), i.e. true FP32.
+``torch-cuda`` runs with TF32 disabled (``torch.backends.cudnn.allow_tf32 = False``), i.e. true FP32;
+``torch-cuda-tf32`` with PyTorch's default, TF32 allowed (float32 only), judged by the TF32 budget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -41,11 +43,19 @@ _CAPABILITIES = Capabilities(
 )
 
 
+_TF32_CAPABILITIES = dataclasses.replace(
+    _CAPABILITIES, dtypes=("float32",),
+    notes=_CAPABILITIES.notes + (("dtype", "TF32 math reads float32 GEMM operands: float32 only"),))
+
+
 class TorchPeer(Peer):
     capabilities = _CAPABILITIES
 
-    def __init__(self, name: str, device: str) -> None:
-        self.name, self.device, self.needs_gpu = name, device, device == "cuda"
+    def __init__(self, name: str, device: str, tf32: bool = False) -> None:
+        """``tf32``: PyTorch's default on a GPU, ``torch.backends.cudnn.allow_tf32`` (and matmul's) left on."""
+        self.name, self.device, self.needs_gpu, self.tf32 = name, device, device == "cuda", tf32
+        if tf32:
+            self.capabilities = _TF32_CAPABILITIES
 
     def available(self) -> tuple[bool, str]:
         try:
@@ -65,12 +75,12 @@ class TorchPeer(Peer):
         import torch
 
         with torch.no_grad():
-            run = _Run(cfg, case, requires_grad=False, device=self.device)
+            run = _Run(cfg, case, requires_grad=False, device=self.device, tf32=self.tf32)
         return Outputs(run.sequence(run.y), *(None if a is None else _numpy(cfg, a, True) for a in (run.h, run.c)))
 
     def backward(self, cfg: RNNConfig, case: Case) -> GradOutputs:
         """Autograd of ``sum(y * dy) + sum(h_n * dh) + sum(c_n * dc)``: the gradients cuDNN's backward returns."""
-        run = _Run(cfg, case, requires_grad=True, device=self.device)
+        run = _Run(cfg, case, requires_grad=True, device=self.device, tf32=self.tf32)
         dy = reference.pack(case.dy, case.lengths).data if cfg.packed else case.dy
         loss = (run.y * _tensor(cfg, dy, False, self.device)).sum() + \
             (run.h * _tensor(cfg, case.dh, True, self.device)).sum()
@@ -103,12 +113,12 @@ class _Run:
     padded sequences, or a packed config's packed data (``batch_sizes`` beside them; ``None`` otherwise)."""
 
     def __init__(self, cfg: RNNConfig, case: Case, requires_grad: bool, device: str,
-                 state_dict: dict | None = None) -> None:
+                 state_dict: dict | None = None, tf32: bool = False) -> None:
         import torch
 
         torch.set_num_threads(1)  # OpenBLAS and torch's pools spin against each other on 2 cores
-        torch.backends.cudnn.allow_tf32 = False  # torch-cuda: true FP32, judged by the FP32 budget
-        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = tf32  # torch-cuda: true FP32, judged by the FP32 budget (tf32: TF32's)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         dtype = getattr(torch, cfg.dtype)
         self.module = _module(cfg, dtype)
         if state_dict is None:
