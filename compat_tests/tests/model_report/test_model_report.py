@@ -240,3 +240,16 @@ def test_float32_gets_a_tf32_tolerance_beside_the_standard_one(trained, tmp_path
     assert lines["TF32 tensor-core math"]["atol"] > 100 * lines["standard"]["atol"]
     assert lines["TF32 tensor-core math"]["backends"] == ["reference-tf32"]
     assert "# float32, TF32 tensor-core math, T=10" in printed
+
+
+def test_a_torchscript_archive_runs_in_torch_jit_and_passes(trained_torch, tmp_path, capsys):
+    """A trained LSTM saved by ``torch.jit.save`` (traced): read by the readers, run whole by ``torch.jit.load``."""
+    torch = pytest.importorskip("torch")
+    module = copy.deepcopy(trained_torch["lstm_pt"]).float().eval()
+    traced = torch.jit.trace(module, torch.zeros(5, 2, 3))
+    torch.jit.save(traced, tmp_path / "lstm_script.pt")
+    status, result, printed = report(tmp_path, capsys, "--model", str(tmp_path / "lstm_script.pt"), "--backends",
+                                     "reference", "--steps", "10")
+    assert status == 0, printed
+    rows = file_rows(result)
+    assert rows and all(r["passed"] and "TorchScript" in r["backend"] for r in rows), [r["backend"] for r in rows]
