@@ -11,7 +11,8 @@
 # Steps, the most lasting first, each under a share of GPU_RUN_SECONDS (default 420: a window of 15 minutes
 # holds the machine's start, this run and one re-run):
 #   versions   cuDNN, CUDA, CuPy, the device, torch (versions.json)
-#   capture    cuDNN's layout, outputs and gradients for 66 small configs, as data (checked on every CPU run)
+#   capture    cuDNN's layout, outputs and gradients for 66 small configs, as data (checked on every CPU run);
+#              capture-tf32 the float32 ones again under cuDNN's default math (TF32)
 #   ladder     the GPU suite rung by rung (compat_tests.gpu.ladder): one feature a rung, the risky rungs
 #              (dropout, persistent algorithms) in processes of their own, a hung test killed, a failure
 #              other than wrong numbers ending its process so that a CUDA error cannot stick to the next;
@@ -122,6 +123,9 @@ if "$python" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["a
         "$work/versions.json" 2>/dev/null; then
     expect=1
     step capture "$(min $(($(left) - (rerun ? 60 : 150))) 90)" capture.txt "$python" -m compat_tests.gpu.capture --out "$work/capture" --check
+    # cuDNN's default math (TF32 for float32) recorded too: what the TF32 rounding decision needs
+    step capture-tf32 "$(min $(($(left) - (rerun ? 60 : 150))) 60)" capture-tf32.txt "$python" -m compat_tests.gpu.capture \
+        --backend cudnn-tf32 --out "$work/capture-cudnn-tf32" --check
 else
     say "capture: SKIPPED, cuDNN backend unavailable (versions.json or versions.log has the reason)"
     failed=1

@@ -12,7 +12,7 @@ outputs and gradients must be within the recorded peer's budget in ``tolerances.
 ``compat_tests/tests/gpu/test_gpu_capture.py`` checks every capture committed under ``reports/gpu/*/capture/`` on
 every test run. ``scripts/gpu_run.sh`` records one first, before the longer GPU suite.
 
-    python -m compat_tests.gpu.capture --out DIR [--backend cudnn|reference] [--check]
+    python -m compat_tests.gpu.capture --out DIR [--backend cudnn|cudnn-tf32|cudnn-persist|reference|reference-tf32] [--check]
     python -m compat_tests.gpu.capture --check-only DIR
 """
 
@@ -94,25 +94,40 @@ def _record(model, cfg: RNNConfig, case: Case, entry: dict) -> dict[str, np.ndar
     return arrays
 
 
+# What a capture may record, by the peer its results are judged as: whether it is cuDNN's, its model options
+# (cuDNN's math type or algorithm; the reference's math type) and the dtypes it runs. The reference ones are
+# stand-ins that exercise this file without a GPU.
+BACKENDS = {
+    "cudnn": (True, {}, DTYPE_NAMES),
+    "cudnn-tf32": (True, {"math_type": "default"}, ("float32",)),  # TF32 tensor cores (Ampere and later)
+    "cudnn-persist": (True, {"algo": "persist_static"}, ("float16", "float32")),
+    "reference": (False, {}, DTYPE_NAMES),
+    "reference-tf32": (False, {"math_type": "tf32"}, ("float32",)),
+}
+
+
 def capture(out_dir: Path, backend: str = "cudnn", configs: Sequence[RNNConfig] | None = None,
             save_seconds: float = 5.0) -> Path:
-    """Record ``configs`` (default :func:`capture_configs`) through ``backend`` ("cudnn", with each dtype's
-    default math, or "reference", a stand-in that exercises this file without a GPU) into ``out_dir``.
-    What is recorded is saved at the end and, on the way, after any config that ends ``save_seconds`` or
-    more after the last save, so that a run cut short keeps all but its last few seconds."""
-    models, peer, environment = None, "reference", {"python": platform.python_version(), "numpy": np.__version__}
-    if backend == "cudnn":
+    """Record ``configs`` (default :func:`capture_configs`, those of the dtypes ``backend`` runs) through
+    ``backend`` (one of :data:`BACKENDS`: ``cudnn`` with each dtype's FMA math, ``cudnn-tf32`` with its default
+    math, TF32 for float32, ``cudnn-persist`` through the persistent algorithm; ``reference`` and
+    ``reference-tf32``, stand-ins without a GPU) into ``out_dir``. What is recorded is saved at the end and, on
+    the way, after any config that ends ``save_seconds`` or more after the last save, so that a run cut short
+    keeps all but its last few seconds."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    on_gpu, options, dtypes = BACKENDS[backend]
+    models, peer, environment = None, backend, {"python": platform.python_version(), "numpy": np.__version__}
+    if on_gpu:
         import cudnn_backend
 
         environment.update(cudnn_backend.versions())  # asks available() once, and says why not
         if not environment["available"]:
             raise cudnn_backend.BackendUnavailable(f"nothing to capture: {environment['reason']}")
-        models, peer = cudnn_backend.MODELS, "cudnn"
-    elif backend != "reference":
-        raise ValueError(f"backend must be 'cudnn' or 'reference', got {backend!r}")
+        models = cudnn_backend.MODELS
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    configs = list(configs if configs is not None else capture_configs())
+    configs = [c for c in (configs if configs is not None else capture_configs()) if c.dtype in dtypes]
     head = {"format": FORMAT, "peer": peer, "backend": backend, "planned": len(configs), "environment": environment}
     entries, arrays, saved = [], {}, time.monotonic()
     for i, cfg in enumerate(configs):
@@ -124,7 +139,7 @@ def capture(out_dir: Path, backend: str = "cudnn", configs: Sequence[RNNConfig] 
                  "biases": len(case.biases)}
         model = None
         try:
-            model = cfg.model(models=models)
+            model = cfg.model(models=models, **options)
             stored |= _record(model, cfg, case, entry)
             entry["status"] = "ok"
         except Exception as exc:  # a refusal is a fact about this cuDNN worth keeping
@@ -236,14 +251,16 @@ def check(capture_dir: Path) -> dict[str, list[str]]:
 
 
 def committed_captures() -> list[Path]:
-    """Every capture committed under ``reports/gpu/*/capture/``."""
-    return sorted(p.parent for p in CAPTURES.glob("*/capture/capture.json"))
+    """Every capture committed under ``reports/gpu/*/``: ``capture/`` (cuDNN's FMA math) and ``capture-PEER/``
+    (another backend of :data:`BACKENDS`, such as ``capture-cudnn-tf32/``)."""
+    return sorted(p.parent for pattern in ("*/capture/capture.json", "*/capture-*/capture.json")
+                  for p in CAPTURES.glob(pattern))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat_tests.gpu.capture", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write a capture here")
-    parser.add_argument("--backend", default="cudnn", choices=("cudnn", "reference"))
+    parser.add_argument("--backend", default="cudnn", choices=tuple(BACKENDS))
     parser.add_argument("--check", action="store_true", help="check the new capture against the reference")
     parser.add_argument("--check-only", type=Path, metavar="DIR", help="check an existing capture")
     args = parser.parse_args(argv)

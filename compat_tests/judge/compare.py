@@ -86,9 +86,20 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else unfilled(peer, cfg, peer.forward(cfg, case))
     overflows = backward and _overflows(forward_truth, np.dtype(cfg.dtype))
-    rounding = TF32_EPS if getattr(peer, "tf32", False) and cfg.dtype == "float32" else None
+    rounding = TF32_EPS if reads_tf32(peer) and cfg.dtype == "float32" else None
     return judge_results(peer, cfg, actual, truth, sensitivity(plain, case, truth, evaluate=evaluate,
                                                                rounding=rounding), backward, overflows)
+
+
+def reads_tf32(peer) -> bool:
+    """Whether ``peer`` (a peer, or results recorded under a peer's name) computes its float32 GEMMs on TF32
+    operands (``Peer.tf32``; a name: the registered peer's), so that it is conditioned at TF32's rounding size."""
+    from ..peers import PEERS
+
+    if isinstance(peer, Peer):
+        return peer.tf32
+    registered = PEERS.get(peer if isinstance(peer, str) else getattr(peer, "name", ""))
+    return bool(registered is not None and registered.tf32)
 
 
 def unfilled(peer, cfg: RNNConfig, outputs: Outputs | None) -> Outputs | None:

@@ -224,3 +224,27 @@ def test_cudnn_s_float16_outputs_are_the_reference_s_bit_for_bit(capture_dir):
                 continue
             assert np.array_equal(recorded, mine), (
                 f"{entry['id']} {cfg.short()} {name}: {int((recorded != mine).sum())} of {recorded.size} differ")
+
+
+def test_a_tf32_capture_records_float32_only_and_is_judged_as_its_peer(tmp_path):
+    """The capture of a TF32 backend (``reference-tf32`` standing in for ``cudnn-tf32``): float32 configs only,
+    recorded under its peer's name, and checked against the reference by that peer's (TF32) budget, which the
+    FMA budget would not pass."""
+    from compat_tests.judge.compare import Recorded, compare_peer
+
+    target = gpu_capture.capture(tmp_path / "capture-reference-tf32", backend="reference-tf32", configs=SUBSET)
+    document, arrays = gpu_capture.load(target)
+    assert document["peer"] == "reference-tf32"
+    assert {e["config"]["dtype"] for e in document["entries"]} == {"float32"}
+    assert gpu_capture.check(target) == {}
+    fma_failures = 0
+    for entry in document["entries"]:
+        outputs = gpu_capture.Outputs(*(arrays.get(f"{entry['id']}.{n}") for n in gpu_capture.OUTPUT_FIELDS))
+        fma_failures += not compare_peer(Recorded("reference", outputs=outputs), gpu_capture.entry_config(entry),
+                                         gpu_capture.case_of(entry, arrays)).passed
+    assert fma_failures, "TF32 results judged as FMA results must fail somewhere: the capture would prove nothing"
+
+
+def test_a_capture_refuses_an_unknown_backend(tmp_path):
+    with pytest.raises(ValueError, match="backend must be one of cudnn, cudnn-tf32"):
+        gpu_capture.capture(tmp_path, backend="cudnn-fast")
