@@ -13,7 +13,7 @@ from typing import ClassVar, NamedTuple, Sequence
 
 import numpy as np
 
-from . import buffers, checks, contract, layout, packing, tf32
+from . import buffers, checks, contract, layout, packing, precision, tf32
 from .contract import (  # noqa: F401 (the shared contract, also importable from here as before)
     DIRECTIONS,
     INPUT_MODES,
@@ -27,7 +27,7 @@ from .contract import (  # noqa: F401 (the shared contract, also importable from
 )
 from .layout import Region
 from .modes import MODES, CellMode, clipped_lstm
-from .precision import TF32_ROUNDING, compute_dtype
+from .precision import compute_dtype
 from .backward import backprop_layers
 from .formats.canonical import check_canonical
 from .recurrence import PseudoLayerParams, StackTrace, run_layers
@@ -108,7 +108,7 @@ class _CudnnRNN:
             raise ValueError(f"math_type 'tf32' is float32's (TF32 tensor cores read float32 GEMM operands), got "
                              f"dtype {self.dtype}")
         self.math_type = math_type
-        self._operand = None if math_type == "fma" else tf32.RULES[TF32_ROUNDING]
+        self._operand = None if math_type == "fma" else tf32.RULES[precision.TF32_ROUNDING]  # (read as made)
         self._mode: CellMode = MODES[self.rnn_mode] if self.cell_clip is None else clipped_lstm(*self.cell_clip)
         self._spec = self._config.layout_spec()
         regions = layout.canonical_layout(self._spec)

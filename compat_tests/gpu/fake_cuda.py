@@ -34,7 +34,7 @@ import numpy as np
 
 import reference
 from cudnn_backend import _lib
-from reference import packing
+from reference import packing, tf32
 from reference.layout import BIAS_MODES
 
 _DTYPES = {v: np.dtype(k) for k, v in _lib.DATA_TYPE.items()}
@@ -204,6 +204,8 @@ FAULTS = {
                          "cell_clip rung alone sets a clip)",
     "packed_by_sequence": "cuDNN reads a SEQ_MAJOR_PACKED buffer sequence after sequence instead of step after "
                           "step (the packed rung alone uses that layout)",
+    "tf32_truncates": "cuDNN's TF32 math (float32 data, default or tensor-op math) reads its GEMM operands "
+                      "truncated to TF32, not rounded by the decided rule (the tf32 rung alone weighs the rules)",
 }
 WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
@@ -306,8 +308,17 @@ class FakeCudnn:
             _DTYPES[data_type], rate, seed, proj_size if proj_size != hidden_size else None,
             bias_mode="double" if "bias_mode_ignored" in self.faults else
             next(name for name, m in BIAS_MODES.items() if m.cudnn == bias_mode))
+        if _DTYPES[data_type] == np.float32 and math_type in (_lib.MATH_TYPE["default"], _lib.MATH_TYPE["tensor_op"]):
+            make = functools.partial(self._tf32_model, make)  # tensor cores: TF32 math for float32 data
         self.rnn_makers[_value(rnn_desc)], self.clips[_value(rnn_desc)] = make, (0, 0.0, 0.0)
         self.rnns[_value(rnn_desc)] = make()
+
+    def _tf32_model(self, make, **options):
+        """The reference model of ``make`` under TF32 math, by the decided rule (``tf32_truncates``: truncation)."""
+        model = make(math_type="tf32", **options)
+        if "tf32_truncates" in self.faults:
+            model._operand = tf32.truncate  # (the fake's own wrong guess: the rule its model's GEMMs read by)
+        return model
 
     def _cudnnRNNSetClip_v9(self, rnn_desc, clip_mode, lclip, rclip) -> None:
         self.clips[_value(rnn_desc)] = (int(clip_mode), float(lclip), float(rclip))

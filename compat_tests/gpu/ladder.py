@@ -112,8 +112,9 @@ RUNGS: tuple[Rung, ...] = (  # numbered from 00: the published sample is rung 00
          offers=frozenset({"layers", "bidirectional", "ragged"})),
     Rung("combined", "every established feature at once, float32 and float64", dtypes=("float32", "float64"),
          offers=ALL),
-    Rung("tf32", "default math (TF32 tensor cores) judged by the cudnn-tf32 budget", peer="cudnn-tf32",
-         checks=NUMBERS + ("math_type", "tf32_divergence"), values={"math_type": ("default", "tensor_op")}),
+    Rung("tf32", "default math (TF32 tensor cores) judged by the cudnn-tf32 budget, and the rule its operands "
+         "round by", peer="cudnn-tf32", checks=NUMBERS + ("math_type", "tf32_divergence", "tf32_rounding"),
+         values={"math_type": ("default", "tensor_op")}),
     Rung("dropout", "dropout between layers: the rate kept and the scale", checks=("dropout",), isolated=True,
          seconds=60.0, values={"dropout": ("0.25", "0.5")}),
     Rung("algorithms", "the persistent algorithms (NVRTC builds) and a plan rebuilt per batch size",

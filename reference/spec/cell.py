@@ -31,8 +31,8 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from .. import tf32
-from ..precision import TF32_ROUNDING, rounds_at
+from .. import precision, tf32
+from ..precision import rounds_at
 
 Array = np.ndarray
 
@@ -56,7 +56,7 @@ def operand(a: Array) -> Array:
     if _MATH.get() == "fma":
         return a
     with np.errstate(over="ignore"):  # (a float64 past float32's range is an infinity to the device too)
-        return tf32.RULES[TF32_ROUNDING](np.asarray(a).astype(np.float32)).astype(a.dtype)
+        return tf32.RULES[precision.TF32_ROUNDING](np.asarray(a).astype(np.float32)).astype(a.dtype)
 
 
 def matmul(a: Array, b: Array) -> Array:

@@ -283,6 +283,57 @@ def test_tf32_divergence(rung, value, request):
                                          f"{tf32_ulp:g}: TF32 {'engaged' if engaged else 'did not engage'}"))
 
 
+def _ties(a: np.ndarray) -> np.ndarray:
+    """``a`` (float32) moved to the point halfway between the two TF32 values around it: where truncation, ties to
+    even and ties away part ways (down, even, up)."""
+    from reference import tf32
+
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    return ((bits & ~tf32.LOW) | tf32.HALF).view(np.float32)
+
+
+@rungs("tf32_rounding")
+def test_tf32_rounding(rung, value, monkeypatch, closing, request):
+    """The rule cuDNN's TF32 math rounds its float32 GEMM operands by (``precision.TF32_ROUNDING``): one step of a
+    tanh, a GRU and an LSTM (H64 I32 B64, from a given state) whose weights, input and state all lie halfway
+    between two TF32 values, where the three rules part ways, so cuDNN's output is nearest, element by element,
+    to the prediction of the rule it follows. The decided rule must be nearest on a larger share than either
+    other rule; where FMA math is nearest on the largest share, TF32 did not engage for the shape, and a note
+    says so (the shares are noted either way: the evidence the decision needs)."""
+    import cupy
+
+    from reference import precision, tf32
+
+    decided = precision.TF32_ROUNDING
+    shares: dict[str, dict[str, float]] = {}
+    for mode in ("tanh", "gru", "lstm"):
+        cfg = RNNConfig(mode, num_units=64, input_size=32, seq_len=1, batch=64, dtype="float32", initial_state=True)
+        case = make_case(cfg)
+        case = case._replace(weights=[_ties(w) for w in case.weights], x=_ties(case.x), h0=_ties(case.h0))
+        gpu = cfg.model(models=cudnn_backend.MODELS, math_type="default")
+        closing(gpu)
+        got = cupy.asnumpy(gpu.forward(case.x, case.h0, gpu.canonical_to_params(case.weights, case.biases),
+                                       input_c=case.c0, is_training=False).output).astype(np.float64)
+        predicted = {}
+        for rule in tf32.RULES:
+            monkeypatch.setattr(precision, "TF32_ROUNDING", rule)
+            predicted[rule] = PEERS["reference-tf32"].forward(cfg, case).output.astype(np.float64)
+        monkeypatch.setattr(precision, "TF32_ROUNDING", decided)
+        predicted["fma"] = PEERS["reference"].forward(cfg, case).output.astype(np.float64)
+        distance = {name: np.abs(got - p) for name, p in predicted.items()}
+        nearest = np.min(np.stack(list(distance.values())), axis=0)
+        shares[mode] = {name: float((d == nearest).mean()) for name, d in distance.items()}
+    request.node.user_properties.append(("note", "TF32 rules, shares of the output nearest each prediction: " + "; ".join(
+        f"{mode}: " + ", ".join(f"{name} {share:.3f}" for name, share in by.items()) for mode, by in shares.items())))
+    for mode, by in shares.items():
+        if by["fma"] >= max(by[rule] for rule in tf32.RULES):
+            request.node.user_properties.append(("note", f"{mode}: FMA math is nearest: TF32 did not engage"))
+            continue
+        others = {rule: share for rule, share in by.items() if rule not in (decided, "fma")}
+        assert all(by[decided] > share for share in others.values()), \
+            f"{mode}: another TF32 rule fits cuDNN's default math as well or better than {decided!r}: {by}"
+
+
 @rungs("dropout")
 def test_dropout(rung, value, closing):
     """A 2-layer relu RNN whose second layer is the identity (W = I, R = 0, biases 0) shows layer 1's

@@ -182,16 +182,18 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
 # One planted fault a rung (compat_tests.gpu.fake_cuda.FAULTS), and the rungs each must fail; every other rung passes.
 PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
            "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes",
-           "padding_fill_ignored": "padding_fill", "cell_clip_ignored": "cell_clip", "packed_by_sequence": "packed"}
+           "padding_fill_ignored": "padding_fill", "cell_clip_ignored": "cell_clip", "packed_by_sequence": "packed",
+           "tf32_truncates": "tf32"}
 
 
 FAULTY_SECONDS = 300
 
 
 def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_path):
-    """Under nine planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
+    """Under ten planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
     that hangs, a CUDA error that sticks, the published sample's recurrent biases not read, biasMode,
-    paddingFill and the cell clip not reaching cuDNN, packed data read in the wrong order), the whole ladder (``--rungs`` naming every rung: the
+    paddingFill and the cell clip not reaching cuDNN, packed data read in the wrong order, TF32 operands
+    truncated), the whole ladder (``--rungs`` naming every rung: the
     steps after the ladder are ``test_without_the_backend_...``'s, which sees them run after a failed ladder)
     fails each fault's own rung (rung 00 alone for the published sample's) and passes every other rung, within
     GPU_RUN_SECONDS, and the capture's own check fails too. Then the second command for the same window
@@ -217,6 +219,7 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert "from cuDNN's published M40 value" in outcome["published"]["first_failure"]
     assert outcome["published"]["reproduce"] == gpu_ladder.pytest_command(gpu_ladder.node_ids(gpu_ladder.RUNGS[0])[0])
     assert "sticky_error" in outcome["dropout"]["first_failure"]
+    assert "another TF32 rule fits cuDNN's default math" in outcome["tf32"]["first_failure"], outcome["tf32"]
     for name in ("skip_input", "float16", "padding_fill"):  # the failing example's command, run from the tree
         assert outcome[name]["reproduce"].startswith("PYTHONPATH=. python3 -m compat_tests.cli check --peer cudnn ")
     summary = (out / "summary.txt").read_text()
@@ -232,8 +235,8 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     assert subprocess.run(unpack, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
     first = into / "fake-cudnn9.19.0"
     assert gpu_ladder.failed_rungs(first / "rerun-1" / "ladder.json") == [
-        "published", "float16", "skip_input", "bias_modes", "padding_fill", "cell_clip", "packed", "dropout",
-        "algorithms"]
+        "published", "float16", "skip_input", "bias_modes", "padding_fill", "cell_clip", "packed", "tf32",
+        "dropout", "algorithms"]
     # The second command re-runs what that table says failed: two of those rungs here (the table cut to two
     # small ones, so that the re-run costs two rungs' time, not rung 00's H=512 sample; which rungs failed is the
     # ladder's to say, checked above).
