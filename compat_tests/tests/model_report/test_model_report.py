@@ -242,6 +242,8 @@ def test_float32_gets_a_tf32_tolerance_beside_the_standard_one(trained, tmp_path
     assert "# float32, TF32 tensor-core math, T=10" in printed
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.*is deprecated:DeprecationWarning")  # (users still hold such files)
+@pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean")  # (the trace's own notice)
 def test_a_torchscript_archive_runs_in_torch_jit_and_passes(trained_torch, tmp_path, capsys):
     """A trained LSTM saved by ``torch.jit.save`` (traced): read by the readers, run whole by ``torch.jit.load``."""
     torch = pytest.importorskip("torch")
