@@ -12,7 +12,7 @@ outputs and gradients must be within the recorded peer's budget in ``tolerances.
 ``compat_tests/tests/gpu/test_gpu_capture.py`` checks every capture committed under ``reports/gpu/*/capture/`` on
 every test run. ``scripts/gpu_run.sh`` records one first, before the longer GPU suite.
 
-    python -m compat_tests.gpu.capture --out DIR [--backend cudnn|cudnn-tf32|cudnn-persist|reference|reference-tf32] [--check]
+    python -m compat_tests.gpu.capture --out DIR [--backend BACKEND] [--check]   (BACKEND: one of BACKENDS)
     python -m compat_tests.gpu.capture --check-only DIR
 """
 

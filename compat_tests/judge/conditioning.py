@@ -62,7 +62,8 @@ def _update(kappa: dict[str, float], truth: NamedTuple, moved: NamedTuple, delta
 
 
 def sensitivity(cfg: RNNConfig, case: Case, truth: NamedTuple | None = None, *, evaluate: Evaluate = ground_truth,
-                delta: float = DELTA, pairs: int = PAIRS, seed: int = 0, rounding: float | None = None) -> dict[str, float]:
+                delta: float = DELTA, pairs: int = PAIRS, seed: int = 0,
+                rounding: float | None = None) -> dict[str, float]:
     """``kappa`` per quantity name of ``evaluate`` (default the forward pass: ``output``, ``output_h``,
     ``output_c``; ``ground_truth_backward`` for the gradients), ``truth`` being its unperturbed result.
 

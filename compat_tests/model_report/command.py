@@ -49,7 +49,8 @@ def _steps(text: str | None) -> tuple[int, ...]:
     except ValueError:
         steps = ()
     if not steps or min(steps) < 1 or max(steps) > 100_000:
-        raise ValueError(f"--steps must be comma-separated sequence lengths in 1..100000, such as 10,1000, got {text!r}")
+        raise ValueError(f"--steps must be comma-separated sequence lengths in 1..100000, such as 10,1000, got "
+                         f"{text!r}")
     return steps
 
 
@@ -88,7 +89,8 @@ def cmd_model_report(args: argparse.Namespace) -> int:
     read += [model_files.read_later_model(path, args.source, options) for path in args.model[1:]]
     unused = model_files.unused_options(options, [f.fmt for f in read])
     if unused:
-        raise ValueError(f"{', '.join(unused)} applies to none of the files ({', '.join(f'{f.path} ({f.fmt})' for f in read)})")
+        files = ", ".join(f"{f.path} ({f.fmt})" for f in read)
+        raise ValueError(f"{', '.join(unused)} applies to none of the files ({files})")
     model_files.check_one_model(read)
     first = read[0]
     if args.input is not None:

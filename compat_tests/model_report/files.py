@@ -170,7 +170,8 @@ def compare_weights(first: ModelFile, other: ModelFile) -> dict:
     for key in regions_a.keys() | regions_b.keys():
         a, b = regions_a.get(key), regions_b.get(key)
         if a is None or b is None:
-            differing.append({"tensor": _label(key), "max_abs": None, "why": f"only in {first.path if b is None else other.path}"})
+            differing.append({"tensor": _label(key), "max_abs": None,
+                              "why": f"only in {first.path if b is None else other.path}"})
             exact = False
             continue
         if a.shape != b.shape:

@@ -321,7 +321,8 @@ def html_page(report: dict, figures: bool = True) -> str:
              "<nav><a href='#every-backend'>Every backend</a><a href='#beyond'>Beyond rounding</a>"
              "<a href='#tolerance'>The tolerance to use</a><a href='#every'>Every result</a></nav>",
              "<a id='every-backend'></a><h2>Every backend</h2>",
-             "<p>The worst result of each backend and dtype over the inputs.</p>", _html_table(SUMMARY_HEAD, summarised)]
+             "<p>The worst result of each backend and dtype over the inputs.</p>",
+             _html_table(SUMMARY_HEAD, summarised)]
     if failing:
         parts += ["<a id='beyond'></a><h2>Beyond rounding</h2><p>Each result beyond rounding, and the command that "
                   "runs it again (it prints its record):</p>",

@@ -160,8 +160,8 @@ def died_record(unit: Unit) -> dict:
     """The record of a unit whose worker process died running it, alone (a native crash, or killed for memory):
     an error of the backend, like an exception."""
     return json_safe({**_identity(unit), "status": "error", "passed": False, "indeterminate": False, "seconds": 0.0,
-                    "error": "the worker process died running this unit alone (a native crash such as a "
-                             "segfault, or killed for memory)"})
+                      "error": "the worker process died running this unit alone (a native crash such as a "
+                               "segfault, or killed for memory)"})
 
 
 def run_unit(data: dict) -> dict:

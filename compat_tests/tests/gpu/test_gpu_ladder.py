@@ -323,8 +323,9 @@ def test_tf32_rounding(rung, value, monkeypatch, closing, request):
         distance = {name: np.abs(got - p) for name, p in predicted.items()}
         nearest = np.min(np.stack(list(distance.values())), axis=0)
         shares[mode] = {name: float((d == nearest).mean()) for name, d in distance.items()}
-    request.node.user_properties.append(("note", "TF32 rules, shares of the output nearest each prediction: " + "; ".join(
-        f"{mode}: " + ", ".join(f"{name} {share:.3f}" for name, share in by.items()) for mode, by in shares.items())))
+    noted = "; ".join(f"{mode}: " + ", ".join(f"{name} {share:.3f}" for name, share in by.items())
+                      for mode, by in shares.items())
+    request.node.user_properties.append(("note", f"TF32 rules, shares of the output nearest each prediction: {noted}"))
     for mode, by in shares.items():
         if by["fma"] >= max(by[rule] for rule in tf32.RULES):
             request.node.user_properties.append(("note", f"{mode}: FMA math is nearest: TF32 did not engage"))
