@@ -16,7 +16,7 @@ import numpy as np
 from ..report.folder import REPORT_FILES, RUN_FILES, check_own
 from . import plan as run_plan
 
-# report's options that only a model report takes (with their flags), and those only a grid report takes
+# report's options that only a model report takes (with their flags)
 MODEL_ONLY = (("input", "--input"), ("lengths", "--lengths"), ("batch_major", "--batch-major"),
               ("input_scale", "--input-scale"), ("steps", "--steps"))
 # the model options (_model_options of the CLI): what a file cannot tell
@@ -33,7 +33,8 @@ def given_flags(args: argparse.Namespace, names) -> list[str]:
 
 def check_grid_arguments(args: argparse.Namespace) -> None:
     """A grid report given a model report's options: refused, naming them."""
-    stray = given_flags(args, MODEL_ONLY) + given_flags(args, MODEL_OPTIONS)
+    stray = given_flags(args, MODEL_ONLY) + given_flags(args, MODEL_OPTIONS) + (
+        ["--from"] if args.source != "auto" else [])
     if stray:
         raise ValueError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} to a report about a model "
                          f"file: give --model FILE")
@@ -107,7 +108,7 @@ def cmd_model_report(args: argparse.Namespace) -> int:
     return _run(args, read, chosen, out, options)
 
 
-def _plan_units(read: list, chosen: list, out: Path, backends: str | None, options: dict):
+def _plan_units(read: list, chosen: list, out: Path, backends: str | None):
     """The units of the run (every available peer x dtype x input on the first file's weights, each file in its
     own framework x input), the considered backends' status, and what was skipped, with why."""
     from ..peers import choose
@@ -181,7 +182,7 @@ def _run(args: argparse.Namespace, read: list, chosen: list, out: Path, options:
     from . import inputs
     from .units import MODEL_UNITS
 
-    units, status, skipped = _plan_units(read, chosen, out, args.backends, options)
+    units, status, skipped = _plan_units(read, chosen, out, args.backends)
     if not units:
         raise ValueError("no backend can run this model here: " + "; ".join(
             f"{s['backend']} {s['dtype']}: {s['reason']}" for s in skipped))

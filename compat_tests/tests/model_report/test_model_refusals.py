@@ -80,7 +80,7 @@ def test_options_that_do_not_fit_a_model_report_are_refused(tmp_path, capsys, wo
     assert said in refused(capsys, tmp_path, "--model", str(path), *words)
 
 
-@pytest.mark.parametrize("words", [["--input", "x.npy"], ["--node", "lstm"], ["--batch-major"]])
+@pytest.mark.parametrize("words", [["--input", "x.npy"], ["--node", "lstm"], ["--batch-major"], ["--from", "onnx"]])
 def test_a_grid_report_refuses_the_options_of_a_model_report(tmp_path, capsys, words):
     assert "give --model FILE" in refused(capsys, tmp_path, "--grid", "quick", *words)
 
