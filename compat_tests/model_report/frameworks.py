@@ -94,10 +94,12 @@ def unavailable(path, fmt: str) -> str | None:
                 return f"{package} is not installed here: the ONNX graph is not run in onnxruntime"
         return None
     if fmt in ("tf", "checkpoint"):
+        if Path(path).suffix != ".pb":  # (a tensor bundle or a tensor file, like a state_dict)
+            return "a TensorFlow checkpoint holds variables, not the function: the peers run its weights (above)"
         if importlib.util.find_spec("tensorflow") is None:
-            what = "the frozen graph" if Path(path).suffix == ".pb" else "the checkpoint"
-            return f"TensorFlow is not installed here: {what} is not run in its own framework"
-        return "running TensorFlow files in TensorFlow is not implemented"
+            return "TensorFlow is not installed here: the frozen graph is not run in its own framework"
+        return ("running a frozen graph in TensorFlow is not implemented (its CudnnRNN ops run on a GPU only; its "
+                "weights are read and run by the peers above)")
     if fmt == "keras":
         return _keras_unavailable(Path(path))
     return _torch_unavailable(Path(path))
