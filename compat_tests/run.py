@@ -86,13 +86,14 @@ def _spec_call(cfg: RNNConfig, case: Case, dropout: float, masks) -> tuple:
     return net, case, options
 
 
-def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=()) -> Outputs:
+def ground_truth(cfg: RNNConfig, case: Case, *, dropout: float = 0.0, masks=(), math_type: str = "fma") -> Outputs:
     """The float64 truth on the case's exact values, from the plain cells of ``reference.spec`` (never the
     engine under test): what every peer is measured against. ``masks``: the dropout keep-masks of a
-    training pass with ``dropout`` (in ``cfg``'s layout), as a model's ``reserve.dropout_masks`` holds them."""
+    training pass with ``dropout`` (in ``cfg``'s layout), as a model's ``reserve.dropout_masks`` holds them.
+    ``math_type="tf32"``: the TF32 truth (every GEMM's operands rounded to TF32, ``reference.spec``)."""
     net, case, options = _spec_call(cfg, case, dropout, masks)
     out = spec.forward(net, case.weights, case.biases, packed_like(cfg, case, case.x), case.h0, case.c0, **options,
-                       padding_fill=cfg.padding_fill)
+                       padding_fill=cfg.padding_fill, math_type=math_type)
     return Outputs(padded(cfg, out.output), out.output_h, out.output_c)
 
 

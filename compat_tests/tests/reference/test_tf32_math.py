@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given
 
 import reference
-from compat_tests.config import RNNConfig, make_case
+from compat_tests.config import BIAS_MODE_NAMES, RNNConfig, make_case
 from compat_tests.judge import tolerances
+from compat_tests.judge.compare import judge_results
 from compat_tests.judge.conditioning import sensitivity
 from compat_tests.judge.metrics import error_stats
+from compat_tests.peers import PEERS
 from compat_tests.run import ground_truth
+from compat_tests.strategies import rnn_configs
 from reference import modes, precision, recurrence, spec, tf32
 
 MODES = ("relu", "tanh", "lstm", "gru", "classic_gru")
@@ -227,3 +231,19 @@ def test_a_tf32_models_stream_and_step_are_its_one_step_forward_bit_for_bit(mode
         differs |= not np.array_equal(want.output, fma.forward(x_t[None], h, params, c, is_training=False).output)
         h, c = want.output_h, want.output_c
     assert differs
+
+
+@given(cfg=rnn_configs(PEERS["reference-tf32"].capabilities, modes_=("relu", "tanh", "lstm", "gru"), max_layers=1,
+                       max_time=1, bias_modes_=BIAS_MODE_NAMES, cell_clips_=(None, (-0.5, 0.5)),
+                       packed_=(False, True)))
+def test_every_feature_of_a_tf32_step_is_the_tf32_truths(cfg):
+    """One step of one layer, every mode whose GEMMs read data only (the textbook GRU's ``r * h`` and the
+    projection's ``o * tanh(c)`` are computed: see the module docstring) and every feature the engine has (bias
+    modes, skip_input, both directions, batch-major, the cell clip, packed sequences): the reference-tf32
+    peer within the float32 budget of the TF32 truth."""
+    assume(cfg.num_proj is None)
+    case = make_case(cfg)
+    truth = ground_truth(cfg, case, math_type="tf32")
+    verdict = judge_results("reference", cfg, PEERS["reference-tf32"].forward(cfg, case), truth,
+                            sensitivity(cfg, case, ground_truth(cfg, case)))
+    assert verdict.passed, verdict.explain()
