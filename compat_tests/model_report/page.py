@@ -272,7 +272,9 @@ def markdown(report: dict) -> str:
 
 
 def _figure_png(report: dict) -> str | None:
-    """The per-step error of each backend on the longest input, as shares of its budget (matplotlib), or None."""
+    """The per-step error of each backend on the longest input, as shares of its budget (its envelope: the
+    largest over each hundredth of the steps; colour by backend, line by dtype), or ``None`` without
+    matplotlib."""
     try:
         import matplotlib
 
@@ -280,28 +282,28 @@ def _figure_png(report: dict) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    from ..report.plots import DTYPE_COLOURS, _png
+    from ..report.plots import _envelope, _png
 
     rows = [r for r in report["rows"] if r["per_step"]]
     if not rows:
         return None
     longest = max(len(r["per_step"]) for r in rows)
-    rows = [r for r in rows if len(r["per_step"]) == longest]
-    fig, ax = plt.subplots(figsize=(9, 4.2), layout="constrained")
-    seen = set()
-    for r in rows:
-        label = f"{r['backend']} {r['dtype']}"
-        if label in seen:
-            continue
-        seen.add(label)
-        ax.plot(range(longest), [max(s, 1e-4) for s in r["per_step"]], label=label, lw=1,
-                color=None if r["kind"] == "file" else DTYPE_COLOURS.get(r["dtype"]),
-                ls="-" if r["passed"] else "--")
+    curves: dict[tuple[str, str], list[float]] = {}
+    for r in rows:  # the worst over the inputs of that length, per backend and dtype
+        if len(r["per_step"]) == longest:
+            key = (r["backend"], r["dtype"])
+            curves[key] = [max(a, b) for a, b in zip(curves.get(key, r["per_step"]), r["per_step"])]
+    colours = {name: plt.get_cmap("tab10")(k % 10) for k, name in enumerate(sorted({b for b, _ in curves}))}
+    styles = {"float16": "--", "float32": "-", "float64": ":"}
+    fig, ax = plt.subplots(figsize=(10, 4.2), layout="constrained")
+    for (backend, dtype), shares in sorted(curves.items()):
+        steps, envelope = _envelope(shares, floor=1e-4)
+        ax.plot(steps, envelope, label=f"{backend} {dtype}", lw=1.2, color=colours[backend], ls=styles.get(dtype, "-"))
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
-    ax.set_xlabel("time step")
+    ax.set_xlabel(f"time step (each point: the largest over {max(1, longest // 100)} steps)")
     ax.set_ylabel("error / budget")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _png(fig)
 
 
