@@ -20,8 +20,9 @@ import numpy as np
 
 from ..config import RNNConfig
 
-# The reader options of the command line, and the formats each applies to (convert.read refuses the others).
-READER_OPTIONS = {"names": None, "module": ("torch",), "node": ("onnx", "tf"), "layer": ("checkpoint", "tf"),
+# The reader options of the command line, and the formats each applies to (convert.read refuses the others; a name
+# map, the tensor files and torch.save's files of those formats alone).
+READER_OPTIONS = {"names": ("checkpoint", "torch", "keras"), "module": ("torch",), "node": ("onnx", "tf"), "layer": ("checkpoint", "tf"),
                   "scope": ("checkpoint", "tf"), "layers": ("keras",), "recurrent_activation": ("keras",),
                   "dequantize": ("onnx",)}
 # The cells that may stand for one another in two files of one model (the report says which each computes).
@@ -93,13 +94,15 @@ def read_model(path: str, source: str, options: dict) -> ModelFile:
     """The file at ``path`` read as format ``source`` (``auto``: told by the file) with the reader ``options``
     (:data:`READER_OPTIONS` by name, ``None`` for not given) that apply to its format, and the model options
     (``rnn_mode``, ``num_units``, ...: the readers check them against the file); errors name the file."""
-    from ..interop import convert
-
     from reference.formats.tf import UnevenLayers
+
+    from ..interop import convert, keras_file
 
     fmt = convert.detect(path, options.get("names")) if source == convert.AUTO else source
     applied = {k: v for k, v in options.items()
                if k not in READER_OPTIONS or READER_OPTIONS[k] is None or fmt in READER_OPTIONS[k]}
+    if keras_file.is_keras_file(path):  # a name map is for tensor files: not Keras's own .keras and .h5 files
+        applied.pop("names", None)
     try:
         read = convert.read(fmt, path, applied)
     except ValueError as exc:  # a stack of layers of several sizes: a chain of one-layer models

@@ -119,3 +119,24 @@ def test_render_and_resume_refuse_a_model_run_whose_page_is_a_link(tmp_path, cap
     assert cli.main(["report", "--model", str(tmp_path / "m.pt"), "--backends", "reference", "--steps", "3", "--out",
                      str(out), "--resume", "--no-progress", "--jobs", "1"]) == 2
     assert elsewhere.read_text() == "mine"
+
+
+def test_a_name_map_goes_to_the_tensor_file_and_not_to_the_onnx_export_beside_it(tmp_path, capsys):
+    """``--names`` maps a tensor file's own names (here a state_dict's, renamed) and is not handed to an ONNX
+    file of the same report, which would refuse it."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    path = model_file(tmp_path, "m.safetensors")
+    renamed = {f"enc_{k}": v for k, v in load_file(path).items()}
+    save_file(renamed, tmp_path / "renamed.safetensors")
+    (tmp_path / "names.json").write_text(json.dumps({f"enc_{k}": k for k in load_file(path)}))
+    onnx_path = model_file(tmp_path, "m.onnx", fmt="onnx")
+    out = tmp_path / "run"
+    status = cli.main(["report", "--model", str(tmp_path / "renamed.safetensors"), "--model", str(onnx_path),
+                       "--names", str(tmp_path / "names.json"), "--backends", "reference", "--steps", "3", "--out",
+                       str(out), "--no-progress", "--jobs", "1", "--no-figures"])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    assert json.loads((out / "report.json").read_text())["weights"][0]["verdict"] == "identical"
