@@ -46,15 +46,19 @@ def reproduce_command(peer: str, cfg: RNNConfig, backward: bool = False) -> str:
 
 
 def judge_results(peer, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, kappa: dict[str, float],
-                  backward: bool = False, forward_overflows: bool = False) -> Comparison:
+                  backward: bool = False, forward_overflows: bool = False, *,
+                  available_only: bool = False) -> Comparison:
     """Judge every quantity of ``truth`` (``Outputs`` or ``GradOutputs``) against ``actual``'s, by the budgets
-    of ``peer`` (a peer, whose own overrides count, or a peer's name)."""
+    of ``peer`` (a peer, whose own overrides count, or a peer's name). ``available_only``: the quantities
+    ``actual`` lacks (``None``: a model file's framework may not give every state) are left out, not refused."""
     peer_name = peer if isinstance(peer, str) else peer.name
     verdicts = {}
     for name, expected in truth._asdict().items():
         if expected is None:
             continue
         got = getattr(actual, name)
+        if got is None and available_only:
+            continue
         if got is None or got.shape != expected.shape or got.dtype != np.dtype(cfg.dtype):
             raise AssertionError(f"{peer_name} returned {name} of {None if got is None else (got.shape, got.dtype)}, "
                                  f"expected {expected.shape} {cfg.dtype} for {cfg.short()}")
@@ -94,12 +98,10 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
 def reads_tf32(peer) -> bool:
     """Whether ``peer`` (a peer, or results recorded under a peer's name) computes its float32 GEMMs on TF32
     operands (``Peer.tf32``; a name: the registered peer's), so that it is conditioned at TF32's rounding size."""
-    from ..peers import PEERS
+    from ..peers import registered
 
-    if isinstance(peer, Peer):
-        return peer.tf32
-    registered = PEERS.get(peer if isinstance(peer, str) else getattr(peer, "name", ""))
-    return bool(registered is not None and registered.tf32)
+    found = registered(peer)
+    return bool(found is not None and found.tf32)
 
 
 def unfilled(peer, cfg: RNNConfig, outputs: Outputs | None) -> Outputs | None:

@@ -37,14 +37,14 @@ def _leaves(backend: str, cfg: RNNConfig, got: np.ndarray, want: np.ndarray, kap
     return not tolerances.judge(backend, cfg.dtype, quantity, stats, kappa).passed
 
 
-def where(backend: str, cfg: RNNConfig, case: Case, actual: Outputs, verdicts: dict) -> dict:
-    """``{"layer", "direction", "step", "how"}`` of the first place the result leaves its budget (``None`` where
-    it cannot be told); ``backend``: a peer's name (its layers rerun alone) or ``"file"`` (a framework's run,
-    placed by its states)."""
+def where(backend: str, cfg: RNNConfig, case: Case, actual: Outputs, truth: Outputs, verdicts: dict) -> dict:
+    """``{"layer", "direction", "step", "how"}`` of the first place the result ``actual`` (judged against
+    ``truth``, the float64 truth of ``case``, in ``verdicts``) leaves its budget (``None`` where it cannot be
+    told); ``backend``: a peer's name (its layers rerun alone) or ``"file"`` (a framework's run, placed by its
+    states)."""
     found: dict = {"layer": None, "direction": None, "step": None}
     if "output" in verdicts:
         found["step"] = first_step(verdicts["output"])
-    truth = ground_truth(cfg, case)
     if cfg.num_dirs == 2 and actual.output is not None:
         H = actual.output.shape[-1] // 2
         kappa = verdicts["output"].kappa

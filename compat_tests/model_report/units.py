@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Case, Outputs, RNNConfig, json_loads
-from ..judge import tolerances
+from ..judge.compare import judge_results
 from ..judge.conditioning import sensitivity
-from ..judge.metrics import error_stats
 from ..run import ground_truth
 from ..report.sweep import UnitKind
 from ..report.units import json_safe, verdict_records
@@ -89,18 +88,7 @@ def case_of(unit: ModelUnit) -> Case:
 def judge_available(backend: str, cfg: RNNConfig, actual: Outputs, truth: Outputs, kappa: dict) -> dict:
     """Each quantity of ``truth`` that ``actual`` holds (a file's framework may not give every state) judged by
     ``backend``'s budgets: ``{quantity: Verdict}``; a result of another shape or dtype is an ``AssertionError``."""
-    verdicts = {}
-    for name, expected in truth._asdict().items():
-        got = getattr(actual, name)
-        if expected is None or got is None:
-            continue
-        if got.shape != expected.shape or got.dtype != np.dtype(cfg.dtype):
-            raise AssertionError(f"{backend} returned {name} of {got.shape} {got.dtype}, expected {expected.shape} "
-                                 f"{cfg.dtype}")
-        stats = error_stats(got, expected, time_axis=0 if name == "output" else None)
-        verdicts[name] = tolerances.judge(backend, cfg.dtype, name, stats, kappa.get(name, 1.0),
-                                          steps=cfg.seq_len * cfg.batch)
-    return verdicts
+    return judge_results(backend, cfg, actual, truth, kappa, available_only=True).verdicts
 
 
 def tolerance(verdicts: dict, dtype: str) -> dict:
@@ -166,7 +154,7 @@ def _judged(unit: ModelUnit) -> dict:
             return bool(judged) and all(v.passed and not v.indeterminate for v in judged.values())
 
         result["diagnosis"] = diagnosis.diagnose(cfg, case, fits)
-        result["location"] = locate.where(unit.backend, cfg, case, actual, verdicts)
+        result["location"] = locate.where(unit.backend, cfg, case, actual, truth, verdicts)
         if unit.layer and unit.backend != FILE_BACKEND and result["location"]["layer"] is not None:
             result["location"]["layer"] += unit.layer  # (a chain's layer, judged alone)
     if unit.backend != FILE_BACKEND:

@@ -68,13 +68,17 @@ def get_peer(name: str) -> Peer:
                          f"--plugin MODULE:ATTR or {plugins.ENV})") from None
 
 
+def registered(peer) -> Peer | None:
+    """``peer`` itself where it is a peer; for a name (or anything with a ``name``, such as ``compare.Recorded``
+    results) the registered peer of that name, ``None`` where there is none."""
+    return peer if isinstance(peer, Peer) else PEERS.get(peer_exceptions.name_of(peer))
+
+
 def exceptions_of(peer, field: str) -> tuple:
     """The exceptions to the policy that ``peer`` carries (``field``: ``"overrides"`` or
-    ``"known_divergences"``): a peer's own; for a name (or anything with a ``name``, such as
-    ``compare.Recorded`` results) the registered peer's of that name, if any. A built-in peer's are ``()``:
-    its exceptions are in the tables (``compat_tests.judge``)."""
-    holder = peer if isinstance(peer, Peer) else PEERS.get(peer_exceptions.name_of(peer))
-    return tuple(getattr(holder, field, ()))
+    ``"known_divergences"``): a peer's own, or the registered peer's of its name (:func:`registered`). A
+    built-in peer's are ``()``: its exceptions are in the tables (``compat_tests.judge``)."""
+    return tuple(getattr(registered(peer), field, ()))
 
 
 def declared_exceptions(field: str) -> tuple:
@@ -106,4 +110,4 @@ def choose(names: str | None) -> tuple[list[Peer], list[dict]]:
 
 
 __all__ = ["BUILT_IN", "Capabilities", "GPU_PEERS", "PEERS", "Peer", "choose", "declared_exceptions", "exceptions_of",
-           "get_peer", "load_plugin", "load_plugins"]
+           "get_peer", "load_plugin", "load_plugins", "registered"]
