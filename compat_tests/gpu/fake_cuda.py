@@ -34,7 +34,7 @@ import numpy as np
 
 import reference
 from cudnn_backend import _lib
-from reference import packing, tf32
+from reference import packing, precision, tf32
 from reference.layout import BIAS_MODES
 
 _DTYPES = {v: np.dtype(k) for k, v in _lib.DATA_TYPE.items()}
@@ -204,8 +204,9 @@ FAULTS = {
                          "cell_clip rung alone sets a clip)",
     "packed_by_sequence": "cuDNN reads a SEQ_MAJOR_PACKED buffer sequence after sequence instead of step after "
                           "step (the packed rung alone uses that layout)",
-    "tf32_truncates": "cuDNN's TF32 math (float32 data, default or tensor-op math) reads its GEMM operands "
-                      "truncated to TF32, not rounded by the decided rule (the tf32 rung alone weighs the rules)",
+    "tf32_other_ties": "cuDNN's TF32 math (float32 data, default or tensor-op math) rounds its GEMM operands to "
+                       "nearest as the decided rule does, but breaks ties the other way (ties to even for ties away, "
+                       "and the reverse): only operands at a tie tell, which the tf32 rung alone holds",
 }
 WIDE_UNITS = 512  # the hidden sizes wide_single_bias hits
 
@@ -314,10 +315,11 @@ class FakeCudnn:
         self.rnns[_value(rnn_desc)] = make()
 
     def _tf32_model(self, make, **options):
-        """The reference model of ``make`` under TF32 math, by the decided rule (``tf32_truncates``: truncation)."""
+        """The reference model of ``make`` under TF32 math, by the decided rule (``tf32_other_ties``: the other
+        rule to nearest)."""
         model = make(math_type="tf32", **options)
-        if "tf32_truncates" in self.faults:
-            model._operand = tf32.truncate  # (the fake's own wrong guess: the rule its model's GEMMs read by)
+        if "tf32_other_ties" in self.faults:  # (the fake's own wrong guess: the rule its model's GEMMs read by)
+            model._operand = tf32.RULES["rne" if precision.TF32_ROUNDING == "rna" else "rna"]
         return model
 
     def _cudnnRNNSetClip_v9(self, rnn_desc, clip_mode, lclip, rclip) -> None:

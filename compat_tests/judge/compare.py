@@ -14,7 +14,8 @@ from . import tolerances
 from .conditioning import TF32_EPS, sensitivity
 from ..config import Case, GradOutputs, Outputs, RNNConfig, make_case
 from ..run import ground_truth, ground_truth_backward, ground_truth_both
-from .metrics import error_stats
+from .metrics import error_stats, tf32_share
+from reference.spec.cell import tf32_only_in
 from ..peers import Peer
 from ..peers.plugins import SPECS
 
@@ -47,10 +48,12 @@ def reproduce_command(peer: str, cfg: RNNConfig, backward: bool = False) -> str:
 
 def judge_results(peer, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, kappa: dict[str, float],
                   backward: bool = False, forward_overflows: bool = False, *,
-                  available_only: bool = False) -> Comparison:
+                  available_only: bool = False, tf32_fit: FirstStepFit | None = None) -> Comparison:
     """Judge every quantity of ``truth`` (``Outputs`` or ``GradOutputs``) against ``actual``'s, by the budgets
     of ``peer`` (a peer, whose own overrides count, or a peer's name). ``available_only``: the quantities
-    ``actual`` lacks (``None``: a model file's framework may not give every state) are left out, not refused."""
+    ``actual`` lacks (``None``: a model file's framework may not give every state) are left out, not refused.
+    ``tf32_fit``: a TF32 result's first step against the TF32 truths (:func:`first_step_fit`), judged with its
+    output."""
     peer_name = peer if isinstance(peer, str) else peer.name
     verdicts = {}
     for name, expected in truth._asdict().items():
@@ -64,7 +67,8 @@ def judge_results(peer, cfg: RNNConfig, actual: NamedTuple, truth: NamedTuple, k
                                  f"expected {expected.shape} {cfg.dtype} for {cfg.short()}")
         stats = error_stats(got, expected, time_axis=_time_axis(cfg, name))
         verdicts[name] = tolerances.judge(peer, cfg.dtype, name, stats, kappa.get(name, 1.0),
-                                          steps=cfg.seq_len * cfg.batch, forward_overflows=forward_overflows)
+                                          steps=cfg.seq_len * cfg.batch, forward_overflows=forward_overflows,
+                                          tf32_fit=tf32_fit if name == "output" else None)
     return Comparison(peer_name, cfg, verdicts, backward)
 
 
@@ -73,6 +77,58 @@ SEQUENCES = ("output", "d_input")  # quantities with a time axis; the others are
 
 def _time_axis(cfg: RNNConfig, quantity: str) -> int | None:
     return (0 if cfg.time_major else 1) if quantity in SEQUENCES else None
+
+
+# The sets of a first step's GEMMs a TF32 result may have run on TF32 operands: cuDNN's default math and PyTorch's
+# allow_tf32 permit TF32 without forcing it, and the input GEMM (one for every step) and the recurrent ones (one a
+# step) may run on different kernels. A peer with ``tf32_in_every_gemm`` (the reference's TF32 math) has the first.
+TF32_GEMM_SETS = (("input", "recurrent"), ("input",), ("recurrent",), ())
+
+
+class FirstStepFit(NamedTuple):
+    """A TF32 result's first step against the TF32 truths: its smallest ``share`` of TF32's cost from the truth of
+    TF32 in the ``gemms`` (a set of :data:`TF32_GEMM_SETS`)."""
+
+    share: float
+    gemms: tuple[str, ...]
+
+
+def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray) -> FirstStepFit | None:
+    """How far the first time step of a TF32 result's ``output`` (``cfg``'s layout, float32) is from the truth of
+    TF32 in the GEMMs ``peer`` may have run on TF32 (every set of :data:`TF32_GEMM_SETS`, or with
+    ``Peer.tf32_in_every_gemm`` all of them), as a share of what TF32 costs there (``metrics.tf32_share``;
+    ``tolerances.TF32_FIRST_STEP_SHARE``): the forward direction's step 0, whose GEMMs read only given values (the
+    input, the initial state, the weights), so its TF32 operands are the truth's bit for bit. ``None`` where TF32
+    costs too little there to tell, and where an operand of that step is computed inside the pass (a stack: the
+    layers above the first read the lower layers' outputs; a projection reads ``o * tanh(c)``; the textbook GRU's
+    candidate ``r * h``), since a computed operand near a TF32 boundary may round the other way than in the truth
+    (``tolerances``, ``TF32_FIRST_STEP_SHARE``)."""
+    if cfg.num_layers > 1 or cfg.num_proj is not None or (cfg.mode == "classic_gru" and case.h0 is not None):
+        return None
+    from ..peers import registered
+
+    step_cfg = cfg.with_(seq_len=1, lengths=None, packed=False, padding_fill=0.0)
+
+    def first(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else (a[:1] if cfg.time_major else a[:, :1])
+
+    step_case = case._replace(x=first(case.x), dy=first(case.dy), lengths=None)
+
+    def truth(gemms: tuple[str, ...]) -> np.ndarray:
+        with tf32_only_in(gemms):
+            y = ground_truth(step_cfg, step_case, math_type="tf32").output
+        return (y[0] if cfg.time_major else y[:, 0])[:, :cfg.state_width]
+
+    truths = {gemms: truth(gemms) for gemms in TF32_GEMM_SETS}
+    found = registered(peer)
+    allowed = TF32_GEMM_SETS[:1] if getattr(found, "tf32_in_every_gemm", False) else TF32_GEMM_SETS
+    got = (output[0] if cfg.time_major else output[:, 0])[:, :cfg.state_width]
+    shares = {gemms: tf32_share(got, truths[()], truths[TF32_GEMM_SETS[0]], tolerances.TF32_LEAST_COST,
+                                fitted=truths[gemms]) for gemms in allowed}
+    if any(v is None for v in shares.values()):
+        return None
+    best = min(allowed, key=lambda gemms: shares[gemms])
+    return FirstStepFit(shares[best], best)
 
 
 def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward: bool = False, *,
@@ -90,9 +146,18 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else unfilled(peer, cfg, peer.forward(cfg, case))
     overflows = backward and _overflows(forward_truth, np.dtype(cfg.dtype))
+    fit = (first_step_fit(peer, plain, case, actual.output)
+           if reads_tf32(peer) and cfg.dtype == "float32" and not backward and actual is not None else None)
+    return judge_results(peer, cfg, actual, truth, conditioning(peer, plain, case, truth, evaluate), backward,
+                         overflows, tf32_fit=fit)
+
+
+def conditioning(peer, cfg: RNNConfig, case: Case, truth: NamedTuple, evaluate=ground_truth) -> dict[str, float]:
+    """The condition estimates ``peer``'s results of ``cfg`` are judged by (``conditioning.sensitivity`` of
+    ``evaluate``, whose result on ``case`` is ``truth``): at TF32's rounding size for a peer that reads TF32
+    (:func:`reads_tf32`) in float32, at the dtype's otherwise."""
     rounding = TF32_EPS if reads_tf32(peer) and cfg.dtype == "float32" else None
-    return judge_results(peer, cfg, actual, truth, sensitivity(plain, case, truth, evaluate=evaluate,
-                                                               rounding=rounding), backward, overflows)
+    return sensitivity(cfg, case, truth, evaluate=evaluate, rounding=rounding)
 
 
 def reads_tf32(peer) -> bool:

@@ -90,3 +90,27 @@ def error_stats(actual: np.ndarray, expected: np.ndarray, time_axis: int | None 
         count=int(both.sum()),
         per_step=per_step,
     )
+
+
+def tf32_share(actual: np.ndarray, fma_truth: np.ndarray, tf32_truth: np.ndarray, least_cost: float,
+               fitted: np.ndarray | None = None) -> float | None:
+    """How far a TF32 result is from the TF32 truth (or from ``fitted``, the truth of TF32 in some of the GEMMs
+    only), as a share of what TF32 costs there: ``rms(actual - tf32_truth) / rms(tf32_truth - fma_truth)`` over the
+    elements finite in all of them (same shapes; ``actual`` in float32, the truths float64). About 0 for a result
+    that computes TF32 as the truth does, 1 for one that computes without TF32 (it follows the FMA truth), above 1
+    for another rounding rule. ``None`` where TF32 costs less than ``least_cost`` float32 eps of the truth's own
+    size (both in rms), or nothing: there the share would measure float32 rounding (a result rounded to float32
+    is off by about 0.3 eps of itself in rms), not TF32."""
+    fitted = tf32_truth if fitted is None else fitted
+    if not actual.shape == fma_truth.shape == tf32_truth.shape == fitted.shape:
+        raise ValueError(f"shape mismatch: actual {actual.shape}, FMA truth {fma_truth.shape}, "
+                         f"TF32 truth {tf32_truth.shape}, fitted {fitted.shape}")
+    a, f, t, s = (v.astype(np.float64) for v in (actual, fma_truth, tf32_truth, fitted))
+    finite = np.isfinite(a) & np.isfinite(f) & np.isfinite(t) & np.isfinite(s)
+    if not finite.any():
+        return None
+    size = float(np.sqrt(np.mean(t[finite] ** 2)))
+    cost = float(np.sqrt(np.mean((t[finite] - f[finite]) ** 2)))
+    if cost == 0.0 or cost < least_cost * float(np.finfo(np.float32).eps) * size:
+        return None
+    return float(np.sqrt(np.mean((a[finite] - s[finite]) ** 2))) / cost

@@ -24,7 +24,7 @@ perturbation, which is all ``kappa`` models.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,6 +107,25 @@ OVERRIDES: tuple[Override, ...] = (
             for q in FORWARD_QUANTITIES + GRADIENT_QUANTITIES)
 )
 
+# A TF32 result's first time step follows the TF32 truth where every operand of its GEMMs is a given value
+# (one layer, no projection: compare.first_step_share): the rms of its distance from the TF32 truth is at most
+# this share of what TF32 costs there (the rms of the TF32 truth's distance from the FMA truth), the rest being
+# float32 accumulation. The planted faults of compat_tests/tests/judge/test_tf32_judgement.py, over 30 configs
+# (every mode, H 24, input 16, 6 seeds): computed without TF32 1.0; operands truncated where the truth rounds to
+# nearest 2.3-4.0; W's operands not rounded 0.33-0.68, R's 0.37-0.71; the biases rounded too 0.21-0.44.
+# Elsewhere the share is no test: an operand computed in float32 near a TF32 boundary rounds the other way than
+# in the truth (a flip, docs/decisions.md), and flips add up over the steps and layers, to a share of 0.99
+# after 1000 steps of a correct run.
+TF32_FIRST_STEP_SHARE = Budget(0.05, "a TF32 result's first step (one layer, no projection) within 5% of TF32's "
+                                     "cost there from the TF32 truth, the rest being float32 accumulation: "
+                                     "calibration seeds 1 and 2 (--peers reference-tf32) max 0.0009; float32 "
+                                     "rounding alone reaches about 0.3 / TF32_LEAST_COST = 0.001; a run without TF32 "
+                                     "scores 1, a planted fault in one GEMM's operands 0.2 and more")
+# Below this cost (rms over the step, in float32 eps of the TF32 truth's own rms there) TF32 is too close to float32
+# rounding for the share to tell one from the other (a result's own float32 rounding, about 0.3 eps of itself in
+# rms, would be a 1/800 share of it): the share is not judged.
+TF32_LEAST_COST = 256.0
+
 # Beyond this condition estimate the float64 truth is itself only good to kappa * eps(float64) > 2e-6
 # relative (exploding relu stacks, chaotic tanh RNNs over long sequences): such a comparison is reported
 # as indeterminate, never as a pass or a failure of the peer.
@@ -149,6 +168,13 @@ class Verdict:
     kappa: float
     stats: ErrorStats
     indeterminate: str | None = None  # why this comparison cannot be judged, or None
+    tf32_share: float | None = None  # a TF32 result's first step: its share of TF32's cost (TF32_FIRST_STEP_SHARE)
+    tf32_gemms: tuple[str, ...] | None = None  # ... from the truth of TF32 in these GEMMs (compare.TF32_GEMM_SETS)
+
+    @property
+    def strays_from_tf32(self) -> bool:
+        """Whether a TF32 result's first step is farther from the TF32 truth than ``TF32_FIRST_STEP_SHARE``."""
+        return self.tf32_share is not None and self.tf32_share > TF32_FIRST_STEP_SHARE.bound
 
     def explain(self, label: str) -> str:
         s = self.stats
@@ -156,10 +182,14 @@ class Verdict:
             return f"{label}: indeterminate ({self.indeterminate}; conditioned error {self.conditioned_error:.3g})"
         mismatches = (f"{s.nonfinite_mismatch} non-finite mismatches (non-finite where the truth is finite, or the "
                       f"reverse), and " if s.nonfinite_mismatch else "")
+        follows = "" if self.tf32_share is None else (
+            f"; first step {self.tf32_share:.3g} of TF32's cost from the TF32 truth "
+            f"{'>' if self.strays_from_tf32 else '<='} {TF32_FIRST_STEP_SHARE.bound:g} "
+            f"(TF32 in {' and '.join(self.tf32_gemms) or 'none'} of its GEMMs)")
         return (f"{label}: {mismatches}conditioned error {self.conditioned_error:.3g} "
                 f"{'<=' if self.conditioned_error <= self.bound else '>'} budget {self.bound:g} "
                 f"(max abs {s.max_abs:.3g}, max {s.max_eps:.3g} eps x scale {s.scale:.3g}, kappa {self.kappa:.3g}, "
-                f"max ulp {s.max_ulp:.0f}, non-finite mismatches {s.nonfinite_mismatch})")
+                f"max ulp {s.max_ulp:.0f}, non-finite mismatches {s.nonfinite_mismatch}){follows}")
 
 
 # Weight gradients are sums over every (time step, sequence) pair. Summing n terms adds rounding error
@@ -176,9 +206,10 @@ def reduction_factor(quantity: str, steps: int) -> float:
 
 
 def judge(peer, dtype: str, quantity: str, stats: ErrorStats, kappa: float, steps: int = 1,
-          forward_overflows: bool = False) -> Verdict:
+          forward_overflows: bool = False, tf32_fit=None) -> Verdict:
     """Pass/fail of one quantity: conditioned error within ``peer``'s budget (a peer, or a name: see
-    :func:`budget`) and no non-finite disagreement.
+    :func:`budget`), no non-finite disagreement and, for a TF32 result's output, its first step within
+    ``TF32_FIRST_STEP_SHARE`` of a TF32 truth (``tf32_fit``: a ``compare.FirstStepFit``; ``None``: not judged).
 
     ``steps``: the number of (time step, sequence) pairs the run summed over (``T * B``).
     ``forward_overflows``: the truth's forward values exceed ``dtype``'s range, so gradients computed in
@@ -193,9 +224,11 @@ def judge(peer, dtype: str, quantity: str, stats: ErrorStats, kappa: float, step
                f"result itself, so no answer could fail")
     elif forward_overflows and kind_of(quantity) == "gradient":
         why = f"the forward pass overflows {dtype}, so its gradients are not comparable"
+    fit = {} if tf32_fit is None else {"tf32_share": tf32_fit.share, "tf32_gemms": tf32_fit.gemms}
     if why:
-        return Verdict(True, conditioned, bound, kappa, stats, indeterminate=why)
-    return Verdict(conditioned <= bound and stats.nonfinite_mismatch == 0, conditioned, bound, kappa, stats)
+        return Verdict(True, conditioned, bound, kappa, stats, indeterminate=why, **fit)
+    verdict = Verdict(conditioned <= bound and stats.nonfinite_mismatch == 0, conditioned, bound, kappa, stats, **fit)
+    return replace(verdict, passed=False) if verdict.strays_from_tf32 else verdict
 
 
 # Acceptance bound of the first issue: in float64 the reference and PyTorch on the CPU agree to ~1e-12
@@ -209,6 +242,11 @@ TORCH_FLOAT64_AGREEMENT = 1e-12
 # h and h/2 disagree sits on a kink (relu at 0) and is not judged.
 FINITE_DIFFERENCE_STEP = 1e-6
 FINITE_DIFFERENCE_RTOL = 1e-8  # relative to max(1, |loss|, |analytic|); worst seen over 3,761 probes: 9e-10
+# The TF32 truth's gradients (spec.backward under math_type "tf32") against finite differences of the exact
+# function: off by TF32's rounding of the GEMM operands (2^-11 relative each, rna), carried through a few
+# steps; measured up to 6.3 x 2^-11 over 60 small configs (every mode, 1-2 layers, H and input 1-8, T 1-5);
+# a wrong gradient term is off by O(1).
+TF32_FINITE_DIFFERENCE_RTOL = 32 * 2.0**-11
 
 # cuDNN dropout seen through an identity layer (compat_tests/test_gpu.py): the kept values are the
 # undropped ones times 1 / (1 - p), up to the scale multiply and the identity GEMM's float32 roundings.

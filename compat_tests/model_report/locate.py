@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import Case, Outputs, RNNConfig
 from ..judge import tolerances
-from ..judge.conditioning import sensitivity
+from ..judge.compare import conditioning
 from ..judge.metrics import error_stats
 from ..run import float64_model, ground_truth
 
@@ -75,7 +75,7 @@ def _layer_by_rerun(backend: str, cfg: RNNConfig, case: Case) -> int:
     for k in range(1, cfg.num_layers):
         sub_cfg, sub_case = first_layers(cfg, case, k)
         truth = ground_truth(sub_cfg, sub_case)
-        kappa = sensitivity(sub_cfg, sub_case, truth)
+        kappa = conditioning(backend, sub_cfg, sub_case, truth)
         with np.errstate(all="ignore"):
             got = peer.forward(sub_cfg, sub_case)
         if _leaves(backend, sub_cfg, got.output, truth.output, kappa["output"], "output"):

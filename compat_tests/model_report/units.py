@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Case, Outputs, RNNConfig, json_loads
-from ..judge.compare import judge_results
-from ..judge.conditioning import sensitivity
+from ..judge.compare import conditioning, first_step_fit, judge_results, reads_tf32
 from ..run import ground_truth
 from ..report.sweep import UnitKind
 from ..report.units import json_safe, verdict_records
@@ -85,10 +84,12 @@ def case_of(unit: ModelUnit) -> Case:
                 lengths)
 
 
-def judge_available(backend: str, cfg: RNNConfig, actual: Outputs, truth: Outputs, kappa: dict) -> dict:
+def judge_available(backend: str, cfg: RNNConfig, actual: Outputs, truth: Outputs, kappa: dict,
+                    tf32_fit=None) -> dict:
     """Each quantity of ``truth`` that ``actual`` holds (a file's framework may not give every state) judged by
-    ``backend``'s budgets: ``{quantity: Verdict}``; a result of another shape or dtype is an ``AssertionError``."""
-    return judge_results(backend, cfg, actual, truth, kappa, available_only=True).verdicts
+    ``backend``'s budgets (``tf32_fit``: a TF32 backend's first step, ``compare.first_step_fit``):
+    ``{quantity: Verdict}``; a result of another shape or dtype is an ``AssertionError``."""
+    return judge_results(backend, cfg, actual, truth, kappa, available_only=True, tf32_fit=tf32_fit).verdicts
 
 
 def tolerance(verdicts: dict, dtype: str) -> dict:
@@ -136,9 +137,11 @@ def _judged(unit: ModelUnit) -> dict:
     cfg = unit.cfg
     case = case_of(unit)
     truth = ground_truth(cfg, case)
-    kappa = sensitivity(cfg, case, truth)
+    kappa = conditioning(unit.backend, cfg, case, truth)
     actual, framework = _run_backend(unit, case)
-    verdicts = judge_available(unit.backend, cfg, actual, truth, kappa)
+    fit = first_step_fit(unit.backend, cfg, case, actual.output) \
+        if reads_tf32(unit.backend) and cfg.dtype == "float32" and actual.output is not None else None
+    verdicts = judge_available(unit.backend, cfg, actual, truth, kappa, fit)
     if not verdicts:
         raise ValueError("the backend returned none of the quantities the truth has (no output sequence, no state)")
     passed = all(v.passed for v in verdicts.values())
@@ -149,7 +152,7 @@ def _judged(unit: ModelUnit) -> dict:
     if not passed:
         def fits(alt_cfg: RNNConfig, alt_case: Case, evaluate) -> bool:
             alt_truth = evaluate(alt_cfg, alt_case)
-            alt_kappa = sensitivity(alt_cfg, alt_case, alt_truth, evaluate=evaluate)
+            alt_kappa = conditioning(unit.backend, alt_cfg, alt_case, alt_truth, evaluate)
             judged = judge_available(unit.backend, alt_cfg, actual, alt_truth, alt_kappa)
             return bool(judged) and all(v.passed and not v.indeterminate for v in judged.values())
 

@@ -96,7 +96,8 @@ class Peer(ABC):
     name: str
     capabilities: Capabilities
     needs_gpu: bool = False  # a fleet run sends its units only to workers that declare the resource GPU
-    tf32: bool = False  # its float32 GEMMs read TF32 operands: conditioned at TF32's rounding size too
+    tf32: bool = False  # its float32 GEMMs may read TF32 operands: conditioned at TF32's rounding size too
+    tf32_in_every_gemm: bool = False  # with tf32: every GEMM does (not only those its kernels choose to)
     overrides: tuple = ()
     known_divergences: tuple = ()
 

@@ -41,6 +41,7 @@ class ReferenceTF32Peer(Peer):
 
     name = "reference-tf32"
     tf32 = True
+    tf32_in_every_gemm = True
     capabilities = Capabilities(
         dtypes=("float32",),
         bias_modes=BIAS_MODE_NAMES,

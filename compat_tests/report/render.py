@@ -70,7 +70,16 @@ def _what(w: dict) -> str:
     if w.get("nonfinite_mismatch"):
         text = (f"{w['quantity']}: {w['nonfinite_mismatch']} non-finite mismatches (non-finite where the truth is "
                 f"finite, or the reverse); the finite entries {_fmt(w['conditioned'])} / budget {_fmt(w['budget'])}")
-    return text
+    return text + _strays(w)
+
+
+def _strays(v: dict) -> str:
+    """What a TF32 result's first step shows where it strays from the TF32 truth (``tf32_first_step`` over its
+    bound), else nothing."""
+    first = v.get("tf32_first_step")
+    if not first or first["share"] <= first["bound"]:
+        return ""
+    return f"; its first step strays from the TF32 truth: {_fmt(first['share'])} of TF32's cost > {first['bound']:g}"
 
 
 def _value(v) -> str:
@@ -93,7 +102,7 @@ def record_verdict(record: dict) -> str:
 
 def _judged_worst(stats: dict) -> tuple[str, dict] | None:
     judged = [(q, v) for q, v in stats.items() if not v.get("indeterminate")]
-    return max(judged, key=lambda qv: budget_share(qv[1])) if judged else None
+    return max(judged, key=lambda qv: (not qv[1]["passed"], budget_share(qv[1]))) if judged else None
 
 
 def _comparison(record: dict, kind: str) -> dict | None:
@@ -109,7 +118,8 @@ def _comparison(record: dict, kind: str) -> dict | None:
         return {**entry, "quantity": None, "share": None}
     q, v = worst
     return {**entry, "quantity": q, "conditioned": v["conditioned"], "budget": v["budget"],
-            "nonfinite_mismatch": v.get("nonfinite_mismatch", 0), "share": budget_share(v)}
+            "nonfinite_mismatch": v.get("nonfinite_mismatch", 0), "share": budget_share(v),
+            "strays": _strays(v)}
 
 
 def _closest_calls(report: dict, n: int = CLOSEST_CALLS) -> list[dict]:
@@ -471,7 +481,7 @@ def _comparison_cell(c: dict | None) -> str:
     if c["nonfinite_mismatch"]:
         text = f"{c['quantity']}: {c['nonfinite_mismatch']} non-finite mismatches"
     else:
-        text = f"{c['quantity']}: {_fmt(c['conditioned'])} / {_fmt(c['budget'])} ({_share(c)})"
+        text = f"{c['quantity']}: {_fmt(c['conditioned'])} / {_fmt(c['budget'])} ({_share(c)}){c['strays']}"
     return f"{text}; {c['indeterminate']}" if c["indeterminate"] else text
 
 

@@ -36,7 +36,7 @@ from ..config import RNNConfig, json_loads, make_case
 from ..run import ground_truth
 from ..judge.metrics import error_stats
 from ..peers import PEERS, load_plugins
-from ..judge.tolerances import published_rtol
+from ..judge.tolerances import TF32_FIRST_STEP_SHARE, published_rtol
 
 STUDIES = ("compat", "gru_variant", "published")
 TRUTH = "float64 truth (reference.spec)"  # what a float64 published unit computes, whatever its backend field
@@ -83,13 +83,18 @@ def _verdicts(comparison: Comparison) -> dict:
 
 def verdict_records(verdicts: dict) -> dict:
     """Each quantity's :class:`~compat_tests.judge.tolerances.Verdict` as a record holds it (its error statistics,
-    the per-step errors rounded to 4 digits, conditioned error, budget, kappa, passed, indeterminate)."""
+    the per-step errors rounded to 4 digits, conditioned error, budget, kappa, passed, indeterminate and, for a
+    TF32 result's output, ``tf32_first_step``: its first step's share of TF32's cost from the truth of TF32 in
+    the ``gemms`` that fit it best, and the bound)."""
     out = {}
     for name, v in verdicts.items():
         stats = v.stats.to_dict()
         stats["per_step"] = _round(stats["per_step"])
         out[name] = {**stats, "conditioned": v.conditioned_error, "budget": v.bound, "kappa": v.kappa,
                      "passed": v.passed, "indeterminate": v.indeterminate}
+        if v.tf32_share is not None:  # a TF32 result's first step (tolerances.TF32_FIRST_STEP_SHARE)
+            out[name]["tf32_first_step"] = {"share": v.tf32_share, "bound": TF32_FIRST_STEP_SHARE.bound,
+                                            "gemms": list(v.tf32_gemms)}
     return out
 
 

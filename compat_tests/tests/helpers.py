@@ -54,9 +54,10 @@ def failures(comparisons: list[Comparison]) -> list[str]:
 
 
 def finite_difference_failures(cfg: RNNConfig, case: Case, dropout: float = 0.0, masks=(), probes: int = 3,
-                               seed: int = 0) -> list[str]:
-    """Where ``reference.spec.backward`` disagrees with central finite differences of
-    ``reference.spec.forward`` (float64) along ``probes`` coordinates and one random direction of each of
+                               seed: int = 0, math_type: str = "fma", rtol: float = FINITE_DIFFERENCE_RTOL) -> list[str]:
+    """Where ``reference.spec.backward`` (under ``math_type``: ``"tf32"``, the TF32 truth's gradients) disagrees
+    with central finite differences of ``reference.spec.forward`` (float64, exact GEMMs) by more than ``rtol``
+    relative to ``max(1, |loss|, |gradient|)``, along ``probes`` coordinates and one random direction of each of
     ``x``, ``h0``, ``c0``, the weights and the biases: ``loss = <y, dy> + <h_n, dh> + <c_n, dc>`` (a packed
     config's ``x``, ``y`` and ``dy`` packed: the packed data is what moves)."""
     case = case.astype(np.float64)
@@ -77,7 +78,7 @@ def finite_difference_failures(cfg: RNNConfig, case: Case, dropout: float = 0.0,
                      + (0.0 if out.output_c is None else np.vdot(out.output_c, case.dc)))
 
     g = spec.backward(net, args["weights"], args["biases"], sequence(args["x"][0]), args["h0"][0], args["c0"][0],
-                      sequence(dy), case.dh, case.dc, **options)
+                      sequence(dy), case.dh, case.dc, **options, math_type=math_type)
     grads = {"x": [data(g.input)], "h0": [g.input_h], "c0": [g.input_c], "weights": g.weights, "biases": g.biases}
     rng = np.random.default_rng(seed)
     h = FINITE_DIFFERENCE_STEP
@@ -113,7 +114,7 @@ def finite_difference_failures(cfg: RNNConfig, case: Case, dropout: float = 0.0,
             # by half as much), while the central ones agree.
             if abs(jump_half) > tol and abs(jump - jump_half) < abs(jump_half) / 2:
                 continue
-            if abs(fd - analytic) > tol:
+            if abs(fd - analytic) > rtol * max(scale, abs(analytic)):
                 found.append(f"d loss / d {name}: finite difference {fd!r}, spec backward {analytic!r}")
     return found
 

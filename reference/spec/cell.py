@@ -20,14 +20,16 @@ Math type (cuDNN's ``cudnnMathType_t``, for float32 data; :func:`math`): under `
 multiplies its operands as they are; under ``"tf32"`` every GEMM of the forward and backward pass (``W x``,
 ``R u``, the projection ``P m``, and the gradients' products) reads each operand rounded to TF32
 (:func:`operand`: to float32, then by ``precision.TF32_ROUNDING``) and accumulates in the arrays' dtype: with
-float64 arrays, the TF32 truth. Nothing else changes: biases, gates and states keep their precision.
+float64 arrays, the TF32 truth. Nothing else changes: biases, gates and states keep their precision. TF32 math
+as a GPU's default math permits it, not forcing it (:func:`tf32_only_in`): the forward pass's input GEMMs
+(``W x``) or its recurrent ones (``R u``) alone read TF32 operands, the other computes as under FMA math.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -50,6 +52,25 @@ def math(math_type: str) -> Iterator[None]:
         _MATH.reset(token)
 
 
+FORWARD_GEMMS = ("input", "recurrent")
+_TF32_GEMMS: ContextVar[frozenset] = ContextVar("tf32_gemms", default=frozenset(FORWARD_GEMMS))
+
+
+@contextmanager
+def tf32_only_in(gemms: Iterable[str]) -> Iterator[None]:
+    """In the block, TF32 math reads TF32 operands in these of the forward pass's :data:`FORWARD_GEMMS` only
+    (``"input"``: ``W x``, ``"recurrent"``: ``R u``), the others as under FMA math; the projection and the backward
+    pass's GEMMs as ever. (The truth of a GPU whose default math ran some GEMMs on TF32 tensor cores, not all.)"""
+    chosen = frozenset(gemms)
+    if not chosen <= set(FORWARD_GEMMS):
+        raise ValueError(f"gemms must be among {FORWARD_GEMMS}, got {sorted(chosen)}")
+    token = _TF32_GEMMS.set(chosen)
+    try:
+        yield
+    finally:
+        _TF32_GEMMS.reset(token)
+
+
 def operand(a: Array) -> Array:
     """``a`` as a GEMM reads it: under TF32 math rounded to TF32 (through float32, by the decided rule), in
     ``a``'s dtype; under FMA math ``a`` itself."""
@@ -59,8 +80,11 @@ def operand(a: Array) -> Array:
         return tf32.RULES[precision.TF32_ROUNDING](np.asarray(a).astype(np.float32)).astype(a.dtype)
 
 
-def matmul(a: Array, b: Array) -> Array:
-    """``a @ b`` as a GEMM of the current math type computes it (:func:`operand` of each)."""
+def matmul(a: Array, b: Array, forward_gemm: str | None = None) -> Array:
+    """``a @ b`` as a GEMM of the current math type computes it (:func:`operand` of each); ``forward_gemm``: which
+    of :data:`FORWARD_GEMMS` it is, exact where :func:`tf32_only_in` leaves that one out."""
+    if forward_gemm is not None and forward_gemm not in _TF32_GEMMS.get():
+        return a @ b
     return operand(a) @ operand(b)
 
 
@@ -90,10 +114,11 @@ def round_to_storage(v: Array, storage: np.dtype | None, point: str) -> Array:
     return v.astype(storage).astype(v.dtype) if storage is not None and rounds_at(storage, point) else v
 
 
-def gemm(u: Array, M: Array, storage: np.dtype | None = None) -> Array:
+def gemm(u: Array, M: Array, storage: np.dtype | None = None, forward_gemm: str | None = None) -> Array:
     """``M u`` for a batch of rows ``u [B, k]`` and ``M [n, k]`` -> ``[B, n]``: the GEMM's result, rounded to
-    ``storage`` as the GEMM writes it (``"gemm_outputs"``), before any bias is added."""
-    return round_to_storage(matmul(u, M.T), storage, "gemm_outputs")
+    ``storage`` as the GEMM writes it (``"gemm_outputs"``), before any bias is added (``forward_gemm``:
+    :func:`matmul`'s)."""
+    return round_to_storage(matmul(u, M.T, forward_gemm), storage, "gemm_outputs")
 
 
 def stored_state(h: Array, storage: np.dtype | None = None) -> Array:
@@ -105,13 +130,13 @@ def stored_state(h: Array, storage: np.dtype | None = None) -> Array:
 def input_term(p: CellParams, g: int, x: Array, storage: np.dtype | None = None) -> Array:
     """``W_g x + b_Wg`` for ``x [B, in]`` -> ``[B, H]``; without ``W`` the input itself (not rounded: it is
     data), without ``b_W`` no bias."""
-    term = x if p.W is None else gemm(x, p.W[g], storage)
+    term = x if p.W is None else gemm(x, p.W[g], storage, "input")
     return term if p.b_W is None else term + p.b_W[g]
 
 
 def recurrent_term(p: CellParams, g: int, u: Array, storage: np.dtype | None = None) -> Array:
     """``R_g u + b_Rg`` for ``u [B, Hr]`` -> ``[B, H]``; without ``b_R`` no bias."""
-    term = gemm(u, p.R[g], storage)
+    term = gemm(u, p.R[g], storage, "recurrent")
     return term if p.b_R is None else term + p.b_R[g]
 
 

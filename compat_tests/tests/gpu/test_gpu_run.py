@@ -183,7 +183,7 @@ def test_without_the_backend_the_capture_is_skipped_and_the_rest_still_runs(tmp_
 PLANTED = {"skip_input_bias": "skip_input", "float16_rounding": "float16", "persist_hang": "algorithms",
            "sticky_error": "dropout", "wide_single_bias": "published", "bias_mode_ignored": "bias_modes",
            "padding_fill_ignored": "padding_fill", "cell_clip_ignored": "cell_clip", "packed_by_sequence": "packed",
-           "tf32_truncates": "tf32"}
+           "tf32_other_ties": "tf32"}
 
 
 FAULTY_SECONDS = 300
@@ -193,7 +193,7 @@ def test_a_wrong_guess_fails_its_own_rung_and_the_second_command_reruns_it(tmp_p
     """Under ten planted faults (a wrong skip_input bias, float16 rounded another way, a persistent algorithm
     that hangs, a CUDA error that sticks, the published sample's recurrent biases not read, biasMode,
     paddingFill and the cell clip not reaching cuDNN, packed data read in the wrong order, TF32 operands
-    truncated), the whole ladder (``--rungs`` naming every rung: the
+    rounded at ties the other way), the whole ladder (``--rungs`` naming every rung: the
     steps after the ladder are ``test_without_the_backend_...``'s, which sees them run after a failed ladder)
     fails each fault's own rung (rung 00 alone for the published sample's) and passes every other rung, within
     GPU_RUN_SECONDS, and the capture's own check fails too. Then the second command for the same window

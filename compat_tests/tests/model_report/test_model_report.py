@@ -16,6 +16,9 @@ import pytest
 
 from compat_tests import cli
 from compat_tests.model_report.inputs import FILE as INPUTS
+from compat_tests.peers import PEERS
+from compat_tests.peers.reference_peer import ReferenceTF32Peer
+from compat_tests.run import run_reference
 
 ROOT = Path(__file__).resolve().parents[3]
 CORRECT = ("lstm_onnx", "gru_onnx", "relu_onnx", "lstm_keras_port", "gru_keras_port")
@@ -240,6 +243,25 @@ def test_float32_gets_a_tf32_tolerance_beside_the_standard_one(trained, tmp_path
     assert lines["TF32 tensor-core math"]["atol"] > 100 * lines["standard"]["atol"]
     assert lines["TF32 tensor-core math"]["backends"] == ["reference-tf32"]
     assert "# float32, TF32 tensor-core math, T=10" in printed
+
+
+class _WithoutTF32(ReferenceTF32Peer):
+    """reference-tf32 computing exact float32 GEMMs: a GPU run with TF32 switched off, under TF32's name."""
+
+    def forward(self, cfg, case):
+        return run_reference(cfg, case)
+
+
+def test_a_tf32_backend_computing_without_tf32_is_named_so(trained, tmp_path, capsys, monkeypatch):
+    """Within the TF32 budget, but its first step follows the FMA truth, not the TF32 one."""
+    monkeypatch.setitem(PEERS, "reference-tf32", _WithoutTF32())
+    status, result, printed = report(tmp_path, capsys, "--model", str(trained["lstm_pt"].path), "--backends",
+                                     "reference-tf32", "--steps", "10")
+    assert status == 1, printed
+    rows = [r for r in result["rows"] if r["backend"] == "reference-tf32"]
+    assert rows and all(not r["passed"] for r in rows)
+    assert all(r["verdict"].startswith("not the TF32 the truth computes: its first step is 1 of TF32's cost")
+               for r in rows), [r["verdict"] for r in rows]
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.*is deprecated:DeprecationWarning")  # (users still hold such files)

@@ -22,7 +22,9 @@ from compat_tests.judge.metrics import error_stats
 from compat_tests.peers import PEERS
 from compat_tests.run import ground_truth
 from compat_tests.strategies import rnn_configs
+from compat_tests.tests.helpers import finite_difference_failures
 from reference import modes, precision, recurrence, spec, tf32
+from reference.spec import cell
 
 MODES = ("relu", "tanh", "lstm", "gru", "classic_gru")
 
@@ -247,3 +249,35 @@ def test_every_feature_of_a_tf32_step_is_the_tf32_truths(cfg):
     verdict = judge_results("reference", cfg, PEERS["reference-tf32"].forward(cfg, case), truth,
                             sensitivity(cfg, case, ground_truth(cfg, case)))
     assert verdict.passed, verdict.explain()
+
+
+FD_CONFIGS = [dict(num_layers=1, seq_len=3, batch=2), dict(num_layers=2, direction="bidirectional", seq_len=2, batch=3)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_tf32_truth_s_gradients_are_the_function_s_within_tf32_rounding(mode):
+    """The TF32 truth's gradients (every backward GEMM on TF32 operands) against central finite differences of the
+    exact function: within TF32's rounding (``TF32_FINITE_DIFFERENCE_RTOL``), and not within float64's (TF32 is
+    applied), along coordinates and random directions of the input, the initial states, the weights and biases."""
+    for seed, shape in enumerate(FD_CONFIGS):
+        cfg = RNNConfig(mode, num_units=6, input_size=5, dtype="float32", seed=seed, **shape)
+        case = make_case(cfg)
+        assert not finite_difference_failures(cfg, case, math_type="tf32", rtol=tolerances.TF32_FINITE_DIFFERENCE_RTOL)
+        assert finite_difference_failures(cfg, case, math_type="tf32")  # at float64's tolerance TF32 shows
+
+
+def test_gradients_on_operands_coarser_than_tf32_fail_the_finite_differences(monkeypatch):
+    """A planted fault: the backward GEMMs' operands rounded to 6 significant bits, not TF32's 11."""
+    def coarse(a):
+        if cell._MATH.get() == "fma":
+            return a
+        m, e = np.frexp(np.asarray(a))
+        return np.ldexp(np.round(m * 64) / 64, e)
+
+    monkeypatch.setattr(cell, "operand", coarse)
+    caught = []
+    for seed, shape in enumerate(FD_CONFIGS):
+        cfg = RNNConfig("gru", num_units=6, input_size=5, dtype="float32", seed=seed, **shape)
+        caught += finite_difference_failures(cfg, make_case(cfg), math_type="tf32",
+                                             rtol=tolerances.TF32_FINITE_DIFFERENCE_RTOL)
+    assert caught
