@@ -207,6 +207,10 @@ class RNNConfig:
             raise TypeError(f"an RNNConfig must be a JSON object of its fields, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
+        if "math_type" in unknown:  # the math is the backend's: one config, judged under each math by its peer
+            raise ValueError("math_type is not an RNNConfig field: the math type is the backend's, so name the peer "
+                             "that computes under it (TF32: reference-tf32, cudnn-tf32, torch-cuda-tf32; "
+                             "rnn-compat peers lists them)")
         if unknown:
             raise ValueError(f"unknown RNNConfig fields: {sorted(unknown)}")
         if "mode" not in data:

@@ -12,7 +12,8 @@
 # holds the machine's start, this run and one re-run):
 #   versions   cuDNN, CUDA, CuPy, the device, torch (versions.json)
 #   capture    cuDNN's layout, outputs and gradients for 66 small configs, as data (checked on every CPU run);
-#              capture-tf32 the float32 ones again under cuDNN's default math (TF32)
+#              capture-tf32 the float32 ones again under cuDNN's default math (TF32), capture-persist the
+#              float16 and float32 ones through the persistent algorithm
 #   ladder     the GPU suite rung by rung (compat_tests.gpu.ladder): one feature a rung, the risky rungs
 #              (dropout, persistent algorithms) in processes of their own, a hung test killed, a failure
 #              other than wrong numbers ending its process so that a CUDA error cannot stick to the next;
@@ -126,6 +127,9 @@ if "$python" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["a
     # cuDNN's default math (TF32 for float32) recorded too: what the TF32 rounding decision needs
     step capture-tf32 "$(min $(($(left) - (rerun ? 60 : 150))) 60)" capture-tf32.txt "$python" -m compat_tests.gpu.capture \
         --backend cudnn-tf32 --out "$work/capture-cudnn-tf32" --check
+    # and the persistent algorithm's (approximate tanh, probe 1): what its budget's next calibration needs
+    step capture-persist "$(min $(($(left) - (rerun ? 60 : 150))) 45)" capture-persist.txt "$python" -m compat_tests.gpu.capture \
+        --backend cudnn-persist --out "$work/capture-cudnn-persist" --check
 else
     say "capture: SKIPPED, cuDNN backend unavailable (versions.json or versions.log has the reason)"
     failed=1

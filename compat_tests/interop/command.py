@@ -6,6 +6,7 @@ checked against their inputs, and ``infer``'s states come from and go to the fil
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -104,8 +105,6 @@ def cmd_infer(args: argparse.Namespace) -> int:
                 raise
             source = None
     if source is None:  # a stack of layers of several sizes: a chain of one-layer models
-        if args.math != "fma":
-            raise ValueError(f"--math {args.math}: a chain of one-layer models runs with FMA math only, so far")
         return _infer_chain(args, out)
     model = with_math(source.model, args.math)
     x = read_array(args.input, "INPUT")
@@ -153,6 +152,10 @@ def _infer_chain(args: argparse.Namespace, out: Path) -> int:
 
     with reading("CHECKPOINT", args.checkpoint):
         chain = convert.read_chain(args.source, args.checkpoint, reader_options(args))
+    if args.math != "fma":  # each layer's model of that math type
+        from reference.chain import Chain
+
+        chain = Chain([dataclasses.replace(layer, model=with_math(layer.model, args.math)) for layer in chain.layers])
     x = read_array(args.input, "INPUT")
     lengths = None if args.lengths is None else read_array(args.lengths, "--lengths")
     if x.dtype != chain.dtype:

@@ -107,18 +107,20 @@ OVERRIDES: tuple[Override, ...] = (
             for q in FORWARD_QUANTITIES + GRADIENT_QUANTITIES)
 )
 
-# A TF32 result's first time step follows the TF32 truth where every operand of its GEMMs is a given value
-# (one layer, no projection: compare.first_step_share): the rms of its distance from the TF32 truth is at most
-# this share of what TF32 costs there (the rms of the TF32 truth's distance from the FMA truth), the rest being
-# float32 accumulation. The planted faults of compat_tests/tests/judge/test_tf32_judgement.py, over 30 configs
-# (every mode, H 24, input 16, 6 seeds): computed without TF32 1.0; operands truncated where the truth rounds to
-# nearest 2.3-4.0; W's operands not rounded 0.33-0.68, R's 0.37-0.71; the biases rounded too 0.21-0.44.
-# Elsewhere the share is no test: an operand computed in float32 near a TF32 boundary rounds the other way than
-# in the truth (a flip, docs/decisions.md), and flips add up over the steps and layers, to a share of 0.99
-# after 1000 steps of a correct run.
+# A TF32 result's first time step follows a TF32 truth where every operand of its GEMMs is a given value (one
+# layer, no projection, no textbook GRU's r * h: compare.first_step_fit): the rms of its distance from the truth
+# of TF32 in the GEMMs it may have run on TF32 (the reference's TF32 math: all; a GPU's default math, which
+# permits TF32 without forcing it: the input GEMMs, the recurrent ones, both or neither) is at most this share of
+# what TF32 costs there (the rms of the TF32 truth's distance from the FMA truth), the rest being float32
+# accumulation. Against the truth of TF32 in every GEMM, over 30 configs (every mode, H 24, input 16, 6 seeds;
+# the planted faults of compat_tests/tests/judge/test_tf32_judgement.py): computed without TF32 1.0; operands
+# truncated where the truth rounds to nearest 2.0-4.0; W's operands not rounded 0.33-0.85, R's 0.37-0.71 (where
+# the step reads a state); the biases rounded too 0.21-0.55. Elsewhere the share is no test: an operand computed
+# in float32 near a TF32 boundary rounds the other way than in the truth (a flip, docs/decisions.md), and flips
+# add up over the steps and layers, to a share of 0.99 after 1000 steps of a correct run.
 TF32_FIRST_STEP_SHARE = Budget(0.05, "a TF32 result's first step (one layer, no projection) within 5% of TF32's "
                                      "cost there from the TF32 truth, the rest being float32 accumulation: "
-                                     "calibration seeds 1 and 2 (--peers reference-tf32) max 0.0009; float32 "
+                                     "calibration seeds 1 and 2 (--peers reference-tf32) max 0.0015; float32 "
                                      "rounding alone reaches about 0.3 / TF32_LEAST_COST = 0.001; a run without TF32 "
                                      "scores 1, a planted fault in one GEMM's operands 0.2 and more")
 # Below this cost (rms over the step, in float32 eps of the TF32 truth's own rms there) TF32 is too close to float32

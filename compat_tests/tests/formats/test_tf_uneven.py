@@ -16,6 +16,8 @@ import pytest
 
 from compat_tests import cli
 from compat_tests.interop import convert
+from compat_tests.judge.metrics import tf32_share
+from reference import spec
 from reference.chain import Chain, load_chain
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tf_uneven"
@@ -122,3 +124,23 @@ def test_a_layer_number_applies_to_tf_named_files_only(tmp_path):
     convert.write("checkpoint", tmp_path / "ck.npz", cfg.model(), case.weights, case.biases)
     with pytest.raises(ValueError, match="this file carries its config"):
         convert.read("auto", tmp_path / "ck.npz", {"layer": 0})
+
+
+def test_infer_runs_a_chain_under_tf32_math_as_a_gpu_would(tmp_path, capsys):
+    """``--math tf32`` on a chain: every layer's GEMMs on TF32 operands, so the output follows the TF32 truth of
+    the chained layers (the spec's, layer after layer) and not the FMA one."""
+    want = expected()
+    np.save(tmp_path / "x.npy", want["x"])
+    assert cli.main(["infer", str(PREFIX), str(tmp_path / "x.npy"), "--math", "tf32", "--out",
+                     str(tmp_path / "y.npz")]) == 0
+    chain = convert.read_chain("auto", PREFIX, {})
+    truths = {}
+    for math_type in ("fma", "tf32"):
+        x = want["x"].astype(np.float64)
+        for layer in chain.layers:
+            x = spec.forward(spec.Network.of(layer.model), [w.astype(np.float64) for w in layer.weights],
+                             [b.astype(np.float64) for b in layer.biases], x, math_type=math_type).output
+        truths[math_type] = x
+    with np.load(tmp_path / "y.npz", allow_pickle=False) as y:
+        share = tf32_share(y["output"], truths["fma"], truths["tf32"], 0.0)
+    assert share is not None and share < 0.05, share

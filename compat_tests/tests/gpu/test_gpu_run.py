@@ -45,7 +45,8 @@ WITHOUT_TORCH = ",".join(GPU_IMAGE_LACKS + ("torch",))
 
 ARCHIVED = {"versions.json", "versions.log", "summary.txt", "nvidia-smi.txt", "capture/capture.json",
             "capture/arrays.npz", "capture.txt", "capture-cudnn-tf32/capture.json", "capture-cudnn-tf32/arrays.npz",
-            "capture-tf32.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
+            "capture-tf32.txt", "capture-cudnn-persist/capture.json", "capture-cudnn-persist/arrays.npz",
+            "capture-persist.txt", "pytest-host.txt", "pytest.txt", "report.txt", "report/run.json",
             "report/results.jsonl", "report/report.json", "report/report.md", "report/index.html"} | LADDER
 
 
@@ -97,7 +98,7 @@ def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_
     assert run.returncode == 0, f"summary:\n{summary}\nstdout:\n{run.stdout[-4000:]}\nstderr:\n{run.stderr[-2000:]}"
     assert {p.name for p in returned(out)} == {"gpu_run.tar.gz", "summary.txt", "versions.json"}
     assert members(out / "gpu_run.tar.gz") >= ARCHIVED
-    for step in ("versions", "capture", "capture-tf32", "ladder", "host-tests", "gpu-tests", "report"):
+    for step in ("versions", "capture", "capture-tf32", "capture-persist", "ladder", "host-tests", "gpu-tests", "report"):
         assert f"gpu_run.sh: {step}: ok" in summary, summary
     assert "gpu_run.sh: report verdict: PASSED:" in summary, summary
     assert json.loads((out / "versions.json").read_text())["available"]
@@ -120,6 +121,7 @@ def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_
     assert "fake_cuda is in place" in (target / "pytest-host.txt").read_text(), "host tests skip on the fake"
     assert gpu_capture.check(target / "capture") == {}
     assert gpu_capture.check(target / "capture-cudnn-tf32") == {}
+    assert gpu_capture.check(target / "capture-cudnn-persist") == {}
     report = json.loads((target / "report" / "report.json").read_text())
     assert report["complete"] and report["passed"]
     assert report["environment"]["cudnn"]["device"] == "fake", "the run's environment, not the renderer's"

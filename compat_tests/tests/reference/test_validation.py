@@ -215,6 +215,7 @@ def test_params_to_canonical_rejects_wrong_size_and_dtype(lstm):
     ([], TypeError, "an RNNConfig must be a JSON object of its fields, got list"),
     ({"num_layers": 2}, ValueError, "needs at least 'mode'"),
     ({"mode": "gru", "colour": 1}, ValueError, "unknown RNNConfig fields: \\['colour'\\]"),
+    ({"mode": "gru", "math_type": "tf32"}, ValueError, "math_type is not an RNNConfig field: .* reference-tf32"),
     ({"mode": "gru", "direction": "both"}, ValueError, "direction must be one of"),
     ({"mode": "gru", "input_mode": "auto_select"}, ValueError, "input_mode must be one of"),
     ({"mode": "gru", "num_units": 2.5}, TypeError, "num_units must be an int >= 1, got 2.5"),

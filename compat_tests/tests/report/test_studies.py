@@ -1,6 +1,7 @@
 """The report's studies beyond the comparisons: the gru_variant study (GRU configs only, its largest difference
-shown, a failed unit listed with a command that reruns it) and the published study (cuDNN's own sample,
-the float64 truth, each backend beside cuDNN's published checksums)."""
+shown, a failed unit listed with a command that reruns it), the published study (cuDNN's own sample,
+the float64 truth, each backend beside cuDNN's published checksums) and what TF32 costs (reference-tf32's error
+over the time steps and the condition estimate)."""
 
 from __future__ import annotations
 
@@ -130,3 +131,23 @@ def test_a_published_entry_must_be_the_sample_s_configuration(tmp_path, capsys, 
     assert cli.main(["report", "--grid", str(grid), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     assert "entry 0: the published study runs cuDNN's published sample" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_what_tf32_costs_grows_with_the_time_steps_and_the_condition_estimate(tmp_path):
+    """reference-tf32, the engine's TF32 math judged against the FMA truth, shows on a CPU what a GPU's default
+    float32 math costs: over one tanh RNN at four weight scales (T=300), its error grows with the condition
+    estimate, and where the recurrence amplifies (the two largest) it grows over the time steps too."""
+    tanh = {"mode": "tanh", "num_units": 16, "input_size": 8, "seq_len": 300, "batch": 2, "dtype": "float32", "seed": 5}
+    grid = _grid(tmp_path, [("compat", {**tanh, "weight_scale": scale}) for scale in (2.0, 0.5, 3.0, 1.0)])
+    out = tmp_path / "run"
+    assert cli.main(["report", "--grid", str(grid), "--backends", "reference-tf32", "--out", str(out), "--jobs", "1",
+                     "--no-progress", "--no-figures"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    records = sorted(report["records"], key=lambda r: r["forward"]["output"]["kappa"])
+    assert [r["config"]["weight_scale"] for r in records] == [0.5, 1.0, 2.0, 3.0]  # kappa grows with the scale
+    errors = [r["forward"]["output"]["max_eps"] for r in records]
+    assert errors == sorted(errors) and errors[-1] > 10 * errors[0], errors
+    drift = {d["id"]: d["output"] for d in report["studies"]["drift"]}
+    for r in records[2:]:
+        steps = drift[r["id"]]
+        assert sorted(steps[-50:])[25] > 1.5 * steps[0], (r["config"]["weight_scale"], steps[0], steps[-50:])
