@@ -45,6 +45,10 @@ TF32's first offers). A provisional decision (docs/decisions.md): cuDNN does not
 read float32 operands in TF32, and no GPU capture has settled it yet; truncation and ties-to-even are the
 other candidates, each exact in ``reference.tf32``."""
 
+TF32_ROUNDING_SETTLED = False
+"""Whether a GPU run has settled :data:`TF32_ROUNDING` (docs/decisions.md). Until it has, a GPU's TF32 result may
+fit the truth of any of the candidate rules (``compat_tests.judge.compare.first_step_fit``), which it names."""
+
 
 def rounds_at(storage: object, point: str) -> bool:
     """Whether a forward pass over data of dtype ``storage`` rounds to it at ``point`` (one of

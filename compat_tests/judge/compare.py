@@ -15,7 +15,7 @@ from .conditioning import TF32_EPS, sensitivity
 from ..config import Case, GradOutputs, Outputs, RNNConfig, make_case
 from ..run import ground_truth, ground_truth_backward, ground_truth_both
 from .metrics import error_stats, tf32_share
-from reference.spec.cell import tf32_only_in
+from reference.spec.cell import tf32_variant
 from ..peers import Peer
 from ..peers.plugins import SPECS
 
@@ -87,25 +87,32 @@ TF32_GEMM_SETS = (("input", "recurrent"), ("input",), ("recurrent",), ())
 
 class FirstStepFit(NamedTuple):
     """A TF32 result's first step against the TF32 truths: its smallest ``share`` of TF32's cost from the truth of
-    TF32 in the ``gemms`` (a set of :data:`TF32_GEMM_SETS`)."""
+    TF32 in the ``gemms`` (a set of :data:`TF32_GEMM_SETS`) by ``rule`` (one of ``reference.tf32.RULES``; ``None``
+    where no GEMM is in TF32)."""
 
     share: float
     gemms: tuple[str, ...]
+    rule: str | None
 
 
 def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray) -> FirstStepFit | None:
     """How far the first time step of a TF32 result's ``output`` (``cfg``'s layout, float32) is from the truth of
-    TF32 in the GEMMs ``peer`` may have run on TF32 (every set of :data:`TF32_GEMM_SETS`, or with
-    ``Peer.tf32_in_every_gemm`` all of them), as a share of what TF32 costs there (``metrics.tf32_share``;
-    ``tolerances.TF32_FIRST_STEP_SHARE``): the forward direction's step 0, whose GEMMs read only given values (the
-    input, the initial state, the weights), so its TF32 operands are the truth's bit for bit. ``None`` where TF32
-    costs too little there to tell, and where an operand of that step is computed inside the pass (a stack: the
-    layers above the first read the lower layers' outputs; a projection reads ``o * tanh(c)``; the textbook GRU's
-    candidate ``r * h``), since a computed operand near a TF32 boundary may round the other way than in the truth
+    TF32 as ``peer`` may compute it, as a share of what TF32 costs there (``metrics.tf32_share``;
+    ``tolerances.TF32_FIRST_STEP_SHARE``), the truth that fits best. ``peer`` with ``Peer.tf32_in_every_gemm``
+    (the reference's TF32 math): every GEMM by the decided rule (``precision.TF32_ROUNDING``); otherwise (a GPU's
+    default math, which permits TF32 without forcing it) each set of :data:`TF32_GEMM_SETS`, by the decided rule
+    or, until a GPU has settled it (``precision.TF32_ROUNDING_SETTLED``), by any candidate rule.
+
+    The first step is the forward direction's step 0, whose GEMMs read only given values (the input, the initial
+    state, the weights), so its TF32 operands are the truth's bit for bit. ``None`` where TF32 costs too little
+    there to tell, and where an operand of that step is computed inside the pass (a stack: the layers above the
+    first read the lower layers' outputs; a projection reads ``o * tanh(c)``; the textbook GRU's candidate
+    ``r * h``), since a computed operand near a TF32 boundary may round the other way than in the truth
     (``tolerances``, ``TF32_FIRST_STEP_SHARE``)."""
     if cfg.num_layers > 1 or cfg.num_proj is not None or (cfg.mode == "classic_gru" and case.h0 is not None):
         return None
     from ..peers import registered
+    from reference import precision, tf32
 
     step_cfg = cfg.with_(seq_len=1, lengths=None, packed=False, padding_fill=0.0)
 
@@ -114,21 +121,28 @@ def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray) -> Firs
 
     step_case = case._replace(x=first(case.x), dy=first(case.dy), lengths=None)
 
-    def truth(gemms: tuple[str, ...]) -> np.ndarray:
-        with tf32_only_in(gemms):
-            y = ground_truth(step_cfg, step_case, math_type="tf32").output
-        return (y[0] if cfg.time_major else y[:, 0])[:, :cfg.state_width]
+    truths: dict[tuple, np.ndarray] = {}
 
-    truths = {gemms: truth(gemms) for gemms in TF32_GEMM_SETS}
-    found = registered(peer)
-    allowed = TF32_GEMM_SETS[:1] if getattr(found, "tf32_in_every_gemm", False) else TF32_GEMM_SETS
+    def truth(gemms: tuple[str, ...], rule: str | None) -> np.ndarray:
+        if (gemms, rule) not in truths:
+            with tf32_variant(gemms, rule):
+                y = ground_truth(step_cfg, step_case, math_type="tf32").output
+            truths[gemms, rule] = (y[0] if cfg.time_major else y[:, 0])[:, :cfg.state_width]
+        return truths[gemms, rule]
+
+    decided = precision.TF32_ROUNDING
+    if getattr(registered(peer), "tf32_in_every_gemm", False):
+        candidates = [(TF32_GEMM_SETS[0], decided)]
+    else:
+        rules = [decided] if precision.TF32_ROUNDING_SETTLED else [decided, *(r for r in tf32.RULES if r != decided)]
+        candidates = [(gemms, rule) for gemms in TF32_GEMM_SETS if gemms for rule in rules] + [((), None)]
+    fma, full = truth((), None), truth(TF32_GEMM_SETS[0], decided)
     got = (output[0] if cfg.time_major else output[:, 0])[:, :cfg.state_width]
-    shares = {gemms: tf32_share(got, truths[()], truths[TF32_GEMM_SETS[0]], tolerances.TF32_LEAST_COST,
-                                fitted=truths[gemms]) for gemms in allowed}
-    if any(v is None for v in shares.values()):
+    if tf32_share(got, fma, full, tolerances.TF32_LEAST_COST) is None:
         return None
-    best = min(allowed, key=lambda gemms: shares[gemms])
-    return FirstStepFit(shares[best], best)
+    fits = [FirstStepFit(tf32_share(got, fma, full, tolerances.TF32_LEAST_COST, fitted=truth(gemms, rule)), gemms, rule)
+            for gemms, rule in candidates]
+    return min(fits, key=lambda fit: fit.share)  # (the first of equals: the decided rule, the most GEMMs)
 
 
 def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward: bool = False, *,

@@ -110,14 +110,15 @@ OVERRIDES: tuple[Override, ...] = (
 # A TF32 result's first time step follows a TF32 truth where every operand of its GEMMs is a given value (one
 # layer, no projection, no textbook GRU's r * h: compare.first_step_fit): the rms of its distance from the truth
 # of TF32 in the GEMMs it may have run on TF32 (the reference's TF32 math: all; a GPU's default math, which
-# permits TF32 without forcing it: the input GEMMs, the recurrent ones, both or neither) is at most this share of
-# what TF32 costs there (the rms of the TF32 truth's distance from the FMA truth), the rest being float32
-# accumulation. Against the truth of TF32 in every GEMM, over 30 configs (every mode, H 24, input 16, 6 seeds;
-# the planted faults of compat_tests/tests/judge/test_tf32_judgement.py): computed without TF32 1.0; operands
-# truncated where the truth rounds to nearest 2.0-4.0; W's operands not rounded 0.33-0.85, R's 0.37-0.71 (where
-# the step reads a state); the biases rounded too 0.21-0.55. Elsewhere the share is no test: an operand computed
-# in float32 near a TF32 boundary rounds the other way than in the truth (a flip, docs/decisions.md), and flips
-# add up over the steps and layers, to a share of 0.99 after 1000 steps of a correct run.
+# permits TF32 without forcing it: the input GEMMs, the recurrent ones, both or neither, by any candidate rule
+# until a GPU settles it) is at most this share of what TF32 costs there (the rms of the TF32 truth's distance
+# from the FMA truth), the rest being float32 accumulation. Against the truth of TF32 in every GEMM, over 30
+# configs (every mode, H 24, input 16, 6 seeds; the planted faults of compat_tests/tests/judge/
+# test_tf32_judgement.py): computed without TF32 1.0; operands truncated where the truth rounds to nearest
+# 2.0-4.0; W's operands not rounded 0.33-0.85, R's 0.37-0.71 (where the step reads a state); the biases rounded
+# too 0.21-0.55. Elsewhere the share is no test: an operand computed in float32 near a TF32 boundary rounds the
+# other way than in the truth (a flip, docs/decisions.md), and flips add up over the steps and layers, to a share
+# of 0.99 after 1000 steps of a correct run.
 TF32_FIRST_STEP_SHARE = Budget(0.05, "a TF32 result's first step (one layer, no projection) within 5% of TF32's "
                                      "cost there from the TF32 truth, the rest being float32 accumulation: "
                                      "calibration seeds 1 and 2 (--peers reference-tf32) max 0.0015; float32 "
@@ -172,6 +173,7 @@ class Verdict:
     indeterminate: str | None = None  # why this comparison cannot be judged, or None
     tf32_share: float | None = None  # a TF32 result's first step: its share of TF32's cost (TF32_FIRST_STEP_SHARE)
     tf32_gemms: tuple[str, ...] | None = None  # ... from the truth of TF32 in these GEMMs (compare.TF32_GEMM_SETS)
+    tf32_rule: str | None = None  # ... by this rule (reference.tf32.RULES)
 
     @property
     def strays_from_tf32(self) -> bool:
@@ -187,7 +189,8 @@ class Verdict:
         follows = "" if self.tf32_share is None else (
             f"; first step {self.tf32_share:.3g} of TF32's cost from the TF32 truth "
             f"{'>' if self.strays_from_tf32 else '<='} {TF32_FIRST_STEP_SHARE.bound:g} "
-            f"(TF32 in {' and '.join(self.tf32_gemms) or 'none'} of its GEMMs)")
+            f"(TF32 in {' and '.join(self.tf32_gemms) or 'none'} of its GEMMs"
+            f"{'' if self.tf32_rule is None else ', rule ' + self.tf32_rule})")
         return (f"{label}: {mismatches}conditioned error {self.conditioned_error:.3g} "
                 f"{'<=' if self.conditioned_error <= self.bound else '>'} budget {self.bound:g} "
                 f"(max abs {s.max_abs:.3g}, max {s.max_eps:.3g} eps x scale {s.scale:.3g}, kappa {self.kappa:.3g}, "
@@ -226,7 +229,8 @@ def judge(peer, dtype: str, quantity: str, stats: ErrorStats, kappa: float, step
                f"result itself, so no answer could fail")
     elif forward_overflows and kind_of(quantity) == "gradient":
         why = f"the forward pass overflows {dtype}, so its gradients are not comparable"
-    fit = {} if tf32_fit is None else {"tf32_share": tf32_fit.share, "tf32_gemms": tf32_fit.gemms}
+    fit = {} if tf32_fit is None else {"tf32_share": tf32_fit.share, "tf32_gemms": tf32_fit.gemms,
+                                       "tf32_rule": tf32_fit.rule}
     if why:
         return Verdict(True, conditioned, bound, kappa, stats, indeterminate=why, **fit)
     verdict = Verdict(conditioned <= bound and stats.nonfinite_mismatch == 0, conditioned, bound, kappa, stats, **fit)

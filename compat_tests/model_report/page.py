@@ -53,8 +53,8 @@ def _verdict_text(record: dict) -> str:
     strays = [v["tf32_first_step"] for v in (record.get("forward") or {}).values()
               if v.get("tf32_first_step") and v["tf32_first_step"]["share"] > v["tf32_first_step"]["bound"]]
     if strays and share is not None and share <= 1:
-        return (f"not the TF32 the truth computes: its first step is {strays[0]['share']:.3g} of TF32's cost from "
-                f"the TF32 truth (more than {strays[0]['bound']:g}; 1 is a run without TF32), within its budget "
+        return (f"not TF32 as any TF32 truth computes it: its first step is {strays[0]['share']:.3g} of TF32's cost "
+                f"from the nearest (more than {strays[0]['bound']:g}; 1 is a run without TF32), within its budget "
                 f"otherwise ({share:.0%})")
     found = result.get("diagnosis") or []
     where = _where(result.get("location"))

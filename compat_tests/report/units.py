@@ -85,7 +85,7 @@ def verdict_records(verdicts: dict) -> dict:
     """Each quantity's :class:`~compat_tests.judge.tolerances.Verdict` as a record holds it (its error statistics,
     the per-step errors rounded to 4 digits, conditioned error, budget, kappa, passed, indeterminate and, for a
     TF32 result's output, ``tf32_first_step``: its first step's share of TF32's cost from the truth of TF32 in
-    the ``gemms`` that fit it best, and the bound)."""
+    the ``gemms`` by the ``rule`` that fit it best, and the bound)."""
     out = {}
     for name, v in verdicts.items():
         stats = v.stats.to_dict()
@@ -94,7 +94,7 @@ def verdict_records(verdicts: dict) -> dict:
                      "passed": v.passed, "indeterminate": v.indeterminate}
         if v.tf32_share is not None:  # a TF32 result's first step (tolerances.TF32_FIRST_STEP_SHARE)
             out[name]["tf32_first_step"] = {"share": v.tf32_share, "bound": TF32_FIRST_STEP_SHARE.bound,
-                                            "gemms": list(v.tf32_gemms)}
+                                            "gemms": list(v.tf32_gemms), "rule": v.tf32_rule}
     return out
 
 

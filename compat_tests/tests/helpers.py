@@ -54,7 +54,8 @@ def failures(comparisons: list[Comparison]) -> list[str]:
 
 
 def finite_difference_failures(cfg: RNNConfig, case: Case, dropout: float = 0.0, masks=(), probes: int = 3,
-                               seed: int = 0, math_type: str = "fma", rtol: float = FINITE_DIFFERENCE_RTOL) -> list[str]:
+                               seed: int = 0, math_type: str = "fma",
+                               rtol: float = FINITE_DIFFERENCE_RTOL) -> list[str]:
     """Where ``reference.spec.backward`` (under ``math_type``: ``"tf32"``, the TF32 truth's gradients) disagrees
     with central finite differences of ``reference.spec.forward`` (float64, exact GEMMs) by more than ``rtol``
     relative to ``max(1, |loss|, |gradient|)``, along ``probes`` coordinates and one random direction of each of

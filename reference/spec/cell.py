@@ -21,8 +21,8 @@ multiplies its operands as they are; under ``"tf32"`` every GEMM of the forward 
 ``R u``, the projection ``P m``, and the gradients' products) reads each operand rounded to TF32
 (:func:`operand`: to float32, then by ``precision.TF32_ROUNDING``) and accumulates in the arrays' dtype: with
 float64 arrays, the TF32 truth. Nothing else changes: biases, gates and states keep their precision. TF32 math
-as a GPU's default math permits it, not forcing it (:func:`tf32_only_in`): the forward pass's input GEMMs
-(``W x``) or its recurrent ones (``R u``) alone read TF32 operands, the other computes as under FMA math.
+as a GPU's default math may compute it (:func:`tf32_variant`): by another candidate rule, or with the forward
+pass's input GEMMs (``W x``) or its recurrent ones (``R u``) alone on TF32 operands, the other as under FMA math.
 """
 
 from __future__ import annotations
@@ -53,37 +53,49 @@ def math(math_type: str) -> Iterator[None]:
 
 
 FORWARD_GEMMS = ("input", "recurrent")
-_TF32_GEMMS: ContextVar[frozenset] = ContextVar("tf32_gemms", default=frozenset(FORWARD_GEMMS))
+
+
+class _Variant(NamedTuple):
+    gemms: frozenset
+    rule: str | None  # None: precision.TF32_ROUNDING, read at each call
+
+
+_TF32_VARIANT: ContextVar[_Variant] = ContextVar("tf32_variant", default=_Variant(frozenset(FORWARD_GEMMS), None))
 
 
 @contextmanager
-def tf32_only_in(gemms: Iterable[str]) -> Iterator[None]:
-    """In the block, TF32 math reads TF32 operands in these of the forward pass's :data:`FORWARD_GEMMS` only
+def tf32_variant(gemms: Iterable[str] = FORWARD_GEMMS, rule: str | None = None) -> Iterator[None]:
+    """In the block, TF32 math rounds by ``rule`` (one of ``reference.tf32.RULES``; ``None``: the decided
+    ``precision.TF32_ROUNDING``) and reads TF32 operands in these of the forward pass's :data:`FORWARD_GEMMS` only
     (``"input"``: ``W x``, ``"recurrent"``: ``R u``), the others as under FMA math; the projection and the backward
-    pass's GEMMs as ever. (The truth of a GPU whose default math ran some GEMMs on TF32 tensor cores, not all.)"""
+    pass's GEMMs in TF32 as ever. (The truth of a GPU whose default math ran some GEMMs on TF32 tensor cores, not
+    all, or rounded by another rule than the decided one.)"""
     chosen = frozenset(gemms)
     if not chosen <= set(FORWARD_GEMMS):
         raise ValueError(f"gemms must be among {FORWARD_GEMMS}, got {sorted(chosen)}")
-    token = _TF32_GEMMS.set(chosen)
+    if rule is not None and rule not in tf32.RULES:
+        raise ValueError(f"rule must be one of {sorted(tf32.RULES)} or None, got {rule!r}")
+    token = _TF32_VARIANT.set(_Variant(chosen, rule))
     try:
         yield
     finally:
-        _TF32_GEMMS.reset(token)
+        _TF32_VARIANT.reset(token)
 
 
 def operand(a: Array) -> Array:
-    """``a`` as a GEMM reads it: under TF32 math rounded to TF32 (through float32, by the decided rule), in
-    ``a``'s dtype; under FMA math ``a`` itself."""
+    """``a`` as a GEMM reads it: under TF32 math rounded to TF32 (through float32, by the decided rule or
+    :func:`tf32_variant`'s), in ``a``'s dtype; under FMA math ``a`` itself."""
     if _MATH.get() == "fma":
         return a
+    rule = _TF32_VARIANT.get().rule or precision.TF32_ROUNDING
     with np.errstate(over="ignore"):  # (a float64 past float32's range is an infinity to the device too)
-        return tf32.RULES[precision.TF32_ROUNDING](np.asarray(a).astype(np.float32)).astype(a.dtype)
+        return tf32.RULES[rule](np.asarray(a).astype(np.float32)).astype(a.dtype)
 
 
 def matmul(a: Array, b: Array, forward_gemm: str | None = None) -> Array:
     """``a @ b`` as a GEMM of the current math type computes it (:func:`operand` of each); ``forward_gemm``: which
-    of :data:`FORWARD_GEMMS` it is, exact where :func:`tf32_only_in` leaves that one out."""
-    if forward_gemm is not None and forward_gemm not in _TF32_GEMMS.get():
+    of :data:`FORWARD_GEMMS` it is, exact where :func:`tf32_variant` leaves that one out."""
+    if forward_gemm is not None and forward_gemm not in _TF32_VARIANT.get().gemms:
         return a @ b
     return operand(a) @ operand(b)
 

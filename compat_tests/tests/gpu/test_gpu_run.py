@@ -98,7 +98,8 @@ def test_every_step_passes_on_the_fake_comes_back_in_few_files_and_unpacks_into_
     assert run.returncode == 0, f"summary:\n{summary}\nstdout:\n{run.stdout[-4000:]}\nstderr:\n{run.stderr[-2000:]}"
     assert {p.name for p in returned(out)} == {"gpu_run.tar.gz", "summary.txt", "versions.json"}
     assert members(out / "gpu_run.tar.gz") >= ARCHIVED
-    for step in ("versions", "capture", "capture-tf32", "capture-persist", "ladder", "host-tests", "gpu-tests", "report"):
+    for step in ("versions", "capture", "capture-tf32", "capture-persist", "ladder", "host-tests", "gpu-tests",
+                 "report"):
         assert f"gpu_run.sh: {step}: ok" in summary, summary
     assert "gpu_run.sh: report verdict: PASSED:" in summary, summary
     assert json.loads((out / "versions.json").read_text())["available"]

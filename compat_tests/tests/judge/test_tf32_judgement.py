@@ -108,7 +108,7 @@ def test_a_wrong_tf32_path_fails_where_the_tf32_budget_alone_passes_it(monkeypat
 def _spec_in_float32(cfg: RNNConfig, case, gemms: tuple[str, ...]):
     """The plain cells in float32 with TF32 in ``gemms`` of the forward GEMMs only: a float32 run as a GPU's default
     math may compute it, a kernel on TF32 tensor cores for some GEMMs and in float32 for the others."""
-    with cell.tf32_only_in(gemms):
+    with cell.tf32_variant(gemms):
         out = spec.forward(spec.Network.of(cfg.model()), case.weights, case.biases, case.x, case.h0, case.c0,
                            math_type="tf32")
     return Outputs(*out)
@@ -124,12 +124,30 @@ def test_a_gpu_s_tf32_may_leave_a_gemm_in_float32(gemms):
         verdict = compare_peer(Recorded("cudnn-tf32", outputs=_spec_in_float32(cfg, case, gemms)), cfg,
                                case).verdicts["output"]
         assert verdict.passed and verdict.tf32_gemms == gemms, verdict.explain("output")
+        assert verdict.tf32_rule == (precision.TF32_ROUNDING if gemms else None), verdict.explain("output")
         assert verdict.tf32_share <= BOUND / 10, verdict.explain("output")
 
 
-@pytest.mark.parametrize("fault", ["operands truncated", "biases rounded"])
-def test_no_set_of_tf32_gemms_explains_another_rounding(monkeypatch, fault):
-    forward = _faulty(fault, monkeypatch)
+def test_until_a_gpu_settles_the_rule_a_gpu_s_tf32_may_round_by_any_candidate(monkeypatch):
+    """A result whose operands are truncated fits the truth of truncation, named, while the rule is unsettled
+    (``precision.TF32_ROUNDING_SETTLED``); once it is settled only the decided rule fits, and it fails."""
+    forward = _faulty("operands truncated", monkeypatch)
+    for settled in (False, True):
+        monkeypatch.setattr(precision, "TF32_ROUNDING_SETTLED", settled)
+        for mode in WITH_STATE:
+            cfg = RNNConfig(mode, 1, 24, 16, seq_len=5, batch=3, dtype="float32", seed=2)
+            case = make_case(cfg)
+            verdict = compare_peer(Recorded("cudnn-tf32", outputs=forward(cfg, case)), cfg, case).verdicts["output"]
+            if settled:
+                assert not verdict.passed and verdict.strays_from_tf32, verdict.explain("output")
+            else:
+                fitted = (verdict.tf32_gemms, verdict.tf32_rule)
+                assert verdict.passed and fitted == (("input", "recurrent"), "truncate"), verdict.explain("output")
+                assert "rule truncate" in verdict.explain("output")
+
+
+def test_no_tf32_truth_explains_rounded_biases(monkeypatch):
+    forward = _faulty("biases rounded", monkeypatch)
     for mode in WITH_STATE:
         cfg = RNNConfig(mode, 1, 24, 16, seq_len=5, batch=3, dtype="float32", seed=2)
         case = make_case(cfg)

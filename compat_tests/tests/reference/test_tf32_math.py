@@ -281,3 +281,33 @@ def test_gradients_on_operands_coarser_than_tf32_fail_the_finite_differences(mon
         caught += finite_difference_failures(cfg, make_case(cfg), math_type="tf32",
                                              rtol=tolerances.TF32_FINITE_DIFFERENCE_RTOL)
     assert caught
+
+
+def test_a_tf32_variant_rounds_by_its_rule_in_its_gemms_alone():
+    """``spec.cell.tf32_variant``: the truth of TF32 by another rule, or in the input or the recurrent GEMMs alone,
+    is the FMA truth on those GEMMs' operands rounded by that rule (a tanh RNN: its state enters only through
+    ``R h``); a name it does not know is refused."""
+    cfg = RNNConfig("tanh", 1, 12, 7, seq_len=1, batch=3, dtype="float32", seed=1)
+    case = make_case(cfg)
+    net = spec.Network.of(cfg.model())
+    (W, R), x, h = case.weights, case.x, case.h0
+
+    def run(W, R, x, h, math_type="fma"):
+        return spec.forward(net, [W.astype(np.float64), R.astype(np.float64)], [b.astype(np.float64) for b in
+                            case.biases], x.astype(np.float64), h.astype(np.float64), math_type=math_type).output
+
+    decided, truncate = tf32.RULES[precision.TF32_ROUNDING], tf32.RULES["truncate"]
+    with cell.tf32_variant(rule="truncate"):
+        assert np.array_equal(run(W, R, x, h, "tf32"), run(truncate(W), truncate(R), truncate(x), truncate(h)))
+    with cell.tf32_variant(("input",)):
+        assert np.array_equal(run(W, R, x, h, "tf32"), run(decided(W), R, decided(x), h))
+    with cell.tf32_variant(("recurrent",), rule="truncate"):
+        assert np.array_equal(run(W, R, x, h, "tf32"), run(W, truncate(R), x, truncate(h)))
+    assert np.array_equal(run(W, R, x, h, "tf32"), run(decided(W), decided(R), decided(x), decided(h)))  # outside
+    assert not np.array_equal(run(W, R, x, h, "tf32"), run(W, R, x, h))  # (TF32 shows on these values)
+    with pytest.raises(ValueError, match="gemms must be among"):
+        with cell.tf32_variant(("projection",)):
+            pass
+    with pytest.raises(ValueError, match="rule must be one of"):
+        with cell.tf32_variant(rule="stochastic"):
+            pass

@@ -28,7 +28,7 @@ import pytest
 from compat_tests import cli
 from compat_tests.report import fleet
 from compat_tests.report.sweep import RESULTS, read_records
-from compat_tests.tests.helpers import PEER, _held, _kept, processes_with
+from compat_tests.tests.helpers import PEER, _held, _kept, as_at_a_terminal, processes_with
 
 pytest.importorskip("distributed", reason="the fleet needs dask.distributed (the fleet extra)")
 
@@ -433,7 +433,8 @@ def test_a_signal_while_waiting_for_a_scheduler_ends_the_command_at_once_without
     process = subprocess.Popen([sys.executable, "-m", "compat_tests.cli", "report", "--grid", str(TINY), "--backends",
                                 "reference", "--out", str(tmp_path / "run"), "--no-progress", "--scheduler",
                                 f"tcp://127.0.0.1:{listener.port}", "--scheduler-wait", "60"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=as_at_a_terminal)  # (a suite run in the background ignores SIGINT)
     deadline = time.monotonic() + 60
     while not listener.held and time.monotonic() < deadline:  # (connected: waiting for the greeting)
         time.sleep(0.05)
