@@ -201,7 +201,8 @@ def build_report(records: list[dict], grid: str, seed: int, backends: list[dict]
                     for (b, why), n in sorted(Counter((b, why) for b, why, _ in skipped).items())],
         "unrun": _unrun(skipped, planned_ids, [b["name"] for b in backends]),
         "studies": {"drift": _drift(compat), "gru_variant": _gru_variant(records),
-                    "amplification": _amplification(compat), "published": _published(records)},
+                    "amplification": _amplification(compat), "published": _published(records),
+                    "tf32": _tf32(compat)},
         "records": [_compact(r) for r in records],
     }
     report["passed"] = (report["totals"]["failed"] == 0 and report["totals"]["errors"] == 0 and not missed
@@ -331,6 +332,24 @@ def _published(records: list[dict]) -> list[dict]:
     order = {m: k for k, m in enumerate(MODE_NAMES)}
     names = list(published.CHECKSUMS)
     return [rows[key] for key in sorted(rows, key=lambda key: (order[key[0]], names.index(key[1])))]
+
+
+def _tf32(compat: list[dict]) -> list[dict]:
+    """Per TF32 backend and dtype, how its first steps were computed (``tf32_first_step`` of its outputs,
+    ``compare.first_step_fit``): the steps judged, how many each TF32 truth fitted best (its GEMMs and rule,
+    ``"none"``: computed without TF32), the largest share of TF32's cost and how many strayed past the bound."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in compat:
+        first = r["status"] == "ok" and r["forward"].get("output", {}).get("tf32_first_step")
+        if first:
+            groups[(r["backend"], r["config"]["dtype"])].append(first)
+    rows = []
+    for (backend, dtype), fits in sorted(groups.items()):
+        named = Counter("+".join(f["gemms"]) + f", {f['rule']}" if f["gemms"] else "none" for f in fits)
+        rows.append({"backend": backend, "dtype": dtype, "judged": len(fits), "fits": dict(named.most_common()),
+                     "largest_share": max(f["share"] for f in fits),
+                     "strayed": sum(f["share"] > f["bound"] for f in fits)})
+    return rows
 
 
 def _amplification(compat: list[dict]) -> list[dict]:

@@ -238,6 +238,19 @@ def _published_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
+TF32_HEAD = ["backend", "dtype", "first steps judged", "TF32 truths that fit best (GEMMs, rule: steps)",
+             "largest share of TF32's cost", "strayed"]
+TF32_NOTE = ("Each TF32 backend's first time step, where it reads only given values (one layer, no projection), "
+             "against the truths of TF32 in its input GEMMs, its recurrent ones, both or neither, by each candidate "
+             "rule while no GPU has settled it (reference-tf32: every GEMM, the decided rule): the truth it is "
+             "nearest, and its distance as a share of what TF32 costs there; past the bound it failed.")
+
+
+def _tf32_rows(report: dict) -> list[list[str]]:
+    return [[r["backend"], r["dtype"], str(r["judged"]), "; ".join(f"{k}: {n}" for k, n in r["fits"].items()),
+             _fmt(r["largest_share"]), str(r["strayed"])] for r in report["studies"].get("tf32", [])]
+
+
 def _amplification_rows(report: dict) -> list[list[str]]:
     shares = plots.amplification_shares(report)
     rows = []
@@ -426,7 +439,10 @@ def markdown(report: dict) -> str:
                 else ["not in this grid"]), "",
               "### cuDNN GRU vs textbook GRU, same weights: max |output difference|", "",
               "Rows: weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))); columns: sequence length.", "",
-              *(_md_table(["scale", *variant_head], variant_rows) if variant_rows else ["not in this grid"]), ""]
+              *(_md_table(["scale", *variant_head], variant_rows) if variant_rows else ["not in this grid"]), "",
+              "### TF32 as each backend computes it", "",
+              *([TF32_NOTE, "", *_md_table(TF32_HEAD, _tf32_rows(report))] if _tf32_rows(report)
+                else ["no TF32 backend's first step judged in this run"]), ""]
     exceptions = _exceptions(report)
     lines += ["## Policy exceptions for these backends", "",
               *([f"- {e}" for e in exceptions] or ["none: every backend is judged by the default budgets"]), ""]
@@ -656,6 +672,9 @@ def html_page(report: dict, figures: bool = True) -> str:
         parts += [f"<p class='note'>{html.escape(AMPLIFICATION_NOTE)}</p>",
                   *_collapsed("Amplification per backend, dtype and mode, as a table", AMPLIFICATION_HEAD,
                               _amplification_rows(report))]
+    if _tf32_rows(report):
+        parts += ["<h3>TF32 as each backend computes it</h3>", f"<p class='note'>{html.escape(TF32_NOTE)}</p>",
+                  _html_table(TF32_HEAD, _tf32_rows(report))]
     parts += ["<a id='policy'></a><h2>Policy exceptions for these backends</h2><ul>",
               *([f"<li>{html.escape(e)}</li>" for e in _exceptions(report)] or
                 ["<li>none: every backend is judged by the default budgets</li>"]), "</ul>"]

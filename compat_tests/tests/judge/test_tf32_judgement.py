@@ -182,3 +182,5 @@ def test_a_report_lists_a_tf32_result_that_strays_at_its_first_step(tmp_path, mo
     md = (tmp_path / "report.md").read_text()
     assert "its first step strays from the TF32 truth: 1 of TF32's cost \\> 0.05" in md.split("## Failures")[1]
     assert report["policy"]["tf32_first_step"]["bound"] == BOUND
+    (study,) = report["studies"]["tf32"]
+    assert (study["judged"], study["strayed"]) == (2, 2) and study["largest_share"] == pytest.approx(1.0, abs=0.01)

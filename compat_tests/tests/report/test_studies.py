@@ -16,6 +16,7 @@ from compat_tests.config import Outputs
 from compat_tests.peers import PEERS
 from compat_tests.peers.reference_peer import ReferencePeer
 from compat_tests.tests.helpers import ROOT, SMALL_GRU, _grid, _validate
+from reference import precision
 
 
 def test_a_gru_variant_unit_that_ends_in_an_error_is_listed_with_a_command_that_runs_it(tmp_path, monkeypatch,
@@ -151,3 +152,8 @@ def test_what_tf32_costs_grows_with_the_time_steps_and_the_condition_estimate(tm
     for r in records[2:]:
         steps = drift[r["id"]]
         assert sorted(steps[-50:])[25] > 1.5 * steps[0], (r["config"]["weight_scale"], steps[0], steps[-50:])
+    (study,) = report["studies"]["tf32"]  # and its first steps, each the TF32 truth's (every GEMM, decided rule)
+    assert (study["backend"], study["judged"], study["fits"], study["strayed"]) == \
+        ("reference-tf32", 4, {f"input+recurrent, {precision.TF32_ROUNDING}": 4}, 0)
+    md = (out / "report.md").read_text().split("### TF32 as each backend computes it")[1]
+    assert f"| reference-tf32 | float32 | 4 | input+recurrent, {precision.TF32_ROUNDING}: 4 |" in md
