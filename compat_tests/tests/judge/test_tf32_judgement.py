@@ -1,8 +1,10 @@
 """The TF32 judgement: a TF32 result is held to the FMA truth by the TF32 budget and, where every operand of its
 first step is a given value (one layer, no projection), that step to the TF32 truth within
-``tolerances.TF32_FIRST_STEP_SHARE`` of what TF32 costs there. So a run computed without TF32, with truncated
-operands, or with one GEMM's operands (or the biases) read otherwise than the truth's fails, where the TF32 budget
-alone passes it; the reports show which step strayed and by how much."""
+``tolerances.TF32_FIRST_STEP_SHARE`` of what TF32 costs there. So the reference's TF32 computed without TF32, with
+truncated operands, or with one GEMM's operands (or the biases) read otherwise than the truth's fails, where the
+TF32 budget alone passes it. A GPU's default math may leave a GEMM in float32 and, until a GPU settles the rule,
+round by any candidate: such a result fits that truth and passes, naming it; rounded biases fit none. The reports
+show which step strayed and by how much, and which truths each backend's first steps fit."""
 
 from __future__ import annotations
 
