@@ -15,6 +15,7 @@ from .conditioning import TF32_EPS, sensitivity
 from ..config import Case, GradOutputs, Outputs, RNNConfig, make_case
 from ..run import ground_truth, ground_truth_backward, ground_truth_both
 from .metrics import error_stats, tf32_share
+from reference import precision, tf32
 from reference.spec.cell import tf32_variant
 from ..peers import Peer
 from ..peers.plugins import SPECS
@@ -95,7 +96,7 @@ class FirstStepFit(NamedTuple):
     rule: str | None
 
 
-def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray) -> FirstStepFit | None:
+def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray | None) -> FirstStepFit | None:
     """How far the first time step of a TF32 result's ``output`` (``cfg``'s layout, float32) is from the truth of
     TF32 as ``peer`` may compute it, as a share of what TF32 costs there (``metrics.tf32_share``;
     ``tolerances.TF32_FIRST_STEP_SHARE``), the truth that fits best. ``peer`` with ``Peer.tf32_in_every_gemm``
@@ -104,15 +105,17 @@ def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray) -> Firs
     or, until a GPU has settled it (``precision.TF32_ROUNDING_SETTLED``), by any candidate rule.
 
     The first step is the forward direction's step 0, whose GEMMs read only given values (the input, the initial
-    state, the weights), so its TF32 operands are the truth's bit for bit. ``None`` where TF32 costs too little
-    there to tell, and where an operand of that step is computed inside the pass (a stack: the layers above the
+    state, the weights), so its TF32 operands are the truth's bit for bit. ``None`` for a result that is no TF32
+    result (a peer that does not read TF32 (:func:`reads_tf32`), another dtype than float32, no output), where
+    TF32 costs too little there to tell, and where an operand of that step is computed inside the pass (a stack: the layers above the
     first read the lower layers' outputs; a projection reads ``o * tanh(c)``; the textbook GRU's candidate
     ``r * h``), since a computed operand near a TF32 boundary may round the other way than in the truth
     (``tolerances``, ``TF32_FIRST_STEP_SHARE``)."""
+    if output is None or not _tf32_applies(peer, cfg):
+        return None
     if cfg.num_layers > 1 or cfg.num_proj is not None or (cfg.mode == "classic_gru" and case.h0 is not None):
         return None
     from ..peers import registered
-    from reference import precision, tf32
 
     step_cfg = cfg.with_(seq_len=1, lengths=None, packed=False, padding_fill=0.0)
 
@@ -160,8 +163,7 @@ def compare_peer(peer: Peer, cfg: RNNConfig, case: Case | None = None, backward:
     with np.errstate(all="ignore"):
         actual = peer.backward(cfg, case) if backward else unfilled(peer, cfg, peer.forward(cfg, case))
     overflows = backward and _overflows(forward_truth, np.dtype(cfg.dtype))
-    fit = (first_step_fit(peer, plain, case, actual.output)
-           if reads_tf32(peer) and cfg.dtype == "float32" and not backward and actual is not None else None)
+    fit = None if backward or actual is None else first_step_fit(peer, plain, case, actual.output)
     return judge_results(peer, cfg, actual, truth, conditioning(peer, plain, case, truth, evaluate), backward,
                          overflows, tf32_fit=fit)
 
@@ -170,8 +172,13 @@ def conditioning(peer, cfg: RNNConfig, case: Case, truth: NamedTuple, evaluate=g
     """The condition estimates ``peer``'s results of ``cfg`` are judged by (``conditioning.sensitivity`` of
     ``evaluate``, whose result on ``case`` is ``truth``): at TF32's rounding size for a peer that reads TF32
     (:func:`reads_tf32`) in float32, at the dtype's otherwise."""
-    rounding = TF32_EPS if reads_tf32(peer) and cfg.dtype == "float32" else None
+    rounding = TF32_EPS if _tf32_applies(peer, cfg) else None
     return sensitivity(cfg, case, truth, evaluate=evaluate, rounding=rounding)
+
+
+def _tf32_applies(peer, cfg: RNNConfig) -> bool:
+    """Whether ``peer``'s results of ``cfg`` may be TF32 results: it reads TF32, and the data is float32."""
+    return cfg.dtype == "float32" and reads_tf32(peer)
 
 
 def reads_tf32(peer) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from reference.formats.files import replacing
 
+from ..report.aggregate import tf32_stray
 from ..report.folder import check_own
 from ..report.render import CSS, MEASURE, _command, _figure, _Html, _html_table, _md_table, _md_text
 from ..report.run_plan import PLAN
@@ -50,8 +51,7 @@ def _verdict_text(record: dict) -> str:
     if record["passed"]:
         return f"within rounding ({share:.0%} of its budget)" if share is not None else "within rounding"
     result = record.get("model") or {}
-    strays = [v["tf32_first_step"] for v in (record.get("forward") or {}).values()
-              if v.get("tf32_first_step") and v["tf32_first_step"]["share"] > v["tf32_first_step"]["bound"]]
+    strays = [first for first in map(tf32_stray, (record.get("forward") or {}).values()) if first]
     if strays and share is not None and share <= 1:
         return (f"not TF32 as any TF32 truth computes it: its first step is {strays[0]['share']:.3g} of TF32's cost "
                 f"from the nearest (more than {strays[0]['bound']:g}; 1 is a run without TF32), within its budget "

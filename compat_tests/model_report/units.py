@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Case, Outputs, RNNConfig, json_loads
-from ..judge.compare import conditioning, first_step_fit, judge_results, reads_tf32
+from ..judge.compare import conditioning, first_step_fit, judge_results
 from ..run import ground_truth
 from ..report.sweep import UnitKind
 from ..report.units import json_safe, verdict_records
@@ -139,9 +139,8 @@ def _judged(unit: ModelUnit) -> dict:
     truth = ground_truth(cfg, case)
     kappa = conditioning(unit.backend, cfg, case, truth)
     actual, framework = _run_backend(unit, case)
-    fit = first_step_fit(unit.backend, cfg, case, actual.output) \
-        if reads_tf32(unit.backend) and cfg.dtype == "float32" and actual.output is not None else None
-    verdicts = judge_available(unit.backend, cfg, actual, truth, kappa, fit)
+    verdicts = judge_available(unit.backend, cfg, actual, truth, kappa,
+                               first_step_fit(unit.backend, cfg, case, actual.output))
     if not verdicts:
         raise ValueError("the backend returned none of the quantities the truth has (no output sequence, no state)")
     passed = all(v.passed for v in verdicts.values())

@@ -105,6 +105,13 @@ def budget_share(v: dict) -> float:
     return float("inf") if c is None or v.get("nonfinite_mismatch") else c / v["budget"]
 
 
+def tf32_stray(v: dict) -> dict | None:
+    """A quantity's record's ``tf32_first_step`` where its first step strayed past its bound from every TF32 truth
+    (``tolerances.TF32_FIRST_STEP_SHARE``), else ``None``."""
+    first = v.get("tf32_first_step")
+    return first if first and first["share"] > first["bound"] else None
+
+
 def group_worst(row: dict) -> tuple[float, str] | None:
     """The worst of a summary row (one backend, dtype and mode) as ``(share of the budget, label)``: an
     error above everything (``inf``, "error"), then the largest share ("non-finite" for ``inf``); ``None``
@@ -338,17 +345,18 @@ def _tf32(compat: list[dict]) -> list[dict]:
     """Per TF32 backend and dtype, how its first steps were computed (``tf32_first_step`` of its outputs,
     ``compare.first_step_fit``): the steps judged, how many each TF32 truth fitted best (its GEMMs and rule,
     ``"none"``: computed without TF32), the largest share of TF32's cost and how many strayed past the bound."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)  # the output verdicts judged so
     for r in compat:
-        first = r["status"] == "ok" and r["forward"].get("output", {}).get("tf32_first_step")
-        if first:
-            groups[(r["backend"], r["config"]["dtype"])].append(first)
+        output = r["forward"].get("output", {}) if r["status"] == "ok" else {}
+        if output.get("tf32_first_step"):
+            groups[(r["backend"], r["config"]["dtype"])].append(output)
     rows = []
-    for (backend, dtype), fits in sorted(groups.items()):
+    for (backend, dtype), outputs in sorted(groups.items()):
+        fits = [v["tf32_first_step"] for v in outputs]
         named = Counter("+".join(f["gemms"]) + f", {f['rule']}" if f["gemms"] else "none" for f in fits)
         rows.append({"backend": backend, "dtype": dtype, "judged": len(fits), "fits": dict(named.most_common()),
                      "largest_share": max(f["share"] for f in fits),
-                     "strayed": sum(f["share"] > f["bound"] for f in fits)})
+                     "strayed": sum(tf32_stray(v) is not None for v in outputs)})
     return rows
 
 

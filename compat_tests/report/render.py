@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from ..config import MODE_NAMES
 from . import plots
-from .aggregate import WORST_CASES, budget_share, config_label, group_worst, unavailable_requested
+from .aggregate import WORST_CASES, budget_share, config_label, group_worst, tf32_stray, unavailable_requested
 from .grids import LEFT_OUT
 
 MEASURE = ("conditioned error = max|x - truth| / (eps(dtype) * max(1, max|truth|) * max(1, kappa)), kappa the "
@@ -76,8 +76,8 @@ def _what(w: dict) -> str:
 def _strays(v: dict) -> str:
     """What a TF32 result's first step shows where it strays from the TF32 truth (``tf32_first_step`` over its
     bound), else nothing."""
-    first = v.get("tf32_first_step")
-    if not first or first["share"] <= first["bound"]:
+    first = tf32_stray(v)
+    if first is None:
         return ""
     return f"; its first step strays from the TF32 truth: {_fmt(first['share'])} of TF32's cost > {first['bound']:g}"
 
@@ -431,6 +431,7 @@ def markdown(report: dict) -> str:
                     for reasons, configs in _unrun_groups(report)], ""]
     variant_rows, variant_head = _variant_rows(report)
     published_head, published_rows = _published_rows(report)
+    tf32_rows = _tf32_rows(report)
     lines += ["## Studies", "",
               "The drift (error per time step of long sequences) and forward-vs-backward amplification studies are "
               "figures and tables in index.html; their numbers are in report.json (`studies`).", "",
@@ -441,7 +442,7 @@ def markdown(report: dict) -> str:
               "Rows: weight scale (weights ~ U(-s/sqrt(H), s/sqrt(H))); columns: sequence length.", "",
               *(_md_table(["scale", *variant_head], variant_rows) if variant_rows else ["not in this grid"]), "",
               "### TF32 as each backend computes it", "",
-              *([TF32_NOTE, "", *_md_table(TF32_HEAD, _tf32_rows(report))] if _tf32_rows(report)
+              *([TF32_NOTE, "", *_md_table(TF32_HEAD, tf32_rows)] if tf32_rows
                 else ["no TF32 backend's first step judged in this run"]), ""]
     exceptions = _exceptions(report)
     lines += ["## Policy exceptions for these backends", "",
@@ -672,9 +673,10 @@ def html_page(report: dict, figures: bool = True) -> str:
         parts += [f"<p class='note'>{html.escape(AMPLIFICATION_NOTE)}</p>",
                   *_collapsed("Amplification per backend, dtype and mode, as a table", AMPLIFICATION_HEAD,
                               _amplification_rows(report))]
-    if _tf32_rows(report):
+    tf32_rows = _tf32_rows(report)
+    if tf32_rows:
         parts += ["<h3>TF32 as each backend computes it</h3>", f"<p class='note'>{html.escape(TF32_NOTE)}</p>",
-                  _html_table(TF32_HEAD, _tf32_rows(report))]
+                  _html_table(TF32_HEAD, tf32_rows)]
     parts += ["<a id='policy'></a><h2>Policy exceptions for these backends</h2><ul>",
               *([f"<li>{html.escape(e)}</li>" for e in _exceptions(report)] or
                 ["<li>none: every backend is judged by the default budgets</li>"]), "</ul>"]
