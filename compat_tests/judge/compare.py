@@ -107,9 +107,9 @@ def first_step_fit(peer, cfg: RNNConfig, case: Case, output: np.ndarray | None) 
     The first step is the forward direction's step 0, whose GEMMs read only given values (the input, the initial
     state, the weights), so its TF32 operands are the truth's bit for bit. ``None`` for a result that is no TF32
     result (a peer that does not read TF32 (:func:`reads_tf32`), another dtype than float32, no output), where
-    TF32 costs too little there to tell, and where an operand of that step is computed inside the pass (a stack: the layers above the
-    first read the lower layers' outputs; a projection reads ``o * tanh(c)``; the textbook GRU's candidate
-    ``r * h``), since a computed operand near a TF32 boundary may round the other way than in the truth
+    TF32 costs too little there to tell, and where an operand of that step is computed inside the pass (a stack:
+    the layers above the first read the lower layers' outputs; a projection reads ``o * tanh(c)``; the textbook
+    GRU's candidate ``r * h``), since a computed operand near a TF32 boundary may round the other way than in the truth
     (``tolerances``, ``TF32_FIRST_STEP_SHARE``)."""
     if output is None or not _tf32_applies(peer, cfg):
         return None
